@@ -1,0 +1,31 @@
+PY ?= .venv/bin/python
+VENV := .venv/bin/fusee
+
+.PHONY: fmt lint type test bench venv
+
+fmt: $(VENV)
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+lint: $(VENV)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+type: $(VENV)
+	$(PY) -m mypy
+
+# The whole suite, then the server-backed tests again with actors evicted after every
+# step, so each run resumes by replay.
+test: $(VENV)
+	$(PY) -m pytest -q
+	FUSEE_ALWAYS_REPLAY=1 $(PY) -m pytest -q tests/integration tests/chaos
+
+bench: $(VENV)
+	$(PY) -m bench
+
+venv: $(VENV)
+
+# A file target: the venv is built once, when its `fusee` script is missing.
+$(VENV):
+	python3 -m venv .venv
+	.venv/bin/python -m pip install -e '.[dev]'

@@ -1,0 +1,53 @@
+"""fusee: durable execution for AI agents, on NATS JetStream.
+
+Every model call and tool call is a step: a crash resumes at the call that was
+running, and nothing that finished runs again.
+"""
+
+from fusee._engine import Engine as Engine
+from fusee._engine import Run as Run
+from fusee._engine import connect as connect
+from fusee.actors.context import Context as Context
+from fusee.actors.context import StepFailedError as StepFailedError
+from fusee.actors.context import StepInfo as StepInfo
+from fusee.actors.registry import Workflow as Workflow
+from fusee.actors.registry import workflow as workflow
+from fusee.errors import DeterminismError as DeterminismError
+from fusee.errors import FatalError as FatalError
+from fusee.errors import FuseeError as FuseeError
+from fusee.errors import InvalidId as InvalidId
+from fusee.errors import NotEncodable as NotEncodable
+from fusee.errors import RunCancelled as RunCancelled
+from fusee.errors import RunExists as RunExists
+from fusee.errors import RunFailed as RunFailed
+from fusee.errors import RunNotFound as RunNotFound
+from fusee.errors import StepTimeout as StepTimeout
+from fusee.errors import Timeout as Timeout
+from fusee.runtime.index import RunInfo as RunInfo
+from fusee.runtime.retry import Retry as Retry
+
+__all__ = (
+    "connect",
+    "Engine",
+    "Run",
+    "RunInfo",
+    "workflow",
+    "Workflow",
+    "Context",
+    "StepInfo",
+    "Retry",
+    "FuseeError",
+    "FatalError",
+    "StepFailedError",
+    "StepTimeout",
+    "DeterminismError",
+    "InvalidId",
+    "NotEncodable",
+    "RunExists",
+    "RunNotFound",
+    "RunFailed",
+    "RunCancelled",
+    "Timeout",
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,370 @@
+"""The engine: a connection to NATS in one namespace, to start runs, read them, serve them."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from fusee.actors.registry import REGISTRY, Registry, Workflow
+from fusee.actors.worker import Worker, WorkerConfig
+from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
+from fusee.adapters.jetstream.store import Layout, NatsStore
+from fusee.errors import (
+    Fenced,
+    InvalidArgument,
+    RunCancelled,
+    RunExists,
+    RunFailed,
+    RunNotFound,
+    Timeout,
+)
+from fusee.runtime.codec import canonical, decode_value
+from fusee.runtime.durations import parse_duration
+from fusee.runtime.history import History
+from fusee.runtime.ids import escape, partition_of, validate_id, validate_name, validate_namespace
+from fusee.runtime.index import RunInfo, decode_info, encode_info, info_from_history
+from fusee.runtime.records import (
+    RunCancelled as RunCancelledRecord,
+)
+from fusee.runtime.records import (
+    RunCompleted,
+    RunStarted,
+    decode_record,
+    encode_record,
+    kind_of,
+)
+from fusee.runtime.records import (
+    RunFailed as RunFailedRecord,
+)
+
+__all__ = ("Engine", "Run", "connect")
+
+log = structlog.get_logger("fusee")
+
+DurationLike = str | float | int | timedelta
+
+
+async def connect(
+    url: str | None = None,
+    *,
+    namespace: str = "fusee",
+    store_dir: str | os.PathLike[str] | None = None,
+    partitions: int | None = None,
+    replicas: int = 1,
+) -> Engine:
+    """Connect to NATS and make sure the namespace's stream and buckets exist.
+
+    With no ``url`` (and no ``$FUSEE_NATS_URL``) an embedded nats-server is started,
+    with JetStream in ``store_dir`` (default ``.fusee/``), or the one already running
+    for that store is reused.
+
+    Example:
+        ``engine = await fusee.connect()``
+    """
+    namespace = validate_namespace(namespace)
+    url = url or os.environ.get("FUSEE_NATS_URL") or None
+    server: EmbeddedServer | None = None
+    if url is None:
+        url, server = await ensure_server(
+            Path(store_dir or os.environ.get("FUSEE_STORE", ".fusee"))
+        )
+    store = await NatsStore.connect(url, namespace, replicas=replicas)
+    try:
+        await store.ensure_layout()
+        count = await _partition_count(store, partitions)
+    except BaseException:
+        await store.close()
+        if server is not None:
+            server.stop()
+        raise
+    return Engine(store, url=url, server=server, partitions=count)
+
+
+async def _partition_count(store: NatsStore, wanted: int | None) -> int:
+    """The namespace's partition count: fixed when the namespace is created, because
+    every client must hash run IDs the same way."""
+    key = "config.partitions"
+    if wanted is not None and (not isinstance(wanted, int) or not 1 <= wanted <= 4096):
+        raise InvalidArgument(f"partitions={wanted!r}: must be an int from 1 to 4096")
+    try:
+        entry = await store.work.get(key)
+        stored = int(entry.value or b"0")
+    except Exception:  # noqa: BLE001 - KeyNotFoundError: a new namespace
+        stored = 0
+    if stored == 0:
+        with contextlib.suppress(Exception):
+            await store.work.create(key, str(wanted or 16).encode())
+        entry = await store.work.get(key)
+        stored = int(entry.value or b"16")
+    if wanted is not None and wanted != stored:
+        raise InvalidArgument(
+            f"partitions={wanted}: namespace {store.layout.namespace!r} was created with "
+            f"{stored} partitions, and that cannot change"
+        )
+    return stored
+
+
+class Engine:
+    """Starts runs, reads them, and (as a worker) executes them."""
+
+    def __init__(
+        self, store: NatsStore, *, url: str, server: EmbeddedServer | None, partitions: int
+    ) -> None:
+        self.store = store
+        self.url = url
+        self.server = server
+        self.partitions = partitions
+        self.namespace = store.layout.namespace
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection, and stop the embedded server if this engine started it."""
+        await self.store.close()
+        if self.server is not None:
+            await anyio.to_thread.run_sync(self.server.stop)
+            self.server = None
+
+    # -- runs ---------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Workflow[Any] | str,
+        run_id: str,
+        arg: Any = None,
+        *,
+        timeout: DurationLike | None = None,
+    ) -> Run:
+        """Start ``workflow`` as run ``run_id`` with input ``arg``; idempotent by ID.
+
+        Starting the same run again (same workflow, same input) returns it. Returns
+        once the start is stored: from then on the run will execute, even if this
+        process dies.
+
+        Raises:
+            RunExists: a run with this ID exists with another workflow or input.
+            InvalidId: the ID cannot be stored.
+            NotEncodable: the input is not JSON-encodable.
+
+        Example:
+            ``run = await engine.start(agent, "support-42", "Where is my order?", timeout="15m")``
+        """
+        name = (
+            workflow.name
+            if isinstance(workflow, Workflow)
+            else validate_name(workflow, "workflow name")
+        )
+        run_id = validate_id(run_id, "run ID")
+        seconds = parse_duration(timeout, "timeout") if timeout is not None else None
+        if seconds is not None and seconds <= 0:
+            raise InvalidArgument(f"timeout={timeout!r}: a run's timeout must be positive")
+        data = canonical(arg, f"the input of run {run_id!r}")
+        eid = escape(run_id)
+        partition = partition_of(run_id, self.partitions)
+        record = RunStarted(
+            workflow=name,
+            input=msgspec.Raw(data),
+            started_at=time.time(),
+            timeout=seconds,
+            partition=partition,
+        )
+        try:
+            seq = await self.store.append(
+                eid, kind_of(record), encode_record(record), fence=0, msg_id=f"{eid}:start"
+            )
+        except Fenced:
+            return await self._existing(run_id, eid, name, data)
+        history = History(run_id)
+        history.feed(seq, encode_record(record))
+        await self.store.put_index(eid, encode_info(info_from_history(history, now=time.time())))
+        await self.store.mark_active(partition, eid)
+        log.debug("run.submitted", run_id=run_id, workflow=name)
+        return Run(self, run_id)
+
+    async def _existing(self, run_id: str, eid: str, name: str, data: bytes) -> Run:
+        first = await self.store.first_in_journal(eid)
+        if first is None:  # pragma: no cover - the fence said there was one
+            raise RunExists(f"run {run_id!r} exists but its journal cannot be read")
+        started = decode_record(first.data)
+        assert isinstance(started, RunStarted)
+        if started.workflow != name:
+            raise RunExists(
+                f"run {run_id!r} exists with workflow {started.workflow!r}, not {name!r}"
+            )
+        if bytes(started.input) != data:
+            raise RunExists(
+                f"run {run_id!r} exists with another input: {_clip(bytes(started.input))} "
+                f"(this start: {_clip(data)})"
+            )
+        last = await self.store.last_in_journal(eid)
+        if last is not None and last.headers.get("Fusee-Kind") not in (
+            "run.completed",
+            "run.failed",
+            "run.cancelled",
+            "run.paused",
+        ):
+            # A start whose marker write was lost (the starter died): restore it.
+            await self.store.mark_active(started.partition, eid)
+        return Run(self, run_id)
+
+    def run(self, run_id: str) -> Run:
+        """A handle on run ``run_id`` (no I/O until it is used)."""
+        return Run(self, validate_id(run_id, "run ID"))
+
+    async def list_runs(self) -> list[RunInfo]:
+        """Every run in the namespace, from the run index, newest first."""
+        infos = [decode_info(value) for _, value in await self.store.list_index()]
+        return sorted(infos, key=lambda i: i.created_at, reverse=True)
+
+    # -- serving ------------------------------------------------------------------
+
+    def _worker(
+        self, *, registry: Registry | None = None, config: WorkerConfig | None = None
+    ) -> Worker:
+        cfg = config or WorkerConfig(
+            partitions=self.partitions,
+            always_replay=os.environ.get("FUSEE_ALWAYS_REPLAY", "") not in ("", "0"),
+        )
+        cfg.partitions = self.partitions
+        return Worker(
+            self.store,
+            registry or REGISTRY,
+            namespace=self.namespace,
+            clock=time.time,
+            config=cfg,
+        )
+
+    async def serve(self, *, registry: Registry | None = None) -> None:
+        """Execute runs until cancelled (Ctrl-C, SIGTERM): a worker in the foreground.
+
+        Example:
+            ``await engine.serve()``
+        """
+        await self._worker(registry=registry).run()
+
+    @contextlib.asynccontextmanager
+    async def worker(
+        self, *, registry: Registry | None = None, config: WorkerConfig | None = None
+    ) -> AsyncIterator[Worker]:
+        """Execute runs in the background while the block runs.
+
+        Example:
+            ``async with engine.worker(): print(await engine.run("r1").result())``
+        """
+        w = self._worker(registry=registry, config=config)
+        async with anyio.create_task_group() as tg:
+            await tg.start(w.run)
+            try:
+                yield w
+            finally:
+                tg.cancel_scope.cancel()
+
+
+class Run:
+    """A handle on one run, by ID."""
+
+    def __init__(self, engine: Engine, run_id: str) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.eid = escape(run_id)
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r})"
+
+    async def _history(self) -> History:
+        history = History(self.run_id)
+        for msg in await self.engine.store.read_journal(self.eid):
+            history.feed(msg.seq, msg.data)
+        if history.started is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        return history
+
+    async def describe(self) -> RunInfo:
+        """The run's status, from its journal (and the worker's note when it waits)."""
+        history = await self._history()
+        info = info_from_history(history, now=time.time())
+        indexed = await self.engine.store.get_index(self.eid)
+        if indexed is not None:
+            noted = decode_info(indexed)
+            info.updated_at = noted.updated_at
+            if not info.ended and info.status != "paused":
+                info.status, info.reason = noted.status, noted.reason
+                if noted.status in ("completed", "failed", "cancelled"):
+                    info.status = "running"  # the index is ahead of what was read: reread
+        return info
+
+    async def journal(self) -> list[tuple[int, Any]]:
+        """The run's records as ``(sequence, record)``, oldest first."""
+        return [
+            (m.seq, decode_record(m.data)) for m in await self.engine.store.read_journal(self.eid)
+        ]
+
+    async def result(self, *, timeout: DurationLike | None = None) -> Any:
+        """Wait for the run to end; return its result or raise its error.
+
+        Raises:
+            RunFailed: the run failed (``error_type`` and ``message`` are the remote ones).
+            RunCancelled: the run was cancelled or timed out.
+            RunNotFound: no such run.
+            Timeout: ``timeout`` passed first.
+
+        Example:
+            ``answer = await engine.run("support-42").result(timeout="30s")``
+        """
+        limit = parse_duration(timeout, "timeout") if timeout is not None else None
+        store = self.engine.store
+        last = await store.last_in_journal(self.eid)
+        if last is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        outcome = _outcome(self.run_id, last.data)
+        if outcome is not None:
+            return outcome()
+        with anyio.move_on_after(limit if limit is not None else float("inf")):
+            async for msg in store.follow_journal(self.eid, last.seq):
+                outcome = _outcome(self.run_id, msg.data)
+                if outcome is not None:
+                    return outcome()
+        raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
+
+
+def _outcome(run_id: str, data: bytes) -> Any:
+    record = decode_record(data)
+    if isinstance(record, RunCompleted):
+        value = decode_value(bytes(record.result))
+        return lambda: value
+    if isinstance(record, RunFailedRecord):
+        err = RunFailed(run_id, record.error_type, record.message)
+
+        def fail() -> Any:
+            raise err
+
+        return fail
+    if isinstance(record, RunCancelledRecord):
+        cancelled = RunCancelled(run_id, record.reason)
+
+        def cancel() -> Any:
+            raise cancelled
+
+        return cancel
+    return None
+
+
+def _clip(data: bytes, n: int = 80) -> str:
+    text = data.decode(errors="replace")
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+__all__ += ("Layout",)

@@ -1,0 +1,302 @@
+"""``ctx``: what a workflow's code calls. Every call is matched against the journal."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+import anyio
+import structlog
+
+from fusee.errors import Evicted, FatalError, FuseeError, NotEncodable, StepTimeout
+from fusee.runtime.codec import decode_value, encode_value
+from fusee.runtime.durations import format_duration, parse_duration
+from fusee.runtime.history import Execute, Replayed, ReplayedFailure, Replayer
+from fusee.runtime.ids import validate_name
+from fusee.runtime.records import StepCompleted, StepFailed, StepRetrying
+from fusee.runtime.retry import Retry
+
+if TYPE_CHECKING:
+    from fusee.actors.run_actor import RunActor
+
+__all__ = ("Context", "StepInfo", "StepFailedError", "DEFAULT_RETRY", "error_type_name")
+
+T = TypeVar("T")
+log = structlog.get_logger("fusee")
+
+DEFAULT_RETRY = Retry()
+
+
+@dataclass
+class StepInfo:
+    """``s``, the argument a step function may take.
+
+    Attributes:
+        key: stable across attempts and crashes: pass it as the idempotency key of
+            calls that change the world.
+        attempt: 1 for the first attempt, counting the failed attempts journaled before.
+        signal: set when the step should stop (its timeout passed, the run was
+            cancelled, its worker is giving it up).
+        name: the step's name.
+    """
+
+    key: str
+    attempt: int
+    name: str
+    signal: anyio.Event = field(default_factory=anyio.Event)
+
+
+class StepFailedError(FuseeError):
+    """A step failed for good; raised in the workflow where it awaited the step.
+
+    ``error_type`` and ``message`` are those of the error the step's last attempt
+    raised. Uncaught, it fails the run with that error.
+    """
+
+    def __init__(self, step: str, error_type: str, message: str, attempts: int) -> None:
+        super().__init__(
+            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
+        self.step = step
+        self.error_type = error_type
+        self.message = message
+        self.attempts = attempts
+
+
+def error_type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    if cls.__module__.startswith("fusee."):
+        return f"fusee.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _caller_location(depth: int = 2) -> str:
+    frame = sys._getframe(depth)
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}"
+
+
+def _takes_step_info(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(positional) >= 1 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+class Context:
+    """The workflow's handle on its run: steps, and (soon) waits, children and time.
+
+    Attributes:
+        run_id: the run's ID, as given to ``start``.
+        workflow: the workflow's name.
+    """
+
+    def __init__(self, actor: RunActor, replayer: Replayer) -> None:
+        self._actor = actor
+        self._replayer = replayer
+        self.run_id = actor.run_id
+        started = replayer.history.started
+        assert started is not None
+        self.workflow = started.workflow
+
+    def journal_size(self) -> int:
+        """How many records the run's journal holds."""
+        return self._replayer.history.size
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: Retry | None = ...,
+        timeout: str | float | timedelta | None = ...,
+        type: None = ...,
+    ) -> Any: ...
+
+    @overload
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: Retry | None = ...,
+        timeout: str | float | timedelta | None = ...,
+        type: type[T],
+    ) -> T: ...
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: Retry | None = None,
+        timeout: str | float | timedelta | None = None,
+        type: Any = None,  # noqa: A002 - reads well at the call site
+    ) -> Any:
+        """Run ``fn`` once, durably: its result is journaled and replayed, never re-run.
+
+        ``fn`` may be sync or async and take no argument or one (:class:`StepInfo`).
+        Its result must be JSON-encodable; the step returns it as a replay would
+        (decoded from JSON, into ``type`` when given).
+
+        Raises:
+            StepFailedError: the step failed for good (a ``FatalError``, a
+                ``non_retryable`` error, or its last attempt).
+            DeterminismError: the journal holds another step at this position.
+
+        Example:
+            ``plan = await ctx.step("plan", lambda: planner.complete(question))``
+        """
+        name = validate_name(name, "step name")
+        location = _caller_location()
+        if not callable(fn):
+            raise FuseeError(f"step {name!r}: {fn!r} is not callable (at {location})")
+        policy = retry if retry is not None else DEFAULT_RETRY
+        limit = (
+            parse_duration(timeout, f"timeout of step {name!r}") if timeout is not None else None
+        )
+        decision = self._replayer.begin_step(name, location)
+        if isinstance(decision, Replayed):
+            return decode_value(decision.result, type)
+        if isinstance(decision, ReplayedFailure):
+            rec = decision.record
+            raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
+        return await self._execute(name, fn, decision, policy, limit, type)
+
+    async def _execute(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        decision: Execute,
+        policy: Retry,
+        limit: float | None,
+        type_: Any,
+    ) -> Any:
+        actor = self._actor
+        key = self._step_key(decision.pos)
+        attempt = decision.attempt
+        if decision.last_retry is not None:
+            # resumed between attempts: wait out what is left of the journaled delay
+            due = decision.last_retry.failed_at + decision.last_retry.retry_in
+            await anyio.sleep(max(0.0, due - actor.clock()))
+        takes_info = _takes_step_info(fn)
+        with structlog.contextvars.bound_contextvars(step=name, pos=decision.pos):
+            while True:
+                info = StepInfo(key=key, attempt=attempt, name=name)
+                log.debug("step.started", attempt=attempt)
+                began = anyio.current_time()
+                try:
+                    value = await self._call(fn, info, takes_info, limit)
+                    data = encode_value(value, f"the result of step {name!r}")
+                except (Evicted, anyio.get_cancelled_exc_class()):
+                    info.signal.set()
+                    raise
+                except Exception as exc:
+                    elapsed = anyio.current_time() - began
+                    final = (
+                        isinstance(exc, FatalError | NotEncodable)
+                        or policy.gives_up_on(exc)
+                        or attempt >= policy.attempts
+                    )
+                    etype, message = error_type_name(exc), str(exc) or repr(exc)
+                    if final:
+                        await actor.commit(
+                            StepFailed(
+                                pos=decision.pos,
+                                name=name,
+                                attempt=attempt,
+                                error_type=etype,
+                                message=message,
+                            )
+                        )
+                        log.warning(
+                            "step.failed",
+                            attempt=attempt,
+                            error=f"{etype}: {message}",
+                            duration_ms=round(elapsed * 1000, 2),
+                        )
+                        raise StepFailedError(name, etype, message, attempt) from exc
+                    wait = policy.delay(attempt, key)
+                    await actor.commit(
+                        StepRetrying(
+                            pos=decision.pos,
+                            name=name,
+                            attempt=attempt,
+                            error_type=etype,
+                            message=message,
+                            retry_in=wait,
+                            failed_at=actor.clock(),
+                        )
+                    )
+                    log.info(
+                        "step.retrying",
+                        attempt=attempt,
+                        error=f"{etype}: {message}",
+                        retry_in=format_duration(wait),
+                    )
+                    await actor.maybe_evict()
+                    await anyio.sleep(wait)
+                    attempt += 1
+                    continue
+                elapsed_ms = round((anyio.current_time() - began) * 1000, 3)
+                await actor.commit(
+                    StepCompleted(
+                        pos=decision.pos,
+                        name=name,
+                        result=_raw(data),
+                        attempt=attempt,
+                        duration_ms=elapsed_ms,
+                    )
+                )
+                log.info("step.completed", attempt=attempt, duration_ms=elapsed_ms)
+                await actor.maybe_evict()
+                return decode_value(data, type_)
+
+    async def _call(
+        self, fn: Callable[..., Any], info: StepInfo, takes_info: bool, limit: float | None
+    ) -> Any:
+        with anyio.CancelScope() as scope:
+            if limit is not None:
+                scope.deadline = anyio.current_time() + limit
+            if inspect.iscoroutinefunction(fn):
+                result = fn(info) if takes_info else fn()
+            else:
+                # A plain function may block (a sync HTTP client): it runs in a thread,
+                # and a coroutine it returns (a lambda around an async call) is awaited here.
+                def call() -> Any:
+                    return fn(info) if takes_info else fn()
+
+                result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        info.signal.set()
+        assert limit is not None
+        raise StepTimeout(
+            f"step {info.name!r} attempt {info.attempt} ran past its timeout of "
+            f"{format_duration(limit)}"
+        )
+
+    def _step_key(self, pos: int) -> str:
+        history = self._replayer.history
+        seed = f"{self._actor.namespace}\0{self.run_id}\0{history.started_seq}\0{pos}"
+        return hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
+
+
+def _raw(data: bytes) -> Any:
+    import msgspec
+
+    return msgspec.Raw(data)

@@ -1,0 +1,216 @@
+"""A run as a single-writer actor: activate from the journal, execute, commit, end.
+
+The actor stays in memory between steps (no replay per step). It is evicted, and
+replayed from its journal when it resumes, when its worker gives it up, when it is
+fenced out, and after every step in ``FUSEE_ALWAYS_REPLAY=1`` mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from fusee.actors.context import Context, StepFailedError, error_type_name
+from fusee.actors.ports import RunStore
+from fusee.actors.registry import Registry
+from fusee.errors import DeterminismError, Evicted, FatalError, JournalGap, NotEncodable
+from fusee.runtime.codec import decode_value, encode_value
+from fusee.runtime.durations import format_duration
+from fusee.runtime.history import History, Replayer
+from fusee.runtime.index import encode_info, info_from_history
+from fusee.runtime.records import (
+    AnyRecord,
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunPaused,
+    encode_record,
+    kind_of,
+)
+
+__all__ = ("RunActor", "Outcome")
+
+log = structlog.get_logger("fusee")
+
+Outcome = str  # "ended" | "paused" | "unrunnable"
+
+
+class RunActor:
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        namespace: str,
+        eid: str,
+        run_id: str,
+        partition: int,
+        registry: Registry,
+        clock: Callable[[], float],
+        always_replay: bool = False,
+        evict_requested: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.eid = eid
+        self.run_id = run_id
+        self.partition = partition
+        self.registry = registry
+        self.clock = clock
+        self.always_replay = always_replay
+        self.evict_requested = evict_requested
+        self.history = History(run_id)
+        self.fence = 0
+
+    # -- the commit ---------------------------------------------------------------
+
+    async def commit(self, record: AnyRecord) -> int:
+        """Append ``record`` under this actor's fence, linked to its predecessor.
+
+        Raises:
+            Fenced: another worker owns this run now; this copy must stop.
+        """
+        prev, prev_hash = self.history.link()
+        record = msgspec.structs.replace(record, prev=prev, prev_hash=prev_hash)
+        data = encode_record(record)
+        msg_id = f"{self.eid}:{self.history.started_seq}:{self.history.size + 1}"
+        seq = await self.store.append(
+            self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
+        )
+        self.history.feed(seq, data)
+        self.fence = seq
+        return seq
+
+    async def maybe_evict(self) -> None:
+        """Drop the in-memory copy at this step boundary when asked to (or always)."""
+        if self.always_replay or self.evict_requested():
+            raise Evicted
+
+    # -- activation ---------------------------------------------------------------
+
+    async def _load(self) -> None:
+        self.history = History(self.run_id)
+        self.fence = 0
+        for msg in await self.store.read_journal(self.eid):
+            self.fence = msg.seq
+            self.history.feed(msg.seq, msg.data)
+
+    async def run(self) -> Outcome:
+        """Activate, execute until the run ends or parks, and say how it left."""
+        with structlog.contextvars.bound_contextvars(run_id=self.run_id):
+            first = True
+            while True:
+                try:
+                    await self._load()
+                except JournalGap as gap:
+                    # Nothing is appended after a broken chain: an operator looks first.
+                    log.error("run.paused", reason=str(gap))
+                    await self._project(running=False, reason=str(gap), paused=True)
+                    return "paused"
+                if self.history.started is None:
+                    return "ended"  # no journal: a marker left by a start that never happened
+                if self.history.ended:
+                    await self._project(running=False)
+                    return "ended"
+                if self.history.paused is not None:
+                    await self._project(running=False)
+                    return "paused"
+                wf = self.registry.get(self.history.started.workflow)
+                if wf is None:
+                    reason = (
+                        f"no workflow named {self.history.started.workflow!r} is registered at "
+                        f"this worker (it has: {', '.join(self.registry.names()) or 'none'})"
+                    )
+                    log.error("run.unrunnable", reason=reason)
+                    await self._project(running=False, reason=reason)
+                    return "unrunnable"
+                if first:
+                    log.info(
+                        "run.resumed" if self.history.size > 1 else "run.started",
+                        workflow=wf.name,
+                        steps=len(self.history.outcomes),
+                    )
+                    await self._project(running=True)
+                    first = False
+                try:
+                    return await self._execute(wf)
+                except Evicted:
+                    if not self.always_replay:
+                        raise
+                    continue  # replay from the journal, as a new worker would
+
+    async def _execute(self, wf: Any) -> Outcome:
+        started = self.history.started
+        assert started is not None
+        ctx = Context(self, Replayer(self.history))
+        replayer = ctx._replayer
+        deadline = None
+        if started.timeout is not None:
+            remaining = started.started_at + started.timeout - self.clock()
+            deadline = anyio.current_time() + max(0.0, remaining)
+        record: AnyRecord
+        with anyio.CancelScope(
+            deadline=deadline if deadline is not None else float("inf")
+        ) as scope:
+            try:
+                if wf.takes_input:
+                    arg = decode_value(bytes(started.input), wf.input_type)
+                    result = await wf.fn(ctx, arg)
+                else:
+                    result = await wf.fn(ctx)
+                replayer.check_finished(f"the return of {wf.fn.__qualname__}")
+                record = RunCompleted(
+                    result=msgspec.Raw(encode_value(result, f"the result of run {self.run_id!r}"))
+                )
+            except DeterminismError as exc:
+                return await self._pause(str(exc))
+            except StepFailedError as exc:
+                record = RunFailed(error_type=exc.error_type, message=exc.message, step=exc.step)
+            except (FatalError, NotEncodable) as exc:
+                record = RunFailed(error_type=error_type_name(exc), message=str(exc))
+            except msgspec.ValidationError as exc:
+                record = RunFailed(
+                    error_type="fusee.InvalidInput",
+                    message=f"the input of run {self.run_id!r} does not fit {wf.name}: {exc}",
+                )
+            except Exception as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
+                record = RunFailed(error_type=error_type_name(exc), message=str(exc) or repr(exc))
+        if scope.cancelled_caught:
+            assert started.timeout is not None
+            record = RunCancelled(
+                reason=f"timeout: the run took longer than {format_duration(started.timeout)}"
+            )
+        await self.commit(record)
+        status = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}
+        log.info(f"run.{status[type(record)]}", **_end_fields(record))
+        await self._project(running=False)
+        return "ended"
+
+    async def _pause(self, reason: str) -> Outcome:
+        log.error("run.paused", reason=reason)
+        await self.commit(RunPaused(reason=reason))
+        await self._project(running=False)
+        return "paused"
+
+    async def _project(
+        self, *, running: bool, reason: str | None = None, paused: bool = False
+    ) -> None:
+        if self.history.started is None:
+            return
+        info = info_from_history(self.history, now=self.clock(), running=running)
+        if reason is not None:
+            info.reason = reason
+        if paused:
+            info.status = "paused"
+        await self.store.put_index(self.eid, encode_info(info))
+
+
+def _end_fields(record: AnyRecord) -> dict[str, Any]:
+    if isinstance(record, RunFailed):
+        return {"error": f"{record.error_type}: {record.message}", "step": record.step}
+    if isinstance(record, RunCancelled):
+        return {"reason": record.reason}
+    return {}

@@ -1,0 +1,337 @@
+"""A worker: owns partitions, runs the actors of the runs in them, fails over.
+
+Liveness, not safety, is decided here. Run IDs hash into P partitions; each partition
+has one owner, recorded in the work bucket (``owner.<p>``) and changed only by
+compare-and-set. Workers announce themselves with heartbeats on core NATS and answer
+pings; the owner a partition should have is the live worker that ranks highest for it
+(rendezvous hashing), so adding a worker moves only its share. A worker that stops
+heartbeating is pinged: no responders means its connection is gone (a dead process)
+and its partitions are taken at once; no answer in time (a stopped process) is taken
+as dead too. Safety never rests on any of this: every journal append is fenced, so a
+worker that still believes it owns a partition is refused at its next write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.abc
+import structlog
+
+from fusee.actors.registry import Registry
+from fusee.actors.run_actor import RunActor
+from fusee.errors import Evicted, Fenced
+from fusee.runtime.ids import unescape
+
+__all__ = ("Worker", "WorkerConfig", "new_worker_id")
+
+log = structlog.get_logger("fusee")
+
+
+def new_worker_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:24]
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def rank(partition: int, worker: str) -> int:
+    digest = hashlib.blake2b(f"{partition}:{worker}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def owner_for(partition: int, workers: set[str]) -> str:
+    return max(workers, key=lambda w: rank(partition, w))
+
+
+@dataclass
+class WorkerConfig:
+    partitions: int = 16
+    heartbeat: float = 0.2  # seconds between heartbeats
+    suspect_after: float = 0.7  # silence after which a worker is pinged
+    ping_timeout: float = 0.5  # no answer in this long: taken as dead
+    verify_every: float = 2.0  # re-read partition owners and active runs this often
+    drain_timeout: float = 5.0  # a released partition's steps get this long to commit
+    always_replay: bool = False
+
+
+@dataclass
+class _Slot:
+    partition: int
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    evict: bool = False
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Worker:
+    def __init__(
+        self,
+        store: object,
+        registry: Registry,
+        *,
+        namespace: str,
+        clock: Callable[[], float],
+        config: WorkerConfig | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        # ``store`` is the JetStream adapter (duck-typed: the actors never import nats)
+        self.store: object = store
+        self.registry = registry
+        self.namespace = namespace
+        self.clock = clock
+        self.config = config or WorkerConfig()
+        self.id = worker_id or new_worker_id()
+        self.owned: dict[int, int] = {}
+        self.members: dict[str, float] = {}
+        self.actors: dict[str, _Slot] = {}
+        self.unrunnable: set[str] = set()
+        self._releasing: set[int] = set()
+        self._kick = anyio.Event()
+        self._stopping = False
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._last_verify = 0.0
+        send, receive = anyio.create_memory_object_stream[tuple[int, str]](10_000)
+        self._wakes_in, self._wakes_out = send, receive
+
+    @property
+    def _s(self):  # type: ignore[no-untyped-def]  # the adapter, untyped on purpose
+        return self.store
+
+    # -- life cycle -------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until cancelled; ``task_status.started()`` once partitions are claimed."""
+        lay = self._s.layout
+        with structlog.contextvars.bound_contextvars(worker=self.id):
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                unsubscribe = [
+                    await self._s.subscribe_core(lay.ping(self.id), self._on_ping),
+                    await self._s.subscribe_core(lay.heartbeat("*"), self._on_heartbeat),
+                    await self._s.subscribe_core(lay.wake("*"), self._on_wake),
+                ]
+                try:
+                    await self._publish_heartbeat()
+                    tg.start_soon(self._heartbeat_loop)
+                    tg.start_soon(self._wake_loop)
+                    # Let the others' heartbeats arrive before claiming anything, so a
+                    # joining worker takes its share, not every free partition.
+                    await anyio.sleep(self.config.heartbeat * 1.5)
+                    await self._balance()
+                    log.info(
+                        "worker.started",
+                        partitions=sorted(self.owned),
+                        workflows=self.registry.names(),
+                    )
+                    task_status.started()
+                    await self._balance_loop()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._shutdown()
+                        for unsub in unsubscribe:
+                            await unsub()
+
+    async def _shutdown(self) -> None:
+        self._stopping = True
+        await self._publish_heartbeat(bye=True)
+        with anyio.move_on_after(self.config.drain_timeout + 1):
+            async with anyio.create_task_group() as tg:
+                for p in list(self.owned):
+                    tg.start_soon(self._release, p)
+        for slot in list(self.actors.values()):
+            slot.scope.cancel()
+        log.info("worker.stopped")
+
+    # -- membership -------------------------------------------------------------------
+
+    async def _on_ping(self, _subject: str, _data: bytes, reply: str | None) -> None:
+        if reply:
+            await self._s.publish_core(reply, json.dumps({"id": self.id}).encode())
+
+    async def _on_heartbeat(self, subject: str, data: bytes, _reply: str | None) -> None:
+        worker = subject.rsplit(".", 1)[-1]
+        if worker == self.id:
+            return
+        try:
+            bye = bool(json.loads(data).get("bye"))
+        except (ValueError, AttributeError):
+            return
+        if bye:
+            self.members.pop(worker, None)
+            self._kick.set()
+        else:
+            new = worker not in self.members
+            self.members[worker] = anyio.current_time()
+            if new:
+                self._kick.set()
+
+    async def _publish_heartbeat(self, *, bye: bool = False) -> None:
+        body = {"id": self.id, "partitions": sorted(self.owned), "bye": bye}
+        await self._s.publish_core(self._s.layout.heartbeat(self.id), json.dumps(body).encode())
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._stopping:
+            await anyio.sleep(self.config.heartbeat)
+            await self._publish_heartbeat()
+
+    async def _alive(self, worker: str) -> bool:
+        answer = await self._s.ping(self._s.layout.ping(worker), self.config.ping_timeout)
+        if answer is None:
+            self.members.pop(worker, None)
+            return False
+        self.members[worker] = anyio.current_time()
+        return True
+
+    # -- partitions -------------------------------------------------------------------
+
+    async def _balance_loop(self) -> None:
+        while True:
+            with anyio.move_on_after(self.config.heartbeat):
+                await self._kick.wait()
+            self._kick = anyio.Event()
+            await self._balance()
+
+    async def _balance(self) -> None:
+        if self._stopping:
+            return
+        now = anyio.current_time()
+        for worker, seen in list(self.members.items()):
+            if now - seen > self.config.suspect_after and not await self._alive(worker):
+                log.info("worker.gone", peer=worker)
+        live = set(self.members) | {self.id}
+        for p in range(self.config.partitions):
+            mine = owner_for(p, live) == self.id
+            if mine and p not in self.owned and p not in self._releasing:
+                await self._acquire(p)
+            elif not mine and p in self.owned and p not in self._releasing:
+                assert self._tg is not None
+                self._tg.start_soon(self._release, p)
+        if now - self._last_verify >= self.config.verify_every:
+            self._last_verify = now
+            await self._verify()
+
+    async def _acquire(self, p: int) -> None:
+        current = await self._s.get_owner(p)
+        if current is None:
+            revision = await self._s.claim_owner(p, self.id, None)
+        else:
+            holder, last = current
+            if holder == self.id:
+                revision = last
+            elif holder in self.members or await self._alive(holder):
+                return  # alive: it hands the partition over when it sees us
+            else:
+                revision = await self._s.claim_owner(p, self.id, last)
+        if revision is None:
+            return
+        self.owned[p] = revision
+        log.debug("partition.acquired", partition=p, previous=current[0] if current else None)
+        await self._reconcile({p})
+
+    async def _release(self, p: int) -> None:
+        """Hand ``p`` over: its actors stop at their next step boundary (or are
+        cancelled after ``drain_timeout``), then the owner record is deleted."""
+        revision = self.owned.pop(p, None)
+        if revision is None:
+            return
+        self._releasing.add(p)
+        try:
+            slots = [s for s in self.actors.values() if s.partition == p]
+            for slot in slots:
+                slot.evict = True
+            with anyio.move_on_after(self.config.drain_timeout):
+                for slot in slots:
+                    await slot.done.wait()
+            for slot in slots:
+                slot.scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await slot.done.wait()
+            await self._s.release_owner(p, revision)
+            log.debug("partition.released", partition=p)
+        finally:
+            self._releasing.discard(p)
+            self._kick.set()
+
+    def _drop(self, p: int) -> None:
+        """Another worker owns ``p`` now: stop its actors without touching the record."""
+        if self.owned.pop(p, None) is None:
+            return
+        log.warning("partition.lost", partition=p)
+        for slot in self.actors.values():
+            if slot.partition == p:
+                slot.scope.cancel()
+
+    async def _verify(self) -> None:
+        for p, revision in list(self.owned.items()):
+            current = await self._s.get_owner(p)
+            if current is None or current[0] != self.id:
+                self._drop(p)
+            elif current[1] != revision:
+                self.owned[p] = current[1]
+        if self.owned:
+            await self._reconcile(set(self.owned))
+
+    async def _reconcile(self, partitions: set[int]) -> None:
+        for p, eid in await self._s.list_active(partitions):
+            self._ensure_actor(p, eid)
+
+    # -- actors -----------------------------------------------------------------------
+
+    async def _on_wake(self, subject: str, data: bytes, _reply: str | None) -> None:
+        part = subject.rsplit(".", 1)[-1]
+        if part.isdigit():
+            try:
+                self._wakes_in.send_nowait((int(part), data.decode()))
+            except anyio.WouldBlock:
+                pass  # the next reconcile finds it
+
+    async def _wake_loop(self) -> None:
+        async for p, eid in self._wakes_out:
+            self._ensure_actor(p, eid)
+
+    def _ensure_actor(self, p: int, eid: str) -> None:
+        if self._stopping or p not in self.owned or eid in self.actors or eid in self.unrunnable:
+            return
+        slot = _Slot(p)
+        self.actors[eid] = slot
+        assert self._tg is not None
+        self._tg.start_soon(self._actor_task, slot, eid)
+
+    async def _actor_task(self, slot: _Slot, eid: str) -> None:
+        p = slot.partition
+        try:
+            with slot.scope:
+                actor = RunActor(
+                    store=self._s,
+                    namespace=self.namespace,
+                    eid=eid,
+                    run_id=unescape(eid),
+                    partition=p,
+                    registry=self.registry,
+                    clock=self.clock,
+                    always_replay=self.config.always_replay,
+                    evict_requested=lambda: slot.evict,
+                )
+                outcome = await actor.run()
+                if outcome == "unrunnable":
+                    self.unrunnable.add(eid)
+                else:
+                    await self._s.clear_active(p, eid)
+        except Evicted:
+            pass
+        except Fenced:
+            log.warning("actor.fenced", run_id=unescape(eid), partition=p)
+            self._last_verify = 0.0  # re-read the owners now
+            self._kick.set()
+        except Exception:
+            log.exception("actor.crashed", run_id=unescape(eid))
+        finally:
+            self.actors.pop(eid, None)
+            slot.done.set()

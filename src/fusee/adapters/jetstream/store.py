@@ -1,0 +1,472 @@
+"""The JetStream adapter: the only code that speaks nats-py.
+
+It owns the NATS layout (``docs/reference/nats-layout.md``), translates nats-py errors
+at the boundary (``err_code 10071`` becomes :class:`fusee.errors.Fenced`), and wraps
+what nats-py 2.16 lacks (batched Direct Get, the subtree fence header).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import (
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.kv import KeyValue
+
+from fusee.errors import Fenced, FuseeError
+
+__all__ = ("NatsStore", "Layout", "StoredMsg", "ConnectionLost")
+
+# Headers the server reads; nats-py has no constant for the subtree fence.
+EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+MSG_ID = "Nats-Msg-Id"
+KIND = "Fusee-Kind"
+
+WRONG_LAST_SEQUENCE = 10071
+BATCH_DUPLICATE = 10201
+
+
+class ConnectionLost(FuseeError):
+    """NATS did not answer in time; the operation may or may not have happened."""
+
+
+@dataclass(frozen=True)
+class StoredMsg:
+    seq: int
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every name fusee uses in one namespace (a public contract, see the NATS layout doc)."""
+
+    namespace: str
+
+    @property
+    def stream(self) -> str:
+        return self.namespace.upper()
+
+    @property
+    def runs_bucket(self) -> str:
+        return f"{self.namespace}_runs"
+
+    @property
+    def work_bucket(self) -> str:
+        return f"{self.namespace}_work"
+
+    def journal(self, eid: str) -> str:
+        return f"{self.namespace}.run.{eid}.j"
+
+    def tree(self, eid: str) -> str:
+        return f"{self.namespace}.run.{eid}.>"
+
+    def inbox(self, partition: int, eid: str) -> str:
+        return f"{self.namespace}.in.{partition}.{eid}"
+
+    def wake(self, partition: int) -> str:
+        # Core NATS, not stored: a hint that a partition has new work. The active
+        # markers in the work bucket are the durable truth; a lost hint is found by
+        # the owner's next reconcile.
+        return f"_fusee.{self.namespace}.wake.{partition}"
+
+    def heartbeat(self, worker: str) -> str:
+        return f"_fusee.{self.namespace}.hb.{worker}"
+
+    def ping(self, worker: str) -> str:
+        return f"_fusee.{self.namespace}.ping.{worker}"
+
+    @staticmethod
+    def active_key(partition: int, eid: str) -> str:
+        return f"active.{partition}.{eid}"
+
+    @staticmethod
+    def owner_key(partition: int) -> str:
+        return f"owner.{partition}"
+
+
+class NatsStore:
+    """A connection to NATS, bound to one namespace."""
+
+    def __init__(self, nc: Client, layout: Layout, *, replicas: int = 1) -> None:
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream(timeout=5.0)
+        self.layout = layout
+        self.replicas = replicas
+        self._runs: KeyValue | None = None
+        self._work: KeyValue | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        namespace: str,
+        *,
+        name: str = "fusee",
+        replicas: int = 1,
+        on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    ) -> NatsStore:
+        async def reconnected() -> None:
+            if on_reconnect is not None:
+                await on_reconnect()
+
+        async def quiet(_: Exception) -> None:
+            # nats-py reports every failed reconnect attempt here; reconnecting is
+            # its job and the log line for it is the worker's.
+            return
+
+        nc = await nats.connect(
+            url,
+            name=name,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.1,
+            connect_timeout=2,
+            allow_reconnect=True,
+            reconnected_cb=reconnected,
+            error_cb=quiet,
+        )
+        return cls(nc, Layout(namespace), replicas=replicas)
+
+    async def close(self) -> None:
+        with contextlib.suppress(nats.errors.ConnectionClosedError):
+            await self.nc.drain()
+
+    # -- layout -----------------------------------------------------------------------
+
+    async def ensure_layout(self) -> None:
+        """Create the stream and buckets if they are missing (idempotent)."""
+        lay = self.layout
+        config = StreamConfig(
+            name=lay.stream,
+            subjects=[f"{lay.namespace}.run.>", f"{lay.namespace}.in.>"],
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            allow_direct=True,
+            allow_atomic=True,
+            allow_msg_schedules=True,
+            allow_msg_ttl=True,
+            deny_delete=True,
+            deny_purge=True,
+            duplicate_window=120.0,
+        )
+        try:
+            await self.js.stream_info(lay.stream)
+        except nats.js.errors.NotFoundError:
+            with contextlib.suppress(nats.js.errors.BadRequestError):
+                await self.js.add_stream(config)  # a concurrent creator may have won
+        self._runs = await self._bucket(lay.runs_bucket, "the run index")
+        self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
+
+    async def _bucket(self, name: str, what: str) -> KeyValue:
+        try:
+            return await self.js.key_value(name)
+        except nats.js.errors.BucketNotFoundError:
+            return await self.js.create_key_value(
+                KeyValueConfig(
+                    bucket=name,
+                    description=f"fusee: {what}",
+                    history=1,
+                    storage=StorageType.FILE,
+                    replicas=self.replicas,
+                    direct=True,
+                )
+            )
+
+    @property
+    def runs(self) -> KeyValue:
+        assert self._runs is not None, "ensure_layout() first"
+        return self._runs
+
+    @property
+    def work(self) -> KeyValue:
+        assert self._work is not None, "ensure_layout() first"
+        return self._work
+
+    # -- the journal ----------------------------------------------------------------
+
+    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+        """Append one record under the actor's fence; returns its stream sequence.
+
+        ``fence`` is the last sequence the writer saw under ``<ns>.run.<id>.>`` (0: the
+        journal must not exist yet). A retry after a lost reply carries the same
+        ``msg_id``: when the server refuses it (10071 on R1, 10201 for batches), the
+        last record tells whether this write landed or another writer's did.
+
+        Raises:
+            Fenced: another writer appended since ``fence``.
+        """
+        lay = self.layout
+        headers = {
+            KIND: kind,
+            EXPECTED_SEQ: str(fence),
+            EXPECTED_SUBJECT: lay.tree(eid),
+            MSG_ID: msg_id,
+        }
+        delay = 0.05
+        while True:
+            try:
+                ack = await self.js.publish(lay.journal(eid), data, headers=headers, timeout=2.0)
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
+                    raise
+                last = await self.last_in_journal(eid)
+                if last is not None and last.headers.get(MSG_ID) == msg_id:
+                    return last.seq  # our earlier try landed; its reply was lost
+                raise Fenced(f"journal of {eid} moved past sequence {fence}") from None
+            except (
+                nats.errors.TimeoutError,
+                nats.errors.NoRespondersError,
+                nats.js.errors.NoStreamResponseError,
+                nats.errors.ConnectionReconnectingError,
+                nats.errors.ConnectionClosedError,
+                nats.errors.OutboundBufferLimitError,
+            ):
+                # The server is down or electing a leader: keep the same msg_id and
+                # fence and try again; dedupe or the read-back above sorts it out.
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            if ack.duplicate:
+                return ack.seq
+            return ack.seq
+
+    async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
+        """Every record of the run's journal with a sequence above ``after``, in order."""
+        return await self._direct_batch(self.layout.journal(eid), after + 1)
+
+    async def last_in_journal(self, eid: str) -> StoredMsg | None:
+        return await self._retrying(self._direct_last, self.layout.journal(eid))
+
+    async def first_in_journal(self, eid: str) -> StoredMsg | None:
+        found = await self._direct_batch(self.layout.journal(eid), 1, limit=1)
+        return found[0] if found else None
+
+    async def _direct_last(self, subject: str) -> StoredMsg | None:
+        try:
+            raw = await self.js.get_last_msg(self.layout.stream, subject, direct=True)
+        except nats.js.errors.NotFoundError:
+            return None
+        headers = dict(raw.headers or {})
+        return StoredMsg(raw.seq or 0, raw.subject or subject, raw.data or b"", headers)
+
+    async def _retrying(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+        delay = 0.05
+        while True:
+            try:
+                return await fn(*args)
+            except (
+                nats.errors.TimeoutError,
+                nats.errors.NoRespondersError,
+                nats.errors.ConnectionReconnectingError,
+                nats.js.errors.ServiceUnavailableError,
+            ):
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _direct_batch(self, subject: str, start: int, *, limit: int = 0) -> list[StoredMsg]:
+        """Batched Direct Get (nats-py has no API for it): every message on ``subject``
+        from sequence ``start``, in pages of 1,000, ending on the server's EOB."""
+        out: list[StoredMsg] = []
+        seq = start
+        while True:
+            page = await self._retrying(self._direct_page, subject, seq, 1000)
+            out.extend(page)
+            if limit and len(out) >= limit:
+                return out[:limit]
+            if len(page) < 1000:
+                return out
+            seq = page[-1].seq + 1
+
+    async def _direct_page(self, subject: str, start: int, batch: int) -> list[StoredMsg]:
+        inbox = self.nc.new_inbox()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        out: list[StoredMsg] = []
+
+        async def collect(msg: Msg) -> None:
+            headers = dict(msg.headers or {})
+            status = headers.get("Status")
+            if status is None:
+                out.append(
+                    StoredMsg(
+                        int(headers.get("Nats-Sequence", "0")),
+                        headers.get("Nats-Subject", subject),
+                        msg.data,
+                        headers,
+                    )
+                )
+                return
+            if not done.done():
+                if status in ("204", "404"):  # end of batch / nothing there
+                    done.set_result(None)
+                else:
+                    done.set_exception(
+                        FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
+                    )
+
+        sub = await self.nc.subscribe(inbox, cb=collect)
+        try:
+            request = {"seq": start, "next_by_subj": subject, "batch": batch}
+            await self.nc.publish(
+                f"$JS.API.DIRECT.GET.{self.layout.stream}",
+                json.dumps(request).encode(),
+                reply=inbox,
+            )
+            async with asyncio.timeout(5.0):
+                await done
+        except TimeoutError:
+            raise nats.errors.TimeoutError from None
+        finally:
+            with contextlib.suppress(nats.errors.ConnectionClosedError):
+                await sub.unsubscribe()
+        return out
+
+    async def follow_journal(self, eid: str, after: int) -> AsyncIterator[StoredMsg]:
+        """Records appended after sequence ``after``, as they are stored (ordered consumer)."""
+        sub = await self.js.subscribe(
+            self.layout.journal(eid),
+            ordered_consumer=True,
+            config=ConsumerConfig(
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
+            ),
+            stream=self.layout.stream,
+        )
+        try:
+            async for msg in sub.messages:
+                meta = msg.metadata
+                yield StoredMsg(
+                    meta.sequence.stream, msg.subject, msg.data, dict(msg.headers or {})
+                )
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    # -- run index and active markers ------------------------------------------------
+
+    async def put_index(self, eid: str, value: bytes) -> None:
+        await self._retrying(self.runs.put, eid, value)
+
+    async def get_index(self, eid: str) -> bytes | None:
+        try:
+            entry = await self.runs.get(eid)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return entry.value or None
+
+    async def list_index(self) -> list[tuple[str, bytes]]:
+        out: list[tuple[str, bytes]] = []
+        watcher = await self.runs.watchall(ignore_deletes=True)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                if entry.value:
+                    out.append((entry.key, entry.value))
+        finally:
+            await watcher.stop()
+        return out
+
+    async def mark_active(self, partition: int, eid: str) -> None:
+        await self._retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
+        with contextlib.suppress(nats.errors.ConnectionClosedError):
+            await self.nc.publish(self.layout.wake(partition), eid.encode())
+
+    async def clear_active(self, partition: int, eid: str) -> None:
+        # A purge marker with a TTL: the key's subject disappears from the bucket a
+        # second later, so the list of active runs does not grow with finished ones.
+        await self._retrying(self.work.purge, Layout.active_key(partition, eid), 1)
+
+    async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
+        """Active runs of ``partitions`` (a run ended less than a second ago may show)."""
+        prefix = f"$KV.{self.layout.work_bucket}.active."
+        info = await self._retrying(
+            self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
+        )
+        out: list[tuple[int, str]] = []
+        for subject in info.state.subjects or {}:
+            part, _, eid = subject[len(prefix) :].partition(".")
+            if part.isdigit() and int(part) in partitions:
+                out.append((int(part), eid))
+        return out
+
+    # -- partition owners -------------------------------------------------------------
+
+    async def get_owner(self, partition: int) -> tuple[str, int] | None:
+        try:
+            entry = await self.work.get(Layout.owner_key(partition))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        if not entry.value:
+            return None
+        return entry.value.decode(), entry.revision or 0
+
+    async def claim_owner(self, partition: int, worker: str, last: int | None) -> int | None:
+        """Take ``partition`` for ``worker`` if its owner record is still at ``last``
+        (None: no owner). Returns the new revision, or None when someone else moved first."""
+        key = Layout.owner_key(partition)
+        try:
+            if last is None:
+                try:
+                    return await self.work.create(key, worker.encode())
+                except nats.js.errors.KeyWrongLastSequenceError:
+                    # create() fails on a deleted key too; it can be updated from the
+                    # revision of its delete marker
+                    return None
+            return await self.work.update(key, worker.encode(), last=last)
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return None
+
+    async def release_owner(self, partition: int, revision: int) -> None:
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+            await self.work.delete(Layout.owner_key(partition), last=revision)
+
+    # -- core NATS: membership and wake-ups ------------------------------------------
+
+    async def subscribe_core(
+        self, subject: str, handler: Callable[[str, bytes, str | None], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """Subscribe ``handler(subject, data, reply)``; returns the unsubscribe call."""
+
+        async def cb(msg: Msg) -> None:
+            await handler(msg.subject, msg.data, msg.reply or None)
+
+        sub = await self.nc.subscribe(subject, cb=cb)
+
+        async def unsubscribe() -> None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+        return unsubscribe
+
+    async def publish_core(self, subject: str, data: bytes) -> None:
+        with contextlib.suppress(
+            nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError
+        ):
+            await self.nc.publish(subject, data)
+
+    async def ping(self, subject: str, timeout: float) -> bytes | None:
+        """Request/reply on core NATS: the reply, or None when nobody listens (a worker
+        whose connection is gone) or nobody answers in time (a stopped process)."""
+        try:
+            msg = await self.nc.request(subject, b"", timeout=timeout)
+        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+            return None
+        return msg.data

@@ -1,0 +1,113 @@
+"""Every error fusee raises.
+
+User-facing errors derive from :class:`FuseeError`. Control-flow signals that must
+travel through user code untouched (a fenced-out actor stopping, an eviction) derive
+from :class:`BaseException`, so a workflow's ``except Exception`` cannot swallow them.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "FuseeError",
+    "InvalidId",
+    "InvalidArgument",
+    "ConfigError",
+    "ServerNotFound",
+    "NotEncodable",
+    "DeterminismError",
+    "FatalError",
+    "RunExists",
+    "RunNotFound",
+    "RunFailed",
+    "RunCancelled",
+    "StepTimeout",
+    "Timeout",
+    "Fenced",
+    "JournalGap",
+    "Evicted",
+)
+
+
+class FuseeError(Exception):
+    """The root of every error fusee raises to users."""
+
+
+class InvalidId(FuseeError, ValueError):
+    """A run ID, key or name that cannot be stored (empty, too long, not a string)."""
+
+
+class InvalidArgument(FuseeError, ValueError):
+    """An argument with a wrong value, named in the message."""
+
+
+class ConfigError(FuseeError, ValueError):
+    """A setting (a duration, a retry policy, a server option) that makes no sense."""
+
+
+class ServerNotFound(FuseeError):
+    """No ``nats-server`` binary could be found to start an embedded server."""
+
+
+class NotEncodable(FuseeError, TypeError):
+    """A value that msgspec cannot encode as JSON (a step result, a run input)."""
+
+
+class DeterminismError(FuseeError):
+    """The workflow's code no longer matches its journal.
+
+    Raised on replay when the call at a position differs from the journaled one;
+    the message names both calls and where the code made its call.
+    """
+
+
+class FatalError(FuseeError):
+    """Raise it in a step or a workflow to fail the run at once, without retries."""
+
+
+class RunExists(FuseeError):
+    """A run with this ID exists with another workflow or another input."""
+
+
+class RunNotFound(FuseeError, LookupError):
+    """No run with this ID was ever started."""
+
+
+class RunFailed(FuseeError):
+    """The run ended with an error; ``error_type`` and ``message`` are the remote ones."""
+
+    def __init__(self, run_id: str, error_type: str, message: str) -> None:
+        super().__init__(f"run {run_id!r} failed: {error_type}: {message}")
+        self.run_id = run_id
+        self.error_type = error_type
+        self.message = message
+
+
+class RunCancelled(RunFailed):
+    """The run was cancelled (by a call to ``cancel`` or by its workflow timeout)."""
+
+    def __init__(self, run_id: str, reason: str) -> None:
+        FuseeError.__init__(self, f"run {run_id!r} was cancelled: {reason}")
+        self.run_id = run_id
+        self.error_type = "fusee.Cancelled"
+        self.message = reason
+        self.reason = reason
+
+
+class StepTimeout(FuseeError, TimeoutError):
+    """One attempt of a step ran past its ``timeout``; retried like any other error."""
+
+
+class Timeout(FuseeError, TimeoutError):
+    """Waiting for something (a result, a signal) took longer than allowed."""
+
+
+class Fenced(BaseException):
+    """Another worker appended to this actor's journal: this copy must stop at once."""
+
+
+class JournalGap(FuseeError):
+    """A journal record does not chain to its predecessor: the run is paused."""
+
+
+class Evicted(BaseException):
+    """The actor's in-memory copy is being dropped; it resumes by replay."""

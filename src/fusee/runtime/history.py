@@ -1,0 +1,180 @@
+"""A run's journal, folded into what replay needs. Pure: records in, decisions out.
+
+:class:`History` checks each record's link to its predecessor as it is fed and keeps
+the step outcomes by position. :class:`Replayer` walks the workflow's calls against
+it: a position that has an outcome is replayed, the first one that has none runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+from fusee.errors import DeterminismError, JournalGap
+from fusee.runtime.records import (
+    TERMINAL,
+    AnyRecord,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    StepFailed,
+    StepRetrying,
+    decode_record,
+    kind_of,
+    record_hash,
+)
+
+__all__ = ("History", "Replayer", "Replayed", "ReplayedFailure", "Execute")
+
+
+@dataclass
+class History:
+    """The records of one run, verified link by link."""
+
+    run_id: str
+    started: RunStarted | None = None
+    started_seq: int = 0
+    outcomes: dict[int, StepCompleted | StepFailed] = field(default_factory=dict)
+    retries: dict[int, list[StepRetrying]] = field(default_factory=dict)
+    end: AnyRecord | None = None
+    paused: RunPaused | None = None
+    last_seq: int = 0
+    last_hash: str = ""
+    size: int = 0
+
+    def feed(self, seq: int, data: bytes) -> AnyRecord:
+        """Add the record stored at stream sequence ``seq``.
+
+        Raises:
+            JournalGap: the record does not name the previous record as its predecessor,
+                or cannot be decoded.
+        """
+        try:
+            record = decode_record(data)
+        except msgspec.DecodeError as exc:
+            raise JournalGap(
+                f"run {self.run_id!r}: the journal record at sequence {seq} cannot be read ({exc})"
+            ) from None
+        if self.size > 0 and (record.prev != self.last_seq or record.prev_hash != self.last_hash):
+            raise JournalGap(
+                f"run {self.run_id!r}: the journal record at sequence {seq} ({kind_of(record)}) "
+                f"names sequence {record.prev} (hash {record.prev_hash or '-'}) as its "
+                f"predecessor, but the one before it is sequence {self.last_seq} "
+                f"(hash {self.last_hash}): a record is missing or was replaced"
+            )
+        if self.size == 0 and not isinstance(record, RunStarted):
+            raise JournalGap(
+                f"run {self.run_id!r}: the journal starts with {kind_of(record)} at sequence {seq}, "
+                f"not run.started"
+            )
+        self._apply(seq, record)
+        self.last_seq = seq
+        self.last_hash = record_hash(data)
+        self.size += 1
+        return record
+
+    def _apply(self, seq: int, record: AnyRecord) -> None:
+        match record:
+            case RunStarted():
+                self.started, self.started_seq = record, seq
+            case StepCompleted() | StepFailed():
+                self.outcomes[record.pos] = record
+            case StepRetrying():
+                self.retries.setdefault(record.pos, []).append(record)
+            case RunPaused():
+                self.paused = record
+            case _ if isinstance(record, TERMINAL):
+                self.end = record
+
+    @property
+    def kind(self) -> str:  # for messages
+        return "history"
+
+    def link(self) -> tuple[int, str]:
+        """``(prev, prev_hash)`` for the next record to append."""
+        return self.last_seq, self.last_hash
+
+    def failed_attempts(self, pos: int) -> int:
+        """How many attempts of the step at ``pos`` failed and were journaled."""
+        return len(self.retries.get(pos, ()))
+
+    @property
+    def ended(self) -> bool:
+        return self.end is not None
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The step at this position already completed: here is its result."""
+
+    pos: int
+    result: bytes
+
+
+@dataclass(frozen=True)
+class ReplayedFailure:
+    """The step at this position already failed for good."""
+
+    pos: int
+    record: StepFailed
+
+
+@dataclass(frozen=True)
+class Execute:
+    """No outcome yet at this position: run the step, as attempt ``attempt``."""
+
+    pos: int
+    attempt: int
+    last_retry: StepRetrying | None
+
+
+class Replayer:
+    """Hands out step positions in call order and matches them against the journal."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.next_pos = 1
+
+    def begin_step(self, name: str, location: str) -> Replayed | ReplayedFailure | Execute:
+        """Decide the fate of the code's next ``ctx.step(name, ...)``, made at ``location``.
+
+        Raises:
+            DeterminismError: the journal holds another step at this position.
+        """
+        pos = self.next_pos
+        self.next_pos += 1
+        outcome = self.history.outcomes.get(pos)
+        retries = self.history.retries.get(pos, [])
+        journaled_name = (
+            outcome.name if outcome is not None else (retries[0].name if retries else None)
+        )
+        if journaled_name is not None and journaled_name != name:
+            raise DeterminismError(
+                f"run {self.history.run_id!r}: step {pos} is {journaled_name!r} in the journal, "
+                f"but the code now calls {name!r} at {location}. The workflow's code changed "
+                f"while the run was in flight; deploy the old code to finish it, or start a "
+                f"new run."
+            )
+        match outcome:
+            case StepCompleted():
+                return Replayed(pos, bytes(outcome.result))
+            case StepFailed():
+                return ReplayedFailure(pos, outcome)
+            case _:
+                return Execute(pos, len(retries) + 1, retries[-1] if retries else None)
+
+    def check_finished(self, location: str) -> None:
+        """The workflow returned: the journal must hold no step the code did not reach.
+
+        Raises:
+            DeterminismError: the journal has steps past the code's last one.
+        """
+        beyond = sorted(p for p in self.history.outcomes if p >= self.next_pos)
+        if beyond:
+            first = self.history.outcomes[beyond[0]]
+            raise DeterminismError(
+                f"run {self.history.run_id!r}: the journal has step {first.pos} "
+                f"{first.name!r}, but the code now returns after {self.next_pos - 1} steps "
+                f"(at {location}). The workflow's code changed while the run was in flight."
+            )

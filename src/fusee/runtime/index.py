@@ -1,0 +1,80 @@
+"""The run index: one small record per run in the ``<ns>_runs`` bucket, for listing.
+
+It is a projection of the journal, written after the journal, so it may lag behind
+it for a moment but never runs ahead. ``describe()`` reads the journal for the truth.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from fusee.runtime.history import History
+from fusee.runtime.records import RunCancelled, RunCompleted, RunFailed
+
+__all__ = ("RunInfo", "Status", "info_from_history", "encode_info", "decode_info")
+
+Status = Literal["pending", "running", "completed", "failed", "cancelled", "paused"]
+
+
+class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What ``describe()`` and ``fusee runs list`` show about a run."""
+
+    run_id: str
+    workflow: str
+    status: Status
+    partition: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    steps: int = 0
+    reason: str | None = None
+    error_type: str | None = None
+    message: str | None = None
+    step: str | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in ("completed", "failed", "cancelled")
+
+
+def info_from_history(history: History, *, now: float, running: bool = False) -> RunInfo:
+    """The index record the journal implies (``running``: a worker is executing it)."""
+    started = history.started
+    assert started is not None, "a history always starts with run.started"
+    info = RunInfo(
+        run_id=history.run_id,
+        workflow=started.workflow,
+        status="running" if running else "pending",
+        partition=started.partition,
+        created_at=started.started_at,
+        updated_at=now,
+        steps=len(history.outcomes),
+    )
+    end = history.end
+    if isinstance(end, RunCompleted):
+        info.status = "completed"
+    elif isinstance(end, RunFailed):
+        info.status, info.error_type, info.message, info.step = (
+            "failed",
+            end.error_type,
+            end.message,
+            end.step,
+        )
+    elif isinstance(end, RunCancelled):
+        info.status, info.reason = "cancelled", end.reason
+    elif history.paused is not None:
+        info.status, info.reason = "paused", history.paused.reason
+    return info
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(RunInfo)
+
+
+def encode_info(info: RunInfo) -> bytes:
+    return _encoder.encode(info)
+
+
+def decode_info(data: bytes) -> RunInfo:
+    return _decoder.decode(data)

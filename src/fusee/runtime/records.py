@@ -1,0 +1,151 @@
+"""The journal schema: one tagged msgspec Struct per record kind.
+
+A run's journal is the JetStream subject ``<ns>.run.<id>.j``. Each message holds one
+record as JSON, with the record's kind both in the payload (``"kind"``) and in the
+``Fusee-Kind`` header, so ``nats stream view`` reads like the run did.
+
+Compatibility rule: new fields get defaults; nothing is renamed or retyped. Encoded
+samples of each released version live in ``tests/golden/`` and must keep decoding.
+
+Every record names its predecessor: ``prev`` is the stream sequence of the record
+before it (0 for the first) and ``prev_hash`` a hash of that record's bytes. Replay
+checks both, so a lost or replaced record pauses the run instead of going unnoticed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Final
+
+import msgspec
+
+__all__ = (
+    "Record",
+    "RunStarted",
+    "StepCompleted",
+    "StepRetrying",
+    "StepFailed",
+    "RunCompleted",
+    "RunFailed",
+    "RunCancelled",
+    "RunPaused",
+    "AnyRecord",
+    "TERMINAL",
+    "encode_record",
+    "decode_record",
+    "record_hash",
+    "kind_of",
+)
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
+    """Fields every record carries: the link to its predecessor."""
+
+    prev: int = 0
+    prev_hash: str = ""
+
+
+class RunStarted(Record, tag="run.started"):
+    """The first record: written by whoever started the run, create-if-absent."""
+
+    workflow: str
+    input: msgspec.Raw
+    started_at: float
+    timeout: float | None = None
+    partition: int = 0
+
+
+class StepCompleted(Record, tag="step.completed"):
+    """A step's result, committed once; replay returns it instead of running the step."""
+
+    pos: int
+    name: str
+    result: msgspec.Raw
+    attempt: int = 1
+    duration_ms: float = 0.0
+
+
+class StepRetrying(Record, tag="step.retrying"):
+    """An attempt failed and the step will run again after ``retry_in`` seconds."""
+
+    pos: int
+    name: str
+    attempt: int
+    error_type: str
+    message: str
+    retry_in: float
+    failed_at: float = 0.0
+
+
+class StepFailed(Record, tag="step.failed"):
+    """The step's final error: a fatal error, or the last of its attempts."""
+
+    pos: int
+    name: str
+    attempt: int
+    error_type: str
+    message: str
+
+
+class RunCompleted(Record, tag="run.completed"):
+    """The workflow returned ``result``."""
+
+    result: msgspec.Raw
+
+
+class RunFailed(Record, tag="run.failed"):
+    """The workflow raised; ``step`` names the step whose error ended it, if one did."""
+
+    error_type: str
+    message: str
+    step: str | None = None
+
+
+class RunCancelled(Record, tag="run.cancelled"):
+    """The run was cancelled (by a caller, or by its own timeout)."""
+
+    reason: str
+
+
+class RunPaused(Record, tag="run.paused"):
+    """The run stopped on purpose and waits for an operator (``reason`` says why)."""
+
+    reason: str
+
+
+AnyRecord = (
+    RunStarted
+    | StepCompleted
+    | StepRetrying
+    | StepFailed
+    | RunCompleted
+    | RunFailed
+    | RunCancelled
+    | RunPaused
+)
+
+TERMINAL: Final = (RunCompleted, RunFailed, RunCancelled)
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(AnyRecord)
+
+
+def encode_record(record: AnyRecord) -> bytes:
+    """The record as it is stored: compact JSON."""
+    return _encoder.encode(record)
+
+
+def decode_record(data: bytes) -> AnyRecord:
+    """Parse a stored record; raises ``msgspec.DecodeError`` on anything else."""
+    return _decoder.decode(data)
+
+
+def record_hash(data: bytes) -> str:
+    """The short hash a successor stores in ``prev_hash`` (blake2b, 8 bytes, hex)."""
+
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def kind_of(record: Record) -> str:
+    """The record's tag (``"step.completed"``...), as in its ``Fusee-Kind`` header."""
+    return str(record.__struct_config__.tag)

@@ -1,0 +1,74 @@
+"""Retry policy: how many attempts a step gets and how long it waits between them."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from fusee.errors import ConfigError
+from fusee.runtime.durations import parse_duration
+
+__all__ = ("Retry",)
+
+DurationLike = str | float | int | timedelta
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How a step is retried when an attempt raises.
+
+    Args:
+        attempts: attempts in all, the first included (``1`` means never retry).
+        initial: wait before the second attempt.
+        max: the longest wait between attempts.
+        multiplier: each wait is the previous one times this.
+        jitter: a fraction (0 to 1) of each wait that is spread, the same way on replay.
+        non_retryable: exception types that fail the step at once.
+
+    Example:
+        ``ctx.step("answer", call, retry=fusee.Retry(attempts=5, initial="200ms", max="30s"))``
+    """
+
+    attempts: int = 3
+    initial: DurationLike = "1s"
+    max: DurationLike = "60s"
+    multiplier: float = 2.0
+    jitter: float = 0.2
+    non_retryable: Sequence[type[BaseException]] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.attempts, int) or self.attempts < 1:
+            raise ConfigError(f"Retry(attempts={self.attempts!r}): attempts must be an int >= 1")
+        if not (isinstance(self.multiplier, int | float) and self.multiplier >= 1.0):
+            raise ConfigError(f"Retry(multiplier={self.multiplier!r}): must be a number >= 1")
+        if not (isinstance(self.jitter, int | float) and 0.0 <= self.jitter <= 1.0):
+            raise ConfigError(f"Retry(jitter={self.jitter!r}): must be between 0 and 1")
+        initial = parse_duration(self.initial, "Retry(initial=...)")
+        longest = parse_duration(self.max, "Retry(max=...)")
+        if longest < initial:
+            raise ConfigError(f"Retry(max={self.max!r}) is shorter than initial={self.initial!r}")
+        for exc_type in self.non_retryable:
+            if not (isinstance(exc_type, type) and issubclass(exc_type, BaseException)):
+                raise ConfigError(
+                    f"Retry(non_retryable=...): {exc_type!r} is not an exception type"
+                )
+
+    def delay(self, attempt: int, key: str) -> float:
+        """Seconds to wait after failed ``attempt`` (1-based) of the step with ``key``.
+
+        The jitter comes from a hash of the key and attempt, not from a random source,
+        so a replayed run computes the same wait.
+        """
+        initial = parse_duration(self.initial, "Retry(initial=...)")
+        longest = parse_duration(self.max, "Retry(max=...)")
+        base = min(longest, initial * math.pow(self.multiplier, attempt - 1))
+        digest = hashlib.blake2b(f"{key}:{attempt}".encode(), digest_size=4).digest()
+        spread = int.from_bytes(digest, "big") / 0xFFFFFFFF  # 0..1
+        return max(0.0, base * (1.0 - self.jitter * spread))
+
+    def gives_up_on(self, exc: BaseException) -> bool:
+        """Whether ``exc`` must fail the step without another attempt."""
+        return isinstance(exc, tuple(self.non_retryable))
