@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench`` (``make bench``) prints JSON lines, then a table."""

@@ -1,0 +1,205 @@
+"""fusee benchmarks, each beside the raw NATS floor measured in the same run.
+
+    python -m bench [--only floor,w1,w2,w5,memory]
+
+Every figure comes from a fresh embedded nats-server with ``sync_interval: always``
+(each acknowledged write is on disk), on this machine, in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nats
+import structlog
+
+import bench.workflows as wfs
+import fusee
+from fusee.adapters.jetstream.server import EmbeddedServer
+
+RESULTS: list[dict[str, Any]] = []
+
+
+def emit(name: str, **fields: Any) -> None:
+    row = {"bench": name, **fields}
+    RESULTS.append(row)
+    print(json.dumps(row), flush=True)
+
+
+async def floor(url: str, n: int = 2000) -> float:
+    """p50 of a fenced JetStream publish: what one durable step commit must cost at least."""
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    await js.add_stream(name="FLOOR", subjects=["floor.>"], allow_direct=True)
+    last = 0
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        ack = await js.publish(
+            "floor.r1.j",
+            b'{"kind":"step.completed","pos":%d,"result":null}' % i,
+            headers={
+                "Nats-Expected-Last-Subject-Sequence": str(last),
+                "Nats-Expected-Last-Subject-Sequence-Subject": "floor.r1.>",
+                "Nats-Msg-Id": f"r1:{i}",
+            },
+        )
+        lat.append((time.perf_counter() - t0) * 1000)
+        last = ack.seq
+    await js.delete_stream("FLOOR")
+    await nc.close()
+    lat.sort()
+    p50 = statistics.median(lat)
+    emit("floor", p50_ms=round(p50, 3), p99_ms=round(lat[int(n * 0.99)], 3), n=n)
+    return p50
+
+
+async def w1(url: str, floor_ms: float, steps: int = 100, repeats: int = 5) -> None:
+    engine = await fusee.connect(url, namespace="w1")
+    per_step = []
+    async with engine.worker():
+        for r in range(repeats):
+            t0 = time.perf_counter()
+            run = await engine.start(wfs.noop_steps, f"w1-{time.time_ns()}-{r}", steps)
+            await run.result(timeout=60)
+            per_step.append((time.perf_counter() - t0) * 1000 / steps)
+    await engine.close()
+    best, med = min(per_step), statistics.median(per_step)
+    emit("w1", steps=steps, ms_per_step_median=round(med, 3), ms_per_step_best=round(best, 3),
+         ratio_to_floor=round(med / floor_ms, 2), goal_ms=0.8)
+
+
+async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> None:
+    engine = await fusee.connect(url, namespace="w2")
+    async with engine.worker():
+        t0 = time.perf_counter()
+        handles = []
+        async with anyio.create_task_group() as tg:
+            async def start(i: int) -> None:
+                handles.append(await engine.start(wfs.noop_steps, f"w2-{i}", steps))
+            for i in range(runs):
+                tg.start_soon(start, i)
+        started = time.perf_counter() - t0
+        async with anyio.create_task_group() as tg:
+            for h in handles:
+                tg.start_soon(h.result)
+        elapsed = time.perf_counter() - t0
+    await engine.close()
+    total = runs * steps
+    emit("w2", runs=runs, steps_per_run=steps, seconds=round(elapsed, 3),
+         steps_per_s=round(total / elapsed), starts_s=round(started, 3),
+         floor_commits_per_s=round(1000 / floor_ms), goal_steps_per_s=2000)
+
+
+def _spawn_worker(url: str, ns: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.worker", url, ns],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert proc.stdout is not None
+    proc.stdout.readline()  # "ready": connected
+    return proc
+
+
+async def w5(url: str, floor_ms: float, repeats: int = 3, step_s: float = 2.0) -> None:
+    """SIGKILL the worker 0.5 s into a 2 s step, start a new one at once."""
+    engine = await fusee.connect(url, namespace="w5")
+    beyond = []
+    for r in range(repeats):
+        first = _spawn_worker(url, "w5")
+        run = await engine.start(wfs.slow_step, f"w5-{time.time_ns()}-{r}", step_s)
+        # wait until the slow step is running (its predecessor is journaled)
+        while len(await run.journal()) < 2:
+            await anyio.sleep(0.01)
+        await anyio.sleep(0.5)
+        first.send_signal(signal.SIGKILL)
+        killed = time.perf_counter()
+        first.wait()
+        second = await anyio.to_thread.run_sync(_spawn_worker, url, "w5")
+        await run.result(timeout=60)
+        beyond.append(time.perf_counter() - killed - step_s)
+        second.send_signal(signal.SIGTERM)
+        second.wait()
+    await engine.close()
+    emit("w5", repeats=repeats, step_s=step_s, seconds_beyond_step_median=round(statistics.median(beyond), 3),
+         all=[round(b, 3) for b in beyond], goal_s=0.5)
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def memory(url: str, server_pid: int) -> None:
+    worker = _spawn_worker(url, "mem")
+    await anyio.sleep(3)
+    server, proc = _rss_mib(server_pid), _rss_mib(worker.pid)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait()
+    emit("memory", server_mib=round(server, 1), worker_mib=round(proc, 1),
+         total_mib=round(server + proc, 1), goal_mib=100)
+
+
+def table() -> None:
+    print()
+    print(f"{'benchmark':<10} {'figure':<44} goal")
+    for row in RESULTS:
+        name = row["bench"]
+        if name == "floor":
+            fig = f"fenced publish p50 {row['p50_ms']} ms (p99 {row['p99_ms']})"
+            goal = ""
+        elif name == "w1":
+            fig = f"{row['ms_per_step_median']} ms/step = {row['ratio_to_floor']}x floor"
+            goal = "<= 0.8 ms"
+        elif name == "w2":
+            fig = f"{row['steps_per_s']} steps/s (floor {row['floor_commits_per_s']} commits/s)"
+            goal = ">= 2000"
+        elif name == "w5":
+            fig = f"{row['seconds_beyond_step_median']} s beyond the step"
+            goal = "<= 0.5 s"
+        else:
+            fig = f"{row['total_mib']} MiB (server {row['server_mib']}, worker {row['worker_mib']})"
+            goal = "<= 100 MiB"
+        print(f"{name:<10} {fig:<44} {goal}")
+
+
+async def main(only: set[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = EmbeddedServer.start(Path(tmp))
+        try:
+            f = await floor(server.url)
+            if "w1" in only:
+                await w1(server.url, f)
+            if "w2" in only:
+                await w2(server.url, f)
+            if "w5" in only:
+                await w5(server.url, f)
+            if "memory" in only:
+                await memory(server.url, server.pid)
+        finally:
+            server.stop()
+    table()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--only", default="w1,w2,w5,memory")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    # step and run logs are not what is measured: keep warnings and errors only
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    anyio.run(main, set(args.only.split(",")))

@@ -1,0 +1,25 @@
+"""Workflows the benchmarks run (imported by the benchmark and by its worker processes)."""
+
+from __future__ import annotations
+
+import anyio
+
+import fusee
+
+
+@fusee.workflow("bench.noop")
+async def noop_steps(ctx: fusee.Context, steps: int) -> int:
+    for i in range(steps):
+        await ctx.step(f"s{i}", _noop)
+    return steps
+
+
+async def _noop() -> None:
+    return None
+
+
+@fusee.workflow("bench.slow")
+async def slow_step(ctx: fusee.Context, seconds: float) -> str:
+    await ctx.step("before", _noop)
+    await ctx.step("slow", lambda: anyio.sleep(seconds))
+    return "done"

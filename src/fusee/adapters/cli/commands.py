@@ -1,0 +1,224 @@
+"""What each ``fusee`` command does, as async functions returning an exit code."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import re
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+import fusee
+from fusee.actors.registry import REGISTRY
+from fusee.adapters.cli.loader import load_file
+from fusee.adapters.cli.options import GlobalOptions, command_hint
+from fusee.adapters.cli.render import format_run, format_runs_table, json_text
+from fusee.errors import RunCancelled, RunFailed, Timeout
+from fusee.runtime.durations import format_duration, parse_duration
+from fusee.runtime.ids import validate_id
+
+__all__ = ("CliError", "open_engine", "dev", "worker", "runs_list", "runs_show", "runs_result")
+
+log = structlog.get_logger("fusee")
+
+# Every network wait has a deadline. A worker may be started while NATS is still
+# coming up (compose, a restarting cluster), so it waits longer than a query does.
+CONNECT_TIMEOUT_QUERY = 10.0
+CONNECT_TIMEOUT_SERVE = 30.0
+
+
+class CliError(Exception):
+    """An error to print as one line on stderr, exiting with ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"//[^/@]*@", "//***@", url)
+
+
+@contextlib.asynccontextmanager
+async def open_engine(
+    opts: GlobalOptions, *, connect_timeout: float
+) -> AsyncIterator[fusee.Engine]:
+    """Connect as the options say; close (and stop an embedded server we started) on exit."""
+    if opts.nats is not None:
+        try:
+            with anyio.fail_after(connect_timeout):
+                engine = await fusee.connect(opts.nats, namespace=opts.namespace)
+        except TimeoutError:
+            raise CliError(
+                f"cannot reach NATS at {_redact(opts.nats)} "
+                f"(no connection within {format_duration(connect_timeout)})"
+            ) from None
+    else:
+        # Shielded: a Ctrl-C here must not leave a started server without its owner.
+        with anyio.CancelScope(shield=True):
+            engine = await fusee.connect(namespace=opts.namespace, store_dir=opts.store)
+    try:
+        yield engine
+    finally:
+        with anyio.CancelScope(shield=True):
+            await engine.close()
+
+
+async def _until_signal(body: Callable[[], Awaitable[None]]) -> None:
+    """Run ``body`` until it returns or SIGINT/SIGTERM arrives, which cancel it so its
+    cleanup runs (a worker hands its partitions over)."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def watch() -> None:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if scope.cancel_called:
+                        log.info("cli.still_stopping", signal=name)
+                    else:
+                        log.info("cli.stopping", signal=name)
+                        scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                with scope:
+                    await body()
+            finally:
+                tg.cancel_scope.cancel()
+
+
+def _load(files: Sequence[str]) -> list[Any]:
+    return [load_file(f) for f in files]
+
+
+def _dev_main(module: Any, path: str) -> Callable[[fusee.Engine], Awaitable[Any]] | None:
+    main = getattr(module, "main", None)
+    if main is None:
+        return None
+    if not inspect.iscoroutinefunction(main):
+        raise CliError(f"{path}: main must be defined as `async def main(engine)`")
+    params = inspect.signature(main).parameters
+    if len(params) != 1:
+        raise CliError(f"{path}: main must take one argument, the engine: `async def main(engine)`")
+    fn: Callable[[fusee.Engine], Awaitable[Any]] = main
+    return fn
+
+
+# -- fusee dev / fusee worker ---------------------------------------------------------
+
+
+async def dev(opts: GlobalOptions, file: str, *, serve: bool) -> int:
+    """Import ``file``, run a worker, await the file's ``main(engine)`` if it has one."""
+    module = load_file(file)
+    main = _dev_main(module, file)
+    if not REGISTRY.names():
+        log.warning("dev.no_workflows", file=file)
+
+    async def body() -> None:
+        async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
+            where = f"embedded, store {opts.store}" if opts.nats is None else "external"
+            log.info("dev.connected", nats=_redact(engine.url), server=where)
+            async with engine.worker():
+                if main is not None:
+                    await main(engine)
+                if serve or main is None:
+                    log.info("dev.serving", workflows=REGISTRY.names(), stop="Ctrl-C")
+                    await anyio.sleep_forever()
+
+    await _until_signal(body)
+    return 0
+
+
+async def worker(opts: GlobalOptions, files: Sequence[str]) -> int:
+    """Import ``files`` and execute runs until SIGINT or SIGTERM."""
+    _load(files)
+    if not REGISTRY.names():
+        log.warning("worker.no_workflows", files=list(files))
+
+    async def body() -> None:
+        async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
+            await engine.serve()
+
+    await _until_signal(body)
+    return 0
+
+
+# -- fusee runs ------------------------------------------------------------------------
+
+
+async def runs_list(
+    opts: GlobalOptions, *, status: str | None, workflow: str | None, as_json: bool
+) -> int:
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
+        infos = await engine.list_runs()
+    infos = [
+        i
+        for i in infos
+        if (status is None or i.status == status) and (workflow is None or i.workflow == workflow)
+    ]
+    if as_json:
+        _out(json_text(infos))
+        return 0
+    if not infos:
+        filters = " and ".join(
+            f for f in (status and f"status {status}", workflow and f"workflow {workflow}") if f
+        )
+        sys.stderr.write(
+            f"No runs{' with ' + filters if filters else ''} in namespace {opts.namespace!r}.\n"
+        )
+        return 0
+    _out("\n".join(format_runs_table(infos, now=time.time())))
+    return 0
+
+
+async def runs_show(opts: GlobalOptions, run_id: str, *, as_json: bool) -> int:
+    run_id = validate_id(run_id, "run ID")
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
+        run = engine.run(run_id)
+        info = await run.describe()
+        journal = await run.journal()
+        stream = engine.store.layout.stream
+    if as_json:
+        entries = [{"seq": seq, "record": record} for seq, record in journal]
+        _out(json_text({"run": info, "journal": entries}))
+        return 0
+    _out("\n".join(format_run(info, journal, now=time.time(), stream=stream)))
+    return 0
+
+
+async def runs_result(opts: GlobalOptions, run_id: str, *, timeout: str | None) -> int:
+    run_id = validate_id(run_id, "run ID")
+    limit = parse_duration(timeout, "--timeout") if timeout is not None else None
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
+        run = engine.run(run_id)
+        info = await run.describe()
+        if info.status == "paused":
+            raise CliError(
+                f"run {run_id!r} is paused, so it has no result yet: {info.reason}", code=2
+            )
+        try:
+            value = await run.result(timeout=limit)
+        except RunCancelled as exc:
+            raise CliError(f"run {run_id!r} was cancelled: {exc.reason}") from None
+        except RunFailed as exc:
+            raise CliError(f"run {run_id!r} failed: {exc.error_type}: {exc.message}") from None
+        except Timeout:
+            raise CliError(
+                f"run {run_id!r} did not end within {timeout} (status: {info.status}); "
+                f"wait longer with --timeout, or see `{command_hint('runs', 'show', run_id)}`",
+                code=2,
+            ) from None
+    _out(msgspec.json.format(msgspec.json.encode(value), indent=2).decode())
+    return 0

@@ -1,0 +1,210 @@
+"""``fusee``: run a dev environment or a worker, and inspect runs.
+
+    fusee dev FILE [--serve]            embedded NATS + a worker + FILE's main(engine)
+    fusee worker FILE [FILE...]         serve the workflows in FILEs until SIGTERM
+    fusee runs list [--status S] [--workflow W] [--json]
+    fusee runs show RUN_ID [--json]
+    fusee runs result RUN_ID [--timeout 30s]
+
+Exit codes: 0 done; 1 an error (bad input, unknown run, a failed or cancelled run);
+2 a usage error, or a run with no result yet (``runs result`` timed out, or it is paused).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, cast, get_args
+
+import anyio
+
+from fusee._logging import LEVELS, LogFormat, configure_logging
+from fusee.adapters.cli import commands
+from fusee.adapters.cli.commands import CliError
+from fusee.adapters.cli.loader import LoadError
+from fusee.adapters.cli.options import CURRENT, DEFAULT_NAMESPACE, DEFAULT_STORE, GlobalOptions
+from fusee.errors import FuseeError
+from fusee.runtime.index import Status
+
+__all__ = ("main", "build_parser")
+
+STATUSES: tuple[str, ...] = get_args(Status)
+
+
+def _global_options() -> argparse.ArgumentParser:
+    # SUPPRESS: options may come before or after the command without one copy's default
+    # overwriting what the other copy parsed; defaults are filled in by _options().
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("connection and logging")
+    group.add_argument(
+        "--nats",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="NATS server URL (default: $FUSEE_NATS_URL, else the embedded server of --store)",
+    )
+    group.add_argument(
+        "--namespace",
+        metavar="NS",
+        default=argparse.SUPPRESS,
+        help=f"fusee namespace: its stream and buckets (default: {DEFAULT_NAMESPACE})",
+    )
+    group.add_argument(
+        "--store",
+        metavar="DIR",
+        default=argparse.SUPPRESS,
+        help=f"the embedded server's directory, used without a URL (default: {DEFAULT_STORE})",
+    )
+    group.add_argument(
+        "--log-format",
+        choices=("console", "json"),
+        default=argparse.SUPPRESS,
+        help="log lines on stderr (default: console on a terminal, else json)",
+    )
+    group.add_argument(
+        "--log-level",
+        choices=LEVELS,
+        default=argparse.SUPPRESS,
+        help="the lowest level logged (default: info for dev and worker, warning for runs)",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``fusee`` argument parser (commands, their options, the global options)."""
+    common = _global_options()
+    parser = argparse.ArgumentParser(
+        prog="fusee",
+        description="Durable execution for AI agents, on NATS JetStream.",
+        parents=[common],
+        epilog="Run `fusee COMMAND --help` for a command's options.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    dev = sub.add_parser(
+        "dev",
+        parents=[common],
+        help="run FILE with an embedded NATS server and a worker",
+        description=(
+            "Start (or reuse) the embedded NATS server of --store, import FILE, run a worker, "
+            "and await FILE's `async def main(engine)` if it has one. Without main, or with "
+            "--serve, keep serving until Ctrl-C."
+        ),
+    )
+    dev.add_argument("file", metavar="FILE", help="a Python file defining workflows")
+    dev.add_argument("--serve", action="store_true", help="keep serving after main(engine) returns")
+
+    worker = sub.add_parser(
+        "worker",
+        parents=[common],
+        help="serve the workflows in FILEs until SIGTERM or Ctrl-C",
+        description=(
+            "Import FILEs (registering their workflows) and execute runs until SIGTERM or "
+            "SIGINT; on either, hand the partitions over to the other workers and exit 0."
+        ),
+    )
+    worker.add_argument("files", metavar="FILE", nargs="+", help="Python files defining workflows")
+
+    runs = sub.add_parser(
+        "runs", help="list and inspect runs", description="List and inspect runs."
+    )
+    runs_sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+
+    ls = runs_sub.add_parser(
+        "list", parents=[common], help="list runs, newest first", description="List runs."
+    )
+    ls.add_argument("--status", choices=STATUSES, help="only runs with this status")
+    ls.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    show = runs_sub.add_parser(
+        "show",
+        parents=[common],
+        help="a run's status and journal",
+        description="Print a run's status and its journal, one line per record.",
+    )
+    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    result = runs_sub.add_parser(
+        "result",
+        parents=[common],
+        help="wait for a run's result and print it as JSON",
+        description=(
+            "Wait for the run to end and print its result as JSON. Exit 1 if it failed or "
+            "was cancelled (the error goes to stderr), 2 if it has no result yet: it did "
+            "not end in time, or it is paused."
+        ),
+    )
+    result.add_argument("run_id", metavar="RUN_ID")
+    result.add_argument(
+        "--timeout", default="30s", metavar="DURATION", help="how long to wait (default: 30s)"
+    )
+    return parser
+
+
+def _options(args: argparse.Namespace) -> GlobalOptions:
+    nats_flag = getattr(args, "nats", None)
+    log_format = getattr(args, "log_format", None) or ("console" if sys.stderr.isatty() else "json")
+    default_level = "warning" if args.command == "runs" else "info"
+    return GlobalOptions(
+        nats=nats_flag or os.environ.get("FUSEE_NATS_URL") or None,
+        nats_flag=bool(nats_flag),
+        namespace=getattr(args, "namespace", DEFAULT_NAMESPACE),
+        store=getattr(args, "store", DEFAULT_STORE),
+        log_format=cast(LogFormat, log_format),
+        log_level=getattr(args, "log_level", default_level),
+    )
+
+
+def _command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awaitable[int]]:
+    if args.command == "dev":
+        return lambda: commands.dev(opts, args.file, serve=args.serve)
+    if args.command == "worker":
+        return lambda: commands.worker(opts, args.files)
+    if args.runs_command == "list":
+        return lambda: commands.runs_list(
+            opts, status=args.status, workflow=args.workflow, as_json=args.json
+        )
+    if args.runs_command == "show":
+        return lambda: commands.runs_show(opts, args.run_id, as_json=args.json)
+    return lambda: commands.runs_result(opts, args.run_id, timeout=args.timeout)
+
+
+def _single(exc: BaseException) -> BaseException:
+    # Task groups wrap errors in groups; one error in a group of one is that error.
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _fail(message: str, code: int = 1) -> Literal[1, 2]:
+    sys.stderr.write(f"error: {message}\n")
+    return cast(Literal[1, 2], code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``fusee`` command line and return its exit code.
+
+    Example:
+        ``main(["runs", "list", "--status", "failed"])``
+    """
+    args = build_parser().parse_args(argv)
+    opts = _options(args)
+    configure_logging(opts.log_format, opts.log_level)
+    CURRENT.set(opts)
+    run = _command(args, opts)
+    try:
+        try:
+            return anyio.run(run)
+        except BaseExceptionGroup as group:
+            raise _single(group) from None
+    except CliError as exc:
+        return _fail(str(exc), exc.code)
+    except (LoadError, FuseeError, OSError) as exc:
+        return _fail(str(exc) or repr(exc))
+    except KeyboardInterrupt:
+        return 130
+    # Anything else is an error of the user's own code (a dev file's main): Python
+    # prints its traceback, which is what helps there.

@@ -1,0 +1,185 @@
+"""Runs and journals as text: what ``fusee runs list`` and ``fusee runs show`` print.
+
+Pure functions of the records, with ``now`` passed in, so tests and examples can use
+them on any journal.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
+
+from fusee.runtime.durations import format_duration
+from fusee.runtime.index import RunInfo
+from fusee.runtime.records import (
+    RunCancelled,
+    RunCompleted,
+    RunFailed,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    StepFailed,
+    StepRetrying,
+    kind_of,
+)
+
+__all__ = (
+    "clip",
+    "format_age",
+    "format_ms",
+    "format_record",
+    "format_journal",
+    "format_run",
+    "format_runs_table",
+    "json_text",
+)
+
+CLIP = 64
+
+
+def clip(text: str, n: int = CLIP) -> str:
+    """``text`` on one line, cut to ``n`` characters with an ellipsis."""
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= n else one_line[: n - 1] + "…"
+
+
+def _value(raw: msgspec.Raw | bytes, n: int = CLIP) -> str:
+    return clip(bytes(raw).decode(errors="replace"), n)
+
+
+def format_ms(ms: float) -> str:
+    """``0.2 ms``, ``212 ms``, ``1.3 s``: a step's duration, short."""
+    if ms < 10:
+        return f"{ms:.1f} ms"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    return f"{ms / 1000:.1f} s"
+
+
+def format_age(seconds: float) -> str:
+    """``12s``, ``5m``, ``3h``, ``2d``: how long ago, to one unit."""
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def format_record(record: Any, name_width: int = 0) -> str:
+    """One journal record as one line, without its sequence number."""
+    kind = kind_of(record)
+    if isinstance(record, RunStarted):
+        timeout = f"  (timeout {format_duration(record.timeout)})" if record.timeout else ""
+        body = f"{record.workflow}  <- {_value(record.input)}{timeout}"
+    elif isinstance(record, StepCompleted):
+        body = (
+            f"{record.name.ljust(name_width)}  (attempt {record.attempt}, "
+            f"{format_ms(record.duration_ms)})  -> {_value(record.result)}"
+        )
+    elif isinstance(record, StepRetrying):
+        body = (
+            f"{record.name.ljust(name_width)}  (attempt {record.attempt})  "
+            f"{clip(f'{record.error_type}: {record.message}')}; "
+            f"retry in {format_ms(record.retry_in * 1000)}"
+        )
+    elif isinstance(record, StepFailed):
+        body = (
+            f"{record.name.ljust(name_width)}  (attempt {record.attempt})  "
+            f"{clip(f'{record.error_type}: {record.message}')}"
+        )
+    elif isinstance(record, RunCompleted):
+        body = f"-> {_value(record.result)}"
+    elif isinstance(record, RunFailed):
+        where = f"  (in step {record.step})" if record.step else ""
+        body = clip(f"{record.error_type}: {record.message}") + where
+    elif isinstance(record, RunCancelled | RunPaused):
+        body = clip(record.reason, 200)
+    else:  # pragma: no cover - a record kind newer than this CLI
+        body = clip(msgspec.json.encode(record).decode())
+    return f"{kind:<15} {body}".rstrip()
+
+
+def format_journal(journal: Sequence[tuple[int, Any]], indent: str = "  ") -> list[str]:
+    """The journal, one line per record: ``#seq  kind  name  (attempt, time)  -> value``.
+
+    ``seq`` is the record's sequence in the namespace's stream, as ``nats stream view``
+    and ``nats stream get`` show it.
+    """
+    names = [
+        len(r.name) for _, r in journal if isinstance(r, StepCompleted | StepRetrying | StepFailed)
+    ]
+    width = max(names, default=0)
+    seq_width = max((len(str(seq)) for seq, _ in journal), default=1) + 1
+    return [f"{indent}{f'#{seq}':<{seq_width}}  {format_record(r, width)}" for seq, r in journal]
+
+
+def _when(ts: float, now: float) -> str:
+    stamp = datetime.datetime.fromtimestamp(ts, tz=datetime.UTC)
+    return f"{stamp:%Y-%m-%d %H:%M:%S} UTC ({format_age(now - ts)} ago)"
+
+
+def format_run(
+    info: RunInfo, journal: Sequence[tuple[int, Any]], *, now: float, stream: str = ""
+) -> list[str]:
+    """What ``fusee runs show`` prints: the run's status, then its journal."""
+    steps = f"{info.steps} step{'s' if info.steps != 1 else ''}"
+    lines = [f"run       {info.run_id}", f"workflow  {info.workflow}"]
+    if info.status == "paused":
+        lines.append("status    PAUSED: it waits for an operator, nothing runs until then")
+        lines.append(f"reason    {info.reason or '(none recorded)'}")
+    elif info.ended:
+        took = format_ms(max(0.0, info.updated_at - info.created_at) * 1000)
+        lines.append(f"status    {info.status} after {steps}, in {took}")
+    else:
+        lines.append(f"status    {info.status}, {steps} done so far")
+    if info.status == "failed":
+        where = f"  (in step {info.step})" if info.step else ""
+        lines.append(f"error     {info.error_type}: {clip(info.message or '', 200)}{where}")
+    elif info.reason and info.status != "paused":
+        lines.append(f"reason    {clip(info.reason, 200)}")
+    lines.append(f"started   {_when(info.created_at, now)}")
+    where = f" (stream {stream})" if stream else ""
+    lines.append(f"journal{where}:")
+    lines.extend(format_journal(journal))
+    return lines
+
+
+def _detail(info: RunInfo) -> str:
+    if info.status == "failed":
+        step = f" (step {info.step})" if info.step else ""
+        return clip(f"{info.error_type}: {info.message}", 60) + step
+    return clip(info.reason or "", 60)
+
+
+def format_runs_table(infos: Iterable[RunInfo], *, now: float) -> list[str]:
+    """What ``fusee runs list`` prints: one row per run, newest first as given."""
+    header = ("RUN ID", "WORKFLOW", "STATUS", "STEPS", "AGE", "DETAIL")
+    rows = [
+        (
+            i.run_id,
+            i.workflow,
+            i.status,
+            str(i.steps),
+            format_age(now - i.created_at),
+            _detail(i),
+        )
+        for i in infos
+    ]
+    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
+    right = {3}  # numbers align right
+    lines = []
+    for row in [header, *rows]:
+        cells = [
+            cell.rjust(widths[c]) if c in right else cell.ljust(widths[c])
+            for c, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def json_text(value: Any) -> str:
+    """``value`` as indented JSON (msgspec Structs and ``Raw`` values included)."""
+    return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()

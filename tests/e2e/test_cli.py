@@ -1,0 +1,269 @@
+"""The ``fusee`` command line, run as a user runs it: real processes, a real nats-server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+import fusee
+from fusee.adapters.jetstream.server import running_server
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "examples" / "agent.py"
+
+WORKFLOWS = textwrap.dedent(
+    """
+    import fusee
+
+    @fusee.workflow("cli-echo")
+    async def echo(ctx, text: str) -> dict:
+        upper = await ctx.step("upper", lambda: text.upper())
+        return {"echo": upper}
+
+    def _boom(text):
+        raise ValueError(f"no good: {text}")
+
+    @fusee.workflow("cli-fail")
+    async def fail(ctx, text: str) -> str:
+        await ctx.step("boom", lambda: _boom(text), retry=fusee.Retry(attempts=1))
+        return "unreachable"
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    # The tests say where NATS is; nothing from the developer's shell may point elsewhere.
+    return {k: v for k, v in os.environ.items() if k not in ("FUSEE_NATS_URL", "FUSEE_STORE")}
+
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fusee", *args, "--log-format", "json"]
+
+
+async def cli(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+    """Run ``fusee ARGS`` to its end; stdout and stderr as text."""
+    with anyio.fail_after(timeout):
+        done = await anyio.run_process(_cmd(*args), check=False, env=_env())
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+@dataclass
+class Background:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def wait_for(self, text: str, timeout: float = 15.0) -> None:
+        with anyio.fail_after(timeout):
+            while text not in self.text():
+                assert self.proc.poll() is None, (
+                    f"exited with {self.proc.returncode}:\n{self.text()}"
+                )
+                await anyio.sleep(0.05)
+
+    async def stop(self, sig: signal.Signals, timeout: float = 10.0) -> int:
+        self.proc.send_signal(sig)
+        return await anyio.to_thread.run_sync(lambda: self.proc.wait(timeout=timeout))
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Any]:
+    """Start ``fusee ARGS`` in the background, its output in a file; killed at the end."""
+    started: list[tuple[Background, Any]] = []
+
+    def start(*args: str) -> Background:
+        log_path = tmp_path / f"background-{len(started)}.log"
+        log = log_path.open("wb")
+        proc = subprocess.Popen(
+            _cmd(*args), stdout=log, stderr=subprocess.STDOUT, env=_env(), cwd=tmp_path
+        )
+        bg = Background(proc, log_path)
+        started.append((bg, log))
+        return bg
+
+    yield start
+    for bg, log in started:
+        if bg.proc.poll() is None:
+            bg.proc.kill()
+        bg.proc.wait()
+        log.close()
+
+
+@pytest.fixture
+def workflows(tmp_path: Path) -> Path:
+    path = tmp_path / "cli_workflows.py"
+    path.write_text(WORKFLOWS)
+    return path
+
+
+async def test_worker_serves_and_runs_commands_inspect(
+    nats_server: Any, namespace: str, workflows: Path, launch: Any
+) -> None:
+    url = nats_server.url
+    conn = ("--nats", url, "--namespace", namespace)
+    worker = launch("worker", str(workflows), *conn)
+    async with await fusee.connect(url, namespace=namespace) as engine:
+        echo = await engine.start("cli-echo", "echo-1", "hello")
+        failing = await engine.start("cli-fail", "fail-1", "x")
+        waiting = await engine.start("cli-nobody", "pending-1", None)  # no worker has it
+        assert await echo.result(timeout="15s") == {"echo": "HELLO"}
+        with pytest.raises(fusee.RunFailed):
+            await failing.result(timeout="15s")
+    assert waiting.run_id == "pending-1"
+
+    listed = await cli("runs", "list", "--json", *conn)
+    assert listed.returncode == 0, listed.stderr
+    statuses = {r["run_id"]: r["status"] for r in json.loads(listed.stdout)}
+    assert statuses["echo-1"] == "completed"
+    assert statuses["fail-1"] == "failed"
+    assert statuses["pending-1"] in ("pending", "running")
+
+    table = await cli("runs", "list", *conn)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:5] == ["RUN", "ID", "WORKFLOW", "STATUS", "STEPS"]
+    fail_row = next(line for line in lines if line.startswith("fail-1 "))
+    assert "failed" in fail_row
+    assert "ValueError: no good: x" in fail_row
+
+    only_failed = await cli("runs", "list", "--status", "failed", "--json", *conn)
+    assert [r["run_id"] for r in json.loads(only_failed.stdout)] == ["fail-1"]
+
+    show = await cli("runs", "show", "echo-1", *conn)
+    assert show.returncode == 0, show.stderr
+    assert "status    completed after 1 step" in show.stdout
+    step_line = next(line for line in show.stdout.splitlines() if "step.completed" in line)
+    assert "upper" in step_line
+    assert "(attempt 1," in step_line
+    assert '-> "HELLO"' in step_line
+    assert '-> {"echo":"HELLO"}' in show.stdout  # run.completed
+
+    show_failed = await cli("runs", "show", "fail-1", *conn)
+    assert show_failed.returncode == 0, show_failed.stderr
+    assert "error     ValueError: no good: x  (in step boom)" in show_failed.stdout
+    assert "step.failed" in show_failed.stdout
+
+    as_json = await cli("runs", "show", "echo-1", "--json", *conn)
+    shown = json.loads(as_json.stdout)
+    assert shown["run"]["status"] == "completed"
+    assert [e["record"]["kind"] for e in shown["journal"]] == [
+        "run.started",
+        "step.completed",
+        "run.completed",
+    ]
+
+    result = await cli("runs", "result", "echo-1", *conn)
+    assert (result.returncode, json.loads(result.stdout)) == (0, {"echo": "HELLO"})
+
+    failed = await cli("runs", "result", "fail-1", *conn)
+    assert failed.returncode == 1
+    assert failed.stdout == ""
+    assert "run 'fail-1' failed: ValueError: no good: x" in failed.stderr
+
+    timed_out = await cli("runs", "result", "pending-1", "--timeout", "300ms", *conn)
+    assert timed_out.returncode == 2
+    assert "did not end within 300ms" in timed_out.stderr
+
+    for args in (("show", "no-such-run"), ("result", "no-such-run")):
+        unknown = await cli("runs", *args, *conn)
+        assert unknown.returncode == 1
+        assert unknown.stderr.strip() == f"error: no run 'no-such-run' in namespace '{namespace}'"
+
+    bad = await cli("runs", "show", "bad\tid", *conn)
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error: invalid run ID")
+    assert "Traceback" not in bad.stderr
+
+    assert await worker.stop(signal.SIGTERM) == 0
+    assert '"worker.stopped"' in worker.text()
+
+
+async def test_worker_stops_gracefully_on_sigterm(
+    nats_server: Any, namespace: str, workflows: Path, launch: Any
+) -> None:
+    worker = launch("worker", str(workflows), "--nats", nats_server.url, "--namespace", namespace)
+    await worker.wait_for('"worker.started"')
+    with anyio.fail_after(10):  # the whole graceful stop, releasing 16 partitions
+        assert await worker.stop(signal.SIGTERM) == 0
+    assert '"worker.stopped"' in worker.text()
+    # The partitions it handed over serve runs again with the next worker.
+    async with await fusee.connect(nats_server.url, namespace=namespace) as engine:
+        again = launch(
+            "worker", str(workflows), "--nats", nats_server.url, "--namespace", namespace
+        )
+        run = await engine.start("cli-echo", "after-stop", "ok")
+        assert await run.result(timeout="15s") == {"echo": "OK"}
+        assert await again.stop(signal.SIGINT) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "error: no such file: "),
+        ("def broken(:\n", "error: cannot import {path}: SyntaxError: "),
+        (
+            "import fusee\nraise RuntimeError('config missing')\n",
+            "error: cannot import {path}: RuntimeError: config missing (at ",
+        ),
+    ],
+    ids=["missing", "syntax-error", "raises"],
+)
+async def test_bad_file_is_one_clear_line(
+    tmp_path: Path, content: str | None, expected: str
+) -> None:
+    path = tmp_path / "user_file.py"
+    if content is not None:
+        path.write_text(content)
+    for command in ("worker", "dev"):
+        done = await cli(command, str(path), "--nats", "nats://127.0.0.1:1")
+        assert done.returncode == 1
+        assert done.stderr.startswith(expected.format(path=path)), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    done = await cli("dev", str(DEMO), "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert "A: Order 1042 has shipped with DHL" in done.stdout
+    assert "step.retrying   tool:lookup_order" in done.stdout
+    hint = next(line for line in done.stdout.splitlines() if "fusee runs show" in line)
+    assert running_server(store) is None  # dev stopped the server it started
+
+    run_id = hint.split()[3]
+    show = await cli("runs", "show", run_id, "--store", str(store))
+    assert show.returncode == 0, show.stderr
+    assert "status    completed after 3 steps" in show.stdout
+    assert running_server(store) is None
+
+
+async def test_dev_without_main_serves_until_ctrl_c(tmp_path: Path, launch: Any) -> None:
+    path = tmp_path / "only_workflows.py"
+    path.write_text(WORKFLOWS)
+    store = tmp_path / "store"
+    dev = launch("dev", str(path), "--store", str(store))
+    await dev.wait_for('"dev.serving"')
+    found = running_server(store)
+    assert found is not None
+    async with await fusee.connect(found.url, namespace="fusee") as engine:
+        run = await engine.start("cli-echo", "served", "dev")
+        assert await run.result(timeout="15s") == {"echo": "DEV"}
+    assert await dev.stop(signal.SIGINT) == 0
+    assert running_server(store) is None

@@ -1,0 +1,123 @@
+"""The pure core: history folding, chain checks and replay decisions."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from fusee.errors import DeterminismError, JournalGap
+from fusee.runtime.history import Execute, History, Replayed, ReplayedFailure, Replayer
+from fusee.runtime.records import (
+    RunCompleted,
+    RunStarted,
+    StepCompleted,
+    StepFailed,
+    StepRetrying,
+    encode_record,
+)
+
+
+def journal(*records: object) -> list[tuple[int, bytes]]:
+    """Encode records with correct links, at stream sequences 10, 20, 30..."""
+    out: list[tuple[int, bytes]] = []
+    history = History("r")
+    for i, rec in enumerate(records):
+        prev, prev_hash = history.link()
+        data = encode_record(msgspec.structs.replace(rec, prev=prev, prev_hash=prev_hash))  # type: ignore[type-var]
+        seq = (i + 1) * 10
+        history.feed(seq, data)
+        out.append((seq, data))
+    return out
+
+
+START = RunStarted(workflow="agent", input=msgspec.Raw(b'"q"'), started_at=1.0)
+
+
+def done(pos: int, name: str, value: bytes = b"1") -> StepCompleted:
+    return StepCompleted(pos=pos, name=name, result=msgspec.Raw(value))
+
+
+def load(entries: list[tuple[int, bytes]]) -> History:
+    history = History("r")
+    for seq, data in entries:
+        history.feed(seq, data)
+    return history
+
+
+def test_replay_returns_journaled_results_then_executes_the_next_step() -> None:
+    history = load(journal(START, done(1, "plan", b'"p"'), done(2, "answer", b'"a"')))
+    replayer = Replayer(history)
+    assert replayer.begin_step("plan", "x.py:1") == Replayed(1, b'"p"')
+    assert replayer.begin_step("answer", "x.py:2") == Replayed(2, b'"a"')
+    decision = replayer.begin_step("tool", "x.py:3")
+    assert decision == Execute(3, 1, None)
+
+
+def test_failed_attempts_carry_on_after_a_crash() -> None:
+    retry = StepRetrying(pos=1, name="plan", attempt=1, error_type="E", message="m", retry_in=0.5)
+    retry2 = StepRetrying(pos=1, name="plan", attempt=2, error_type="E", message="m", retry_in=1.0)
+    history = load(journal(START, retry, retry2))
+    decision = Replayer(history).begin_step("plan", "x.py:1")
+    assert isinstance(decision, Execute)
+    assert decision.attempt == 3
+    assert decision.last_retry is not None and decision.last_retry.retry_in == 1.0
+
+
+def test_a_journaled_failure_replays_as_a_failure() -> None:
+    failed = StepFailed(pos=1, name="plan", attempt=3, error_type="ValueError", message="bad")
+    history = load(journal(START, failed))
+    decision = Replayer(history).begin_step("plan", "x.py:1")
+    assert isinstance(decision, ReplayedFailure)
+    assert decision.record.error_type == "ValueError"
+
+
+def test_a_renamed_step_names_both_calls_and_the_code_location() -> None:
+    history = load(journal(START, done(1, "plan"), done(2, "answer")))
+    replayer = Replayer(history)
+    replayer.begin_step("plan", "agent.py:10")
+    with pytest.raises(DeterminismError) as err:
+        replayer.begin_step("respond", "agent.py:11")
+    message = str(err.value)
+    assert "'answer'" in message
+    assert "'respond'" in message
+    assert "agent.py:11" in message
+    assert "step 2" in message
+
+
+def test_code_that_returns_before_the_journaled_steps_is_a_determinism_error() -> None:
+    history = load(journal(START, done(1, "plan"), done(2, "answer")))
+    replayer = Replayer(history)
+    replayer.begin_step("plan", "agent.py:10")
+    with pytest.raises(DeterminismError, match="'answer'"):
+        replayer.check_finished("agent.py:12")
+
+
+def test_a_missing_record_is_a_gap() -> None:
+    entries = journal(START, done(1, "a"), done(2, "b"))
+    with pytest.raises(JournalGap, match="missing or was replaced"):
+        load([entries[0], entries[2]])
+
+
+def test_a_replaced_record_is_a_gap() -> None:
+    entries = journal(START, done(1, "a", b"1"), done(2, "b"))
+    forged = journal(START, done(1, "a", b"2"))[1]
+    with pytest.raises(JournalGap, match="sequence 30"):
+        load([entries[0], forged, entries[2]])
+
+
+def test_a_journal_must_start_with_run_started() -> None:
+    entries = journal(START, done(1, "a"))
+    with pytest.raises(JournalGap, match="not run.started"):
+        load(entries[1:])
+
+
+def test_an_unreadable_record_is_a_gap() -> None:
+    entries = journal(START)
+    with pytest.raises(JournalGap, match="cannot be read"):
+        load([entries[0], (20, b'{"kind":"no.such.kind"}')])
+
+
+def test_the_end_is_known() -> None:
+    history = load(journal(START, done(1, "a"), RunCompleted(result=msgspec.Raw(b"1"))))
+    assert history.ended
+    assert history.size == 3

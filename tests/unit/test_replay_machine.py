@@ -1,0 +1,210 @@
+"""A state machine that interleaves steps, crashes and replays, against the real actor.
+
+The run actor, its context and the replay core run as they do in a worker; only the
+storage under them is an in-memory journal with the same fencing rule as JetStream
+(the integration tests run the same code against a real nats-server). Crashes land
+before an append, after an append (stored, but the actor never heard back), and inside
+a step's function. The invariants are the ones users rely on: a step whose result was
+stored never runs again, every run ends with the right result, and the journal is one
+unbroken chain with one outcome per position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import msgspec
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+import fusee
+from fusee.actors.registry import Registry, Workflow
+from fusee.actors.run_actor import RunActor
+from fusee.errors import Fenced
+from fusee.runtime.history import History
+from fusee.runtime.records import RunCompleted, RunStarted, StepCompleted, decode_record, encode_record
+
+
+class Crash(BaseException):  # noqa: N818 - a process dying, not an error
+    pass
+
+
+@dataclass
+class Stored:
+    seq: int
+    data: bytes
+
+
+@dataclass
+class MemoryStore:
+    """A journal with JetStream's fencing rule: append only if the fence is current."""
+
+    msgs: list[Stored] = field(default_factory=list)
+    crash_before_append: int | None = None  # crash on the n-th append of this segment
+    crash_after_append: int | None = None
+    appends: int = 0
+    on_stored: Any = None
+
+    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+        await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
+        self.appends += 1
+        if self.crash_before_append == self.appends:
+            raise Crash
+        last = self.msgs[-1].seq if self.msgs else 0
+        if fence != last:
+            raise Fenced(f"fence {fence} != {last}")
+        seq = last + 1
+        self.msgs.append(Stored(seq, data))
+        if self.on_stored is not None:
+            self.on_stored(decode_record(data))
+        if self.crash_after_append == self.appends:
+            raise Crash
+        return seq
+
+    async def read_journal(self, eid: str, after: int = 0) -> list[Stored]:
+        return [m for m in self.msgs if m.seq > after]
+
+    async def put_index(self, eid: str, value: bytes) -> None:
+        return None
+
+    async def get_index(self, eid: str) -> bytes | None:
+        return None
+
+    async def mark_active(self, partition: int, eid: str) -> None:
+        return None
+
+    async def clear_active(self, partition: int, eid: str) -> None:
+        return None
+
+
+class ReplayMachine(RuleBasedStateMachine):
+    @initialize(
+        steps=st.integers(min_value=1, max_value=6),
+        failures=st.lists(st.integers(min_value=0, max_value=2), min_size=6, max_size=6),
+        always_replay=st.booleans(),
+    )
+    def setup(self, steps: int, failures: list[int], always_replay: bool) -> None:
+        self.steps = steps
+        self.failures = failures  # attempts that raise before the step succeeds, per step
+        self.always_replay = always_replay
+        self.started_calls: dict[int, int] = {}
+        self.finished_calls: dict[int, int] = {}
+        self.calls_when_stored: dict[int, int] = {}
+        self.crash_in_step: int | None = None
+        self.keys: dict[int, set[str]] = {}
+        self.ended = False
+        self.store = MemoryStore(on_stored=self._stored)
+        start = RunStarted(workflow="machine", input=msgspec.Raw(b"0"), started_at=0.0)
+        self.store.msgs.append(Stored(1, encode_record(start)))
+        self.registry = Registry()
+        self.registry.add(Workflow("machine", self._workflow, Any, True))
+
+    def _stored(self, record: object) -> None:
+        if isinstance(record, StepCompleted):
+            self.calls_when_stored[record.pos] = self.started_calls.get(record.pos, 0)
+
+    async def _workflow(self, ctx: fusee.Context, _arg: Any) -> int:
+        total = 0
+        for i in range(1, self.steps + 1):
+
+            async def body(s: fusee.StepInfo, i: int = i) -> int:
+                n = self.started_calls.get(i, 0) + 1
+                self.started_calls[i] = n
+                self.keys.setdefault(i, set()).add(s.key)
+                if self.crash_in_step == n and self._crash_pos == i:
+                    raise Crash
+                if s.attempt <= self.failures[i - 1]:
+                    raise RuntimeError(f"attempt {s.attempt} of step {i} fails")
+                self.finished_calls[i] = self.finished_calls.get(i, 0) + 1
+                return i * 10
+
+            total += await ctx.step(
+                f"step-{i}", body, retry=fusee.Retry(attempts=10, initial=0, max=0)
+            )
+        return total
+
+    _crash_pos = 0
+
+    def _segment(self) -> None:
+        actor = RunActor(
+            store=self.store,
+            namespace="t",
+            eid="r",
+            run_id="r",
+            partition=0,
+            registry=self.registry,
+            clock=lambda: 0.0,
+            always_replay=self.always_replay,
+        )
+
+        async def go() -> None:
+            try:
+                with anyio.fail_after(2):  # a replay loop that never ends is a failure
+                    outcome = await actor.run()
+                self.ended = outcome == "ended"
+            except Crash:
+                pass
+
+        anyio.run(go)
+        self.store.appends = 0
+        self.store.crash_before_append = self.store.crash_after_append = None
+        self.crash_in_step = None
+
+    @rule(n=st.integers(min_value=1, max_value=8))
+    def crash_before_an_append(self, n: int) -> None:
+        self.store.crash_before_append = n
+        self._segment()
+
+    @rule(n=st.integers(min_value=1, max_value=8))
+    def crash_after_an_append(self, n: int) -> None:
+        self.store.crash_after_append = n
+        self._segment()
+
+    @rule(pos=st.integers(min_value=1, max_value=6), call=st.integers(min_value=1, max_value=3))
+    def crash_inside_a_step(self, pos: int, call: int) -> None:
+        self._crash_pos = pos
+        self.crash_in_step = self.started_calls.get(pos, 0) + call
+        self._segment()
+
+    @rule()
+    def run_without_crash(self) -> None:
+        self._segment()
+        assert self.ended, "a run without crashes must reach its end"
+
+    @invariant()
+    def a_stored_step_never_runs_again(self) -> None:
+        for pos, calls in self.calls_when_stored.items():
+            assert self.started_calls[pos] == calls, f"step {pos} ran after its result was stored"
+
+    @invariant()
+    def the_journal_is_one_chain_with_one_outcome_per_position(self) -> None:
+        history = History("r")
+        for m in self.store.msgs:
+            history.feed(m.seq, m.data)  # raises JournalGap on a broken link
+        positions = [
+            decode_record(m.data).pos  # type: ignore[union-attr]
+            for m in self.store.msgs
+            if isinstance(decode_record(m.data), StepCompleted)
+        ]
+        assert len(positions) == len(set(positions))
+        assert positions == sorted(positions)
+
+    @invariant()
+    def each_step_keeps_one_key(self) -> None:
+        for pos, keys in self.keys.items():
+            assert len(keys) == 1, f"step {pos} saw keys {keys}"
+
+    @invariant()
+    def an_ended_run_has_the_right_result(self) -> None:
+        last = decode_record(self.store.msgs[-1].data)
+        if isinstance(last, RunCompleted):
+            expected = sum(i * 10 for i in range(1, self.steps + 1))
+            assert msgspec.json.decode(bytes(last.result)) == expected
+            for pos in range(1, self.steps + 1):
+                assert self.finished_calls.get(pos, 0) >= 1
+
+
+TestReplayMachine = ReplayMachine.TestCase
