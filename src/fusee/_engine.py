@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -77,7 +78,12 @@ async def connect(
         url, server = await ensure_server(
             Path(store_dir or os.environ.get("FUSEE_STORE", ".fusee"))
         )
-    store = await NatsStore.connect(url, namespace, replicas=replicas)
+    try:
+        store = await NatsStore.connect(url, namespace, replicas=replicas)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
     try:
         await store.ensure_layout()
         count = await _partition_count(store, partitions)
@@ -183,7 +189,7 @@ class Engine:
         )
         try:
             seq = await self.store.append(
-                eid, kind_of(record), encode_record(record), fence=0, msg_id=f"{eid}:start"
+                eid, kind_of(record), encode_record(record), fence=0, msg_id=f"{eid}:start:{secrets.token_hex(6)}"
             )
         except Fenced:
             return await self._existing(run_id, eid, name, data)

@@ -7,6 +7,7 @@ fenced out, and after every step in ``FUSEE_ALWAYS_REPLAY=1`` mode.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -64,6 +65,7 @@ class RunActor:
         self.evict_requested = evict_requested
         self.history = History(run_id)
         self.fence = 0
+        self.writer = secrets.token_hex(6)
 
     # -- the commit ---------------------------------------------------------------
 
@@ -76,7 +78,9 @@ class RunActor:
         prev, prev_hash = self.history.link()
         record = msgspec.structs.replace(record, prev=prev, prev_hash=prev_hash)
         data = encode_record(record)
-        msg_id = f"{self.eid}:{self.history.started_seq}:{self.history.size + 1}"
+        # The ID names this writer too: when a reply is lost and the fence refuses the
+        # retry, the last record's ID tells our landed write from another writer's.
+        msg_id = f"{self.eid}:{self.history.started_seq}:{self.history.size + 1}:{self.writer}"
         seq = await self.store.append(
             self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
         )

@@ -94,6 +94,8 @@ class Worker:
         self._kick = anyio.Event()
         self._stopping = False
         self._tg: anyio.abc.TaskGroup | None = None
+        self._actors_tg: anyio.abc.TaskGroup | None = None
+        self._actors_closed = anyio.Event()
         self._last_verify = 0.0
         send, receive = anyio.create_memory_object_stream[tuple[int, str]](10_000)
         self._wakes_in, self._wakes_out = send, receive
@@ -118,6 +120,7 @@ class Worker:
                     await self._s.subscribe_core(lay.wake("*"), self._on_wake),
                 ]
                 try:
+                    await tg.start(self._host_actors)
                     await self._publish_heartbeat()
                     tg.start_soon(self._heartbeat_loop)
                     tg.start_soon(self._wake_loop)
@@ -137,6 +140,21 @@ class Worker:
                         await self._shutdown()
                         for unsub in unsubscribe:
                             await unsub()
+                        await self._wakes_in.aclose()
+                        await self._wakes_out.aclose()
+
+    async def _host_actors(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        # Actors live in a shielded task group: stopping the worker (Ctrl-C, SIGTERM)
+        # does not cancel a step mid-call. _shutdown lets each actor reach its next step
+        # boundary (up to drain_timeout), then cancels what is left and ends this host.
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as actors:
+                self._actors_tg = actors
+                task_status.started()
+                await self._actors_closed.wait()
+                actors.cancel_scope.cancel()
 
     async def _shutdown(self) -> None:
         self._stopping = True
@@ -147,6 +165,7 @@ class Worker:
                     tg.start_soon(self._release, p)
         for slot in list(self.actors.values()):
             slot.scope.cancel()
+        self._actors_closed.set()
         log.info("worker.stopped")
 
     # -- membership -------------------------------------------------------------------
@@ -301,8 +320,8 @@ class Worker:
             return
         slot = _Slot(p)
         self.actors[eid] = slot
-        assert self._tg is not None
-        self._tg.start_soon(self._actor_task, slot, eid)
+        assert self._actors_tg is not None
+        self._actors_tg.start_soon(self._actor_task, slot, eid)
 
     async def _actor_task(self, slot: _Slot, eid: str) -> None:
         p = slot.partition

@@ -133,16 +133,22 @@ class NatsStore:
             # its job and the log line for it is the worker's.
             return
 
-        nc = await nats.connect(
-            url,
-            name=name,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.1,
-            connect_timeout=2,
-            allow_reconnect=True,
-            reconnected_cb=reconnected,
-            error_cb=quiet,
-        )
+        try:
+            nc = await nats.connect(
+                url,
+                name=name,
+                # a few tries for the first connection, so a wrong URL fails fast...
+                max_reconnect_attempts=3,
+                reconnect_time_wait=0.2,
+                connect_timeout=2,
+                allow_reconnect=True,
+                reconnected_cb=reconnected,
+                error_cb=quiet,
+            )
+        except (OSError, nats.errors.NoServersError, nats.errors.TimeoutError) as exc:
+            raise ConnectionLost(f"cannot connect to NATS at {url}: {exc or type(exc).__name__}") from None
+        # ...and once connected, reconnect for as long as it takes (a server restart)
+        nc.options["max_reconnect_attempts"] = -1
         return cls(nc, Layout(namespace), replicas=replicas)
 
     async def close(self) -> None:

@@ -1,0 +1,48 @@
+"""Workflows for worker-process tests: chains of slow steps that record their side effects.
+
+A run's input is a dict: ``log`` (a file path), ``steps`` (how many), ``delay``
+(seconds each step sleeps), ``tag`` (a label put in the result). Every execution of a
+step appends ``<step-name> <s.key> <attempt>`` to ``log`` before it sleeps, so a test
+counts executions across processes, including the ones a kill cut short.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anyio
+
+import fusee
+
+
+def record(log: str, name: str, key: str, attempt: int) -> None:
+    """One line per execution, in one O_APPEND write, so processes never interleave."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{name} {key} {attempt}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _step(arg: dict[str, Any], name: str, value: int) -> Any:
+    async def fn(s: fusee.StepInfo) -> dict[str, Any]:
+        record(arg["log"], name, s.key, s.attempt)
+        await anyio.sleep(arg["delay"])
+        return {"key": s.key, "value": value}
+
+    return fn
+
+
+@fusee.workflow("chain")
+async def chain(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    values = []
+    for i in range(1, arg["steps"] + 1):
+        done = await ctx.step(f"s{i}", _step(arg, f"s{i}", i * i))
+        values.append(done["value"])
+    return {"tag": arg.get("tag"), "values": values}
+
+
+def expected(arg: dict[str, Any]) -> dict[str, Any]:
+    """What ``chain`` returns for ``arg``."""
+    return {"tag": arg.get("tag"), "values": [i * i for i in range(1, arg["steps"] + 1)]}
