@@ -95,11 +95,13 @@ async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> Non
             for h in handles:
                 tg.start_soon(h.result)
         elapsed = time.perf_counter() - t0
+    committer = engine.store.committer
     await engine.close()
     total = runs * steps
     emit("w2", runs=runs, steps_per_run=steps, seconds=round(elapsed, 3),
          steps_per_s=round(total / elapsed), starts_s=round(started, 3),
-         floor_commits_per_s=round(1000 / floor_ms), goal_steps_per_s=2000)
+         floor_commits_per_s=round(1000 / floor_ms), goal_steps_per_s=2000,
+         group_commits=committer.batches, records_in_group_commits=committer.batched)
 
 
 def _spawn_worker(url: str, ns: str) -> subprocess.Popen[str]:

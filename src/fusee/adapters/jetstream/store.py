@@ -29,6 +29,7 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
+from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.errors import Fenced, FuseeError
 
 __all__ = ("NatsStore", "Layout", "StoredMsg", "ConnectionLost")
@@ -113,6 +114,7 @@ class NatsStore:
         self.replicas = replicas
         self._runs: KeyValue | None = None
         self._work: KeyValue | None = None
+        self.committer = GroupCommitter(nc, self.js, self._append_alone)
 
     @classmethod
     async def connect(
@@ -209,6 +211,24 @@ class NatsStore:
     # -- the journal ----------------------------------------------------------------
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+        """Append one record under the actor's fence; returns its stream sequence.
+
+        Under load, records of many actors share one atomic batch (see ``commit.py``).
+
+        Raises:
+            Fenced: another writer appended since ``fence``.
+        """
+        lay = self.layout
+        headers = {
+            KIND: kind,
+            EXPECTED_SEQ: str(fence),
+            EXPECTED_SUBJECT: lay.tree(eid),
+            MSG_ID: msg_id,
+        }
+        item = Pending(lay.journal(eid), data, headers, eid, fence, msg_id, kind)
+        return await self.committer.append(item)
+
+    async def _append_alone(self, eid: str, kind: str, data: bytes, fence: int, msg_id: str) -> int:
         """Append one record under the actor's fence; returns its stream sequence.
 
         ``fence`` is the last sequence the writer saw under ``<ns>.run.<id>.>`` (0: the
