@@ -76,8 +76,14 @@ async def w1(url: str, floor_ms: float, steps: int = 100, repeats: int = 5) -> N
             per_step.append((time.perf_counter() - t0) * 1000 / steps)
     await engine.close()
     best, med = min(per_step), statistics.median(per_step)
-    emit("w1", steps=steps, ms_per_step_median=round(med, 3), ms_per_step_best=round(best, 3),
-         ratio_to_floor=round(med / floor_ms, 2), goal_ms=0.8)
+    emit(
+        "w1",
+        steps=steps,
+        ms_per_step_median=round(med, 3),
+        ms_per_step_best=round(best, 3),
+        ratio_to_floor=round(med / floor_ms, 2),
+        goal_ms=0.8,
+    )
 
 
 async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> None:
@@ -86,8 +92,10 @@ async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> Non
         t0 = time.perf_counter()
         handles = []
         async with anyio.create_task_group() as tg:
+
             async def start(i: int) -> None:
                 handles.append(await engine.start(wfs.noop_steps, f"w2-{i}", steps))
+
             for i in range(runs):
                 tg.start_soon(start, i)
         started = time.perf_counter() - t0
@@ -98,16 +106,26 @@ async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> Non
     committer = engine.store.committer
     await engine.close()
     total = runs * steps
-    emit("w2", runs=runs, steps_per_run=steps, seconds=round(elapsed, 3),
-         steps_per_s=round(total / elapsed), starts_s=round(started, 3),
-         floor_commits_per_s=round(1000 / floor_ms), goal_steps_per_s=2000,
-         group_commits=committer.batches, records_in_group_commits=committer.batched)
+    emit(
+        "w2",
+        runs=runs,
+        steps_per_run=steps,
+        seconds=round(elapsed, 3),
+        steps_per_s=round(total / elapsed),
+        starts_s=round(started, 3),
+        floor_commits_per_s=round(1000 / floor_ms),
+        goal_steps_per_s=2000,
+        group_commits=committer.batches,
+        records_in_group_commits=committer.batched,
+    )
 
 
 def _spawn_worker(url: str, ns: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.worker", url, ns],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert proc.stdout is not None
@@ -135,8 +153,14 @@ async def w5(url: str, floor_ms: float, repeats: int = 3, step_s: float = 2.0) -
         second.send_signal(signal.SIGTERM)
         second.wait()
     await engine.close()
-    emit("w5", repeats=repeats, step_s=step_s, seconds_beyond_step_median=round(statistics.median(beyond), 3),
-         all=[round(b, 3) for b in beyond], goal_s=0.5)
+    emit(
+        "w5",
+        repeats=repeats,
+        step_s=step_s,
+        seconds_beyond_step_median=round(statistics.median(beyond), 3),
+        all=[round(b, 3) for b in beyond],
+        goal_s=0.5,
+    )
 
 
 def _rss_mib(pid: int) -> float:
@@ -152,8 +176,13 @@ async def memory(url: str, server_pid: int) -> None:
     server, proc = _rss_mib(server_pid), _rss_mib(worker.pid)
     worker.send_signal(signal.SIGTERM)
     worker.wait()
-    emit("memory", server_mib=round(server, 1), worker_mib=round(proc, 1),
-         total_mib=round(server + proc, 1), goal_mib=100)
+    emit(
+        "memory",
+        server_mib=round(server, 1),
+        worker_mib=round(proc, 1),
+        total_mib=round(server + proc, 1),
+        goal_mib=100,
+    )
 
 
 def table() -> None:

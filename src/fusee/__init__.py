@@ -12,9 +12,11 @@ from fusee.actors.context import StepFailedError as StepFailedError
 from fusee.actors.context import StepInfo as StepInfo
 from fusee.actors.registry import Workflow as Workflow
 from fusee.actors.registry import workflow as workflow
+from fusee.errors import ConfigError as ConfigError
 from fusee.errors import DeterminismError as DeterminismError
 from fusee.errors import FatalError as FatalError
 from fusee.errors import FuseeError as FuseeError
+from fusee.errors import InvalidArgument as InvalidArgument
 from fusee.errors import InvalidId as InvalidId
 from fusee.errors import NotEncodable as NotEncodable
 from fusee.errors import RunCancelled as RunCancelled
@@ -42,6 +44,8 @@ __all__ = (
     "StepTimeout",
     "DeterminismError",
     "InvalidId",
+    "InvalidArgument",
+    "ConfigError",
     "NotEncodable",
     "RunExists",
     "RunNotFound",

@@ -18,10 +18,11 @@ import structlog
 from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
-from fusee.adapters.jetstream.store import Layout, NatsStore
+from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
     Fenced,
     InvalidArgument,
+    JournalGap,
     RunCancelled,
     RunExists,
     RunFailed,
@@ -29,7 +30,7 @@ from fusee.errors import (
     Timeout,
 )
 from fusee.runtime.codec import canonical, decode_value
-from fusee.runtime.durations import parse_duration
+from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name, validate_namespace
 from fusee.runtime.index import RunInfo, decode_info, encode_info, info_from_history
@@ -189,10 +190,14 @@ class Engine:
         )
         try:
             seq = await self.store.append(
-                eid, kind_of(record), encode_record(record), fence=0, msg_id=f"{eid}:start:{secrets.token_hex(6)}"
+                eid,
+                kind_of(record),
+                encode_record(record),
+                fence=0,
+                msg_id=f"{eid}:start:{secrets.token_hex(6)}",
             )
         except Fenced:
-            return await self._existing(run_id, eid, name, data)
+            return await self._existing(run_id, eid, name, data, seconds)
         history = History(run_id)
         history.feed(seq, encode_record(record))
         await self.store.put_index(eid, encode_info(info_from_history(history, now=time.time())))
@@ -200,7 +205,9 @@ class Engine:
         log.debug("run.submitted", run_id=run_id, workflow=name)
         return Run(self, run_id)
 
-    async def _existing(self, run_id: str, eid: str, name: str, data: bytes) -> Run:
+    async def _existing(
+        self, run_id: str, eid: str, name: str, data: bytes, timeout: float | None
+    ) -> Run:
         first = await self.store.first_in_journal(eid)
         if first is None:  # pragma: no cover - the fence said there was one
             raise RunExists(f"run {run_id!r} exists but its journal cannot be read")
@@ -209,6 +216,12 @@ class Engine:
         if started.workflow != name:
             raise RunExists(
                 f"run {run_id!r} exists with workflow {started.workflow!r}, not {name!r}"
+            )
+        if started.timeout != timeout:
+            raise RunExists(
+                f"run {run_id!r} exists with timeout "
+                f"{format_duration(started.timeout) if started.timeout else 'none'}, "
+                f"not {format_duration(timeout) if timeout else 'none'}"
             )
         if bytes(started.input) != data:
             raise RunExists(
@@ -240,10 +253,7 @@ class Engine:
     def _worker(
         self, *, registry: Registry | None = None, config: WorkerConfig | None = None
     ) -> Worker:
-        cfg = config or WorkerConfig(
-            partitions=self.partitions,
-            always_replay=os.environ.get("FUSEE_ALWAYS_REPLAY", "") not in ("", "0"),
-        )
+        cfg = config or WorkerConfig(partitions=self.partitions)
         cfg.partitions = self.partitions
         return Worker(
             self.store,
@@ -300,7 +310,16 @@ class Run:
 
     async def describe(self) -> RunInfo:
         """The run's status, from its journal (and the worker's note when it waits)."""
-        history = await self._history()
+        try:
+            history = await self._history()
+        except JournalGap as gap:
+            # a broken chain: the worker paused the run and noted why in the index
+            indexed = await self.engine.store.get_index(self.eid)
+            if indexed is None:
+                raise
+            info = decode_info(indexed)
+            info.status, info.reason = "paused", info.reason or str(gap)
+            return info
         info = info_from_history(history, now=time.time())
         indexed = await self.engine.store.get_index(self.eid)
         if indexed is not None:
@@ -371,6 +390,3 @@ def _outcome(run_id: str, data: bytes) -> Any:
 def _clip(data: bytes, n: int = 80) -> str:
     text = data.decode(errors="replace")
     return text if len(text) <= n else text[: n - 1] + "…"
-
-
-__all__ += ("Layout",)

@@ -60,7 +60,8 @@ def test_failed_attempts_carry_on_after_a_crash() -> None:
     decision = Replayer(history).begin_step("plan", "x.py:1")
     assert isinstance(decision, Execute)
     assert decision.attempt == 3
-    assert decision.last_retry is not None and decision.last_retry.retry_in == 1.0
+    assert decision.last_retry is not None
+    assert decision.last_retry.retry_in == 1.0
 
 
 def test_a_journaled_failure_replays_as_a_failure() -> None:
@@ -107,7 +108,7 @@ def test_a_replaced_record_is_a_gap() -> None:
 
 def test_a_journal_must_start_with_run_started() -> None:
     entries = journal(START, done(1, "a"))
-    with pytest.raises(JournalGap, match="not run.started"):
+    with pytest.raises(JournalGap, match=r"not run\.started"):
         load(entries[1:])
 
 
@@ -121,3 +122,13 @@ def test_the_end_is_known() -> None:
     history = load(journal(START, done(1, "a"), RunCompleted(result=msgspec.Raw(b"1"))))
     assert history.ended
     assert history.size == 3
+
+
+def test_a_determinism_error_cannot_be_caught_and_carried_on_from() -> None:
+    history = load(journal(START, done(1, "plan"), done(2, "answer")))
+    replayer = Replayer(history)
+    with pytest.raises(DeterminismError):
+        replayer.begin_step("other", "agent.py:10")
+    with pytest.raises(DeterminismError):  # the next call fails the same way
+        replayer.begin_step("plan", "agent.py:11")
+    assert replayer.broken is not None

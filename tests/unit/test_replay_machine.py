@@ -25,10 +25,16 @@ from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
 from fusee.errors import Fenced
 from fusee.runtime.history import History
-from fusee.runtime.records import RunCompleted, RunStarted, StepCompleted, decode_record, encode_record
+from fusee.runtime.records import (
+    RunCompleted,
+    RunStarted,
+    StepCompleted,
+    decode_record,
+    encode_record,
+)
 
 
-class Crash(BaseException):  # noqa: N818 - a process dying, not an error
+class Crash(BaseException):  # a process dying, not an error (no Error suffix)
     pass
 
 

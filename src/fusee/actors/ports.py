@@ -1,13 +1,21 @@
-"""What the actors need from storage, as Protocols: the JetStream adapter implements them."""
+"""What the actors need from storage, as Protocols: the JetStream adapter implements them.
+
+The actors never import nats or the adapter: they are handed an object that fits these
+(``fusee.adapters.jetstream.store.NatsStore``), and mypy checks that it does where the
+engine builds a worker.
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, TypeAlias
 
-__all__ = ("Stored", "RunStore")
+__all__ = ("Stored", "RunStore", "SubjectLayout", "CoreHandler", "ClusterStore")
 
 
 class Stored(Protocol):
+    """One journal record as stored: its stream sequence and its bytes."""
+
     @property
     def seq(self) -> int: ...
     @property
@@ -21,7 +29,9 @@ class RunStore(Protocol):
         """Append under the fence; raises ``Fenced`` when another writer moved it."""
         ...
 
-    async def read_journal(self, eid: str, after: int = 0) -> list[Stored]: ...  # type: ignore[misc]
+    async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:
+        """Every record of the run's journal with a sequence above ``after``, in order."""
+        ...
 
     async def put_index(self, eid: str, value: bytes) -> None: ...
 
@@ -30,3 +40,63 @@ class RunStore(Protocol):
     async def mark_active(self, partition: int, eid: str) -> None: ...
 
     async def clear_active(self, partition: int, eid: str) -> None: ...
+
+
+class SubjectLayout(Protocol):
+    """The core NATS subjects workers talk on (one namespace's, see the NATS layout doc)."""
+
+    def ping(self, worker: str) -> str:
+        """Where ``worker`` answers pings (request/reply)."""
+        ...
+
+    def heartbeat(self, worker: str) -> str:
+        """Where ``worker`` announces itself; ``"*"`` gives the subject of every worker."""
+        ...
+
+    def wake(self, partition: int) -> str:
+        """Where a partition's owner is told of new work; the partition is the last token."""
+        ...
+
+
+CoreHandler: TypeAlias = Callable[[str, bytes, str | None], Awaitable[None]]
+"""A core NATS message handler: ``handler(subject, data, reply)``."""
+
+
+class ClusterStore(RunStore, Protocol):
+    """A :class:`RunStore` plus what a worker needs to share partitions with others:
+    core NATS messaging (heartbeats, pings, wake-ups), partition owners compare-and-set
+    in the work bucket, and the list of active runs."""
+
+    @property
+    def layout(self) -> SubjectLayout: ...
+
+    async def subscribe_core(
+        self, subject: str, handler: CoreHandler
+    ) -> Callable[[], Awaitable[None]]:
+        """Subscribe ``handler`` to ``subject`` (wildcards allowed); returns the unsubscribe."""
+        ...
+
+    async def publish_core(self, subject: str, data: bytes) -> None:
+        """Fire and forget on core NATS (a lost message is fine: nothing durable rides it)."""
+        ...
+
+    async def ping(self, subject: str, timeout: float) -> bytes | None:
+        """Request/reply: the reply, or None when nobody listens or answers in time."""
+        ...
+
+    async def get_owner(self, partition: int) -> tuple[str, int] | None:
+        """The partition's owner and the revision of its record, or None when it has none."""
+        ...
+
+    async def claim_owner(self, partition: int, worker: str, last: int | None) -> int | None:
+        """Take ``partition`` if its record is still at revision ``last`` (None: no owner);
+        the new revision, or None when another worker moved first."""
+        ...
+
+    async def release_owner(self, partition: int, revision: int) -> None:
+        """Delete the owner record if it is still at ``revision``."""
+        ...
+
+    async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
+        """``(partition, eid)`` of the active runs in ``partitions``."""
+        ...

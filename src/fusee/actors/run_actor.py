@@ -22,7 +22,7 @@ from fusee.errors import DeterminismError, Evicted, FatalError, JournalGap, NotE
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History, Replayer
-from fusee.runtime.index import encode_info, info_from_history
+from fusee.runtime.index import decode_info, encode_info, info_from_history
 from fusee.runtime.records import (
     AnyRecord,
     RunCancelled,
@@ -66,6 +66,7 @@ class RunActor:
         self.history = History(run_id)
         self.fence = 0
         self.writer = secrets.token_hex(6)
+        self.commits = 0
 
     # -- the commit ---------------------------------------------------------------
 
@@ -80,7 +81,10 @@ class RunActor:
         data = encode_record(record)
         # The ID names this writer too: when a reply is lost and the fence refuses the
         # retry, the last record's ID tells our landed write from another writer's.
-        msg_id = f"{self.eid}:{self.history.started_seq}:{self.history.size + 1}:{self.writer}"
+        # A commit cut short (cancelled by the run's timeout) may still land: the next
+        # commit must not reuse its ID, or the read-back would take that record for it.
+        self.commits += 1
+        msg_id = f"{self.eid}:{self.history.started_seq}:{self.commits}:{self.writer}"
         seq = await self.store.append(
             self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
         )
@@ -115,7 +119,16 @@ class RunActor:
                     await self._project(running=False, reason=str(gap), paused=True)
                     return "paused"
                 if self.history.started is None:
-                    return "ended"  # no journal: a marker left by a start that never happened
+                    if await self.store.get_index(self.eid) is None:
+                        return "ended"  # a marker left by a start that never happened
+                    # Indexed but no journal: it was purged or lost. Say so, loudly.
+                    reason = (
+                        f"the journal of run {self.run_id!r} is gone (purged or lost) "
+                        f"while the run index still lists it"
+                    )
+                    log.error("run.paused", reason=reason)
+                    await self._mark_index_paused(reason)
+                    return "paused"
                 if self.history.ended:
                     await self._project(running=False)
                     return "ended"
@@ -165,6 +178,8 @@ class RunActor:
                     result = await wf.fn(ctx, arg)
                 else:
                     result = await wf.fn(ctx)
+                if replayer.broken is not None:
+                    raise replayer.broken  # raised at a step, and the workflow caught it
                 replayer.check_finished(f"the return of {wf.fn.__qualname__}")
                 record = RunCompleted(
                     result=msgspec.Raw(encode_value(result, f"the result of run {self.run_id!r}"))
@@ -172,6 +187,8 @@ class RunActor:
             except DeterminismError as exc:
                 return await self._pause(str(exc))
             except StepFailedError as exc:
+                if replayer.broken is not None:
+                    return await self._pause(str(replayer.broken))
                 record = RunFailed(error_type=exc.error_type, message=exc.message, step=exc.step)
             except (FatalError, NotEncodable) as exc:
                 record = RunFailed(error_type=error_type_name(exc), message=str(exc))
@@ -181,6 +198,8 @@ class RunActor:
                     message=f"the input of run {self.run_id!r} does not fit {wf.name}: {exc}",
                 )
             except Exception as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
+                if replayer.broken is not None:
+                    return await self._pause(str(replayer.broken))
                 record = RunFailed(error_type=error_type_name(exc), message=str(exc) or repr(exc))
         if scope.cancelled_caught:
             assert started.timeout is not None
@@ -198,6 +217,14 @@ class RunActor:
         await self.commit(RunPaused(reason=reason))
         await self._project(running=False)
         return "paused"
+
+    async def _mark_index_paused(self, reason: str) -> None:
+        raw = await self.store.get_index(self.eid)
+        if raw is None:
+            return
+        info = decode_info(raw)
+        info.status, info.reason, info.updated_at = "paused", reason, self.clock()
+        await self.store.put_index(self.eid, encode_info(info))
 
     async def _project(
         self, *, running: bool, reason: str | None = None, paused: bool = False

@@ -25,6 +25,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from fusee.actors.ports import ClusterStore, SubjectLayout
 from fusee.actors.registry import Registry
 from fusee.actors.run_actor import RunActor
 from fusee.errors import Evicted, Fenced
@@ -49,6 +50,12 @@ def owner_for(partition: int, workers: set[str]) -> str:
     return max(workers, key=lambda w: rank(partition, w))
 
 
+def _any_partition(layout: SubjectLayout) -> str:
+    """The wake subject of every partition: a wildcard in place of the last token (the
+    partition, as :meth:`Worker._on_wake` reads it back)."""
+    return layout.wake(0).rpartition(".")[0] + ".*"
+
+
 @dataclass
 class WorkerConfig:
     partitions: int = 16
@@ -57,7 +64,10 @@ class WorkerConfig:
     ping_timeout: float = 0.5  # no answer in this long: taken as dead
     verify_every: float = 2.0  # re-read partition owners and active runs this often
     drain_timeout: float = 5.0  # a released partition's steps get this long to commit
-    always_replay: bool = False
+    # FUSEE_ALWAYS_REPLAY=1: evict every actor after each step (replay tests)
+    always_replay: bool = field(
+        default_factory=lambda: os.environ.get("FUSEE_ALWAYS_REPLAY", "") not in ("", "0")
+    )
 
 
 @dataclass
@@ -71,7 +81,7 @@ class _Slot:
 class Worker:
     def __init__(
         self,
-        store: object,
+        store: ClusterStore,
         registry: Registry,
         *,
         namespace: str,
@@ -79,8 +89,8 @@ class Worker:
         config: WorkerConfig | None = None,
         worker_id: str | None = None,
     ) -> None:
-        # ``store`` is the JetStream adapter (duck-typed: the actors never import nats)
-        self.store: object = store
+        # the JetStream adapter, seen through a port: the actors never import nats
+        self.store = store
         self.registry = registry
         self.namespace = namespace
         self.clock = clock
@@ -100,33 +110,27 @@ class Worker:
         send, receive = anyio.create_memory_object_stream[tuple[int, str]](10_000)
         self._wakes_in, self._wakes_out = send, receive
 
-    @property
-    def _s(self):  # type: ignore[no-untyped-def]  # the adapter, untyped on purpose
-        return self.store
-
     # -- life cycle -------------------------------------------------------------------
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         """Serve until cancelled; ``task_status.started()`` once partitions are claimed."""
-        lay = self._s.layout
+        lay = self.store.layout
         with structlog.contextvars.bound_contextvars(worker=self.id):
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 unsubscribe = [
-                    await self._s.subscribe_core(lay.ping(self.id), self._on_ping),
-                    await self._s.subscribe_core(lay.heartbeat("*"), self._on_heartbeat),
-                    await self._s.subscribe_core(lay.wake("*"), self._on_wake),
+                    await self.store.subscribe_core(lay.ping(self.id), self._on_ping),
+                    await self.store.subscribe_core(lay.heartbeat("*"), self._on_heartbeat),
+                    await self.store.subscribe_core(_any_partition(lay), self._on_wake),
                 ]
                 try:
                     await tg.start(self._host_actors)
                     await self._publish_heartbeat()
                     tg.start_soon(self._heartbeat_loop)
                     tg.start_soon(self._wake_loop)
-                    # Let the others' heartbeats arrive before claiming anything, so a
-                    # joining worker takes its share, not every free partition.
-                    await anyio.sleep(self.config.heartbeat * 1.5)
+                    await self._discover()
                     await self._balance()
                     log.info(
                         "worker.started",
@@ -172,7 +176,7 @@ class Worker:
 
     async def _on_ping(self, _subject: str, _data: bytes, reply: str | None) -> None:
         if reply:
-            await self._s.publish_core(reply, json.dumps({"id": self.id}).encode())
+            await self.store.publish_core(reply, json.dumps({"id": self.id}).encode())
 
     async def _on_heartbeat(self, subject: str, data: bytes, _reply: str | None) -> None:
         worker = subject.rsplit(".", 1)[-1]
@@ -193,15 +197,37 @@ class Worker:
 
     async def _publish_heartbeat(self, *, bye: bool = False) -> None:
         body = {"id": self.id, "partitions": sorted(self.owned), "bye": bye}
-        await self._s.publish_core(self._s.layout.heartbeat(self.id), json.dumps(body).encode())
+        await self.store.publish_core(
+            self.store.layout.heartbeat(self.id), json.dumps(body).encode()
+        )
 
     async def _heartbeat_loop(self) -> None:
         while not self._stopping:
             await anyio.sleep(self.config.heartbeat)
             await self._publish_heartbeat()
 
+    async def _discover(self) -> None:
+        """Learn which owners of partitions are alive before claiming anything, so a
+        joining worker takes its share and no more, and a dead owner's partitions are
+        taken at once (a ping to a closed connection has no responders) instead of after
+        a heartbeat timeout. Workers that own nothing show up with their heartbeats."""
+        owners: set[str] = set()
+
+        async def read(p: int) -> None:
+            current = await self.store.get_owner(p)
+            if current is not None:
+                owners.add(current[0])
+
+        async with anyio.create_task_group() as tg:
+            for p in range(self.config.partitions):
+                tg.start_soon(read, p)
+        owners.discard(self.id)
+        async with anyio.create_task_group() as tg:
+            for worker in owners:
+                tg.start_soon(self._alive, worker)
+
     async def _alive(self, worker: str) -> bool:
-        answer = await self._s.ping(self._s.layout.ping(worker), self.config.ping_timeout)
+        answer = await self.store.ping(self.store.layout.ping(worker), self.config.ping_timeout)
         if answer is None:
             self.members.pop(worker, None)
             return False
@@ -237,9 +263,9 @@ class Worker:
             await self._verify()
 
     async def _acquire(self, p: int) -> None:
-        current = await self._s.get_owner(p)
+        current = await self.store.get_owner(p)
         if current is None:
-            revision = await self._s.claim_owner(p, self.id, None)
+            revision = await self.store.claim_owner(p, self.id, None)
         else:
             holder, last = current
             if holder == self.id:
@@ -247,7 +273,7 @@ class Worker:
             elif holder in self.members or await self._alive(holder):
                 return  # alive: it hands the partition over when it sees us
             else:
-                revision = await self._s.claim_owner(p, self.id, last)
+                revision = await self.store.claim_owner(p, self.id, last)
         if revision is None:
             return
         self.owned[p] = revision
@@ -272,7 +298,7 @@ class Worker:
                 slot.scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await slot.done.wait()
-            await self._s.release_owner(p, revision)
+            await self.store.release_owner(p, revision)
             log.debug("partition.released", partition=p)
         finally:
             self._releasing.discard(p)
@@ -289,7 +315,7 @@ class Worker:
 
     async def _verify(self) -> None:
         for p, revision in list(self.owned.items()):
-            current = await self._s.get_owner(p)
+            current = await self.store.get_owner(p)
             if current is None or current[0] != self.id:
                 self._drop(p)
             elif current[1] != revision:
@@ -298,7 +324,7 @@ class Worker:
             await self._reconcile(set(self.owned))
 
     async def _reconcile(self, partitions: set[int]) -> None:
-        for p, eid in await self._s.list_active(partitions):
+        for p, eid in await self.store.list_active(partitions):
             self._ensure_actor(p, eid)
 
     # -- actors -----------------------------------------------------------------------
@@ -328,7 +354,7 @@ class Worker:
         try:
             with slot.scope:
                 actor = RunActor(
-                    store=self._s,
+                    store=self.store,
                     namespace=self.namespace,
                     eid=eid,
                     run_id=unescape(eid),
@@ -342,7 +368,7 @@ class Worker:
                 if outcome == "unrunnable":
                     self.unrunnable.add(eid)
                 else:
-                    await self._s.clear_active(p, eid)
+                    await self.store.clear_active(p, eid)
         except Evicted:
             pass
         except Fenced:

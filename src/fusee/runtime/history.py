@@ -135,6 +135,9 @@ class Replayer:
     def __init__(self, history: History) -> None:
         self.history = history
         self.next_pos = 1
+        # Once the code and the journal disagree, they stay disagreeing: every later call
+        # raises the same error, so a workflow that catches it cannot carry on.
+        self.broken: DeterminismError | None = None
 
     def begin_step(self, name: str, location: str) -> Replayed | ReplayedFailure | Execute:
         """Decide the fate of the code's next ``ctx.step(name, ...)``, made at ``location``.
@@ -142,6 +145,8 @@ class Replayer:
         Raises:
             DeterminismError: the journal holds another step at this position.
         """
+        if self.broken is not None:
+            raise self.broken
         pos = self.next_pos
         self.next_pos += 1
         outcome = self.history.outcomes.get(pos)
@@ -150,12 +155,13 @@ class Replayer:
             outcome.name if outcome is not None else (retries[0].name if retries else None)
         )
         if journaled_name is not None and journaled_name != name:
-            raise DeterminismError(
+            self.broken = DeterminismError(
                 f"run {self.history.run_id!r}: step {pos} is {journaled_name!r} in the journal, "
                 f"but the code now calls {name!r} at {location}. The workflow's code changed "
                 f"while the run was in flight; deploy the old code to finish it, or start a "
                 f"new run."
             )
+            raise self.broken
         match outcome:
             case StepCompleted():
                 return Replayed(pos, bytes(outcome.result))

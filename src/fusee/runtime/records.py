@@ -45,7 +45,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     prev_hash: str = ""
 
 
-class RunStarted(Record, tag="run.started"):
+class RunStarted(Record, tag="run.started", frozen=True):
     """The first record: written by whoever started the run, create-if-absent."""
 
     workflow: str
@@ -55,7 +55,7 @@ class RunStarted(Record, tag="run.started"):
     partition: int = 0
 
 
-class StepCompleted(Record, tag="step.completed"):
+class StepCompleted(Record, tag="step.completed", frozen=True):
     """A step's result, committed once; replay returns it instead of running the step."""
 
     pos: int
@@ -65,7 +65,7 @@ class StepCompleted(Record, tag="step.completed"):
     duration_ms: float = 0.0
 
 
-class StepRetrying(Record, tag="step.retrying"):
+class StepRetrying(Record, tag="step.retrying", frozen=True):
     """An attempt failed and the step will run again after ``retry_in`` seconds."""
 
     pos: int
@@ -77,7 +77,7 @@ class StepRetrying(Record, tag="step.retrying"):
     failed_at: float = 0.0
 
 
-class StepFailed(Record, tag="step.failed"):
+class StepFailed(Record, tag="step.failed", frozen=True):
     """The step's final error: a fatal error, or the last of its attempts."""
 
     pos: int
@@ -87,13 +87,13 @@ class StepFailed(Record, tag="step.failed"):
     message: str
 
 
-class RunCompleted(Record, tag="run.completed"):
+class RunCompleted(Record, tag="run.completed", frozen=True):
     """The workflow returned ``result``."""
 
     result: msgspec.Raw
 
 
-class RunFailed(Record, tag="run.failed"):
+class RunFailed(Record, tag="run.failed", frozen=True):
     """The workflow raised; ``step`` names the step whose error ended it, if one did."""
 
     error_type: str
@@ -101,13 +101,13 @@ class RunFailed(Record, tag="run.failed"):
     step: str | None = None
 
 
-class RunCancelled(Record, tag="run.cancelled"):
+class RunCancelled(Record, tag="run.cancelled", frozen=True):
     """The run was cancelled (by a caller, or by its own timeout)."""
 
     reason: str
 
 
-class RunPaused(Record, tag="run.paused"):
+class RunPaused(Record, tag="run.paused", frozen=True):
     """The run stopped on purpose and waits for an operator (``reason`` says why)."""
 
     reason: str

@@ -44,14 +44,18 @@ class Pending:
     fence: int
     msg_id: str
     kind: str
-    done: asyncio.Future[int] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    done: asyncio.Future[int] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
 
 
 Direct = Callable[[str, str, bytes, int, str], Awaitable[int]]
 
 
 class GroupCommitter:
-    def __init__(self, nc: Client, js: JetStreamContext, direct: Direct, *, direct_limit: int = 4) -> None:
+    def __init__(
+        self, nc: Client, js: JetStreamContext, direct: Direct, *, direct_limit: int = 4
+    ) -> None:
         self.nc = nc
         self.js = js
         self.direct = direct  # append one record alone, with retries and read-back

@@ -12,7 +12,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import nats.errors
@@ -31,6 +31,8 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.errors import Fenced, FuseeError
+
+T = TypeVar("T")
 
 __all__ = ("NatsStore", "Layout", "StoredMsg", "ConnectionLost")
 
@@ -148,7 +150,9 @@ class NatsStore:
                 error_cb=quiet,
             )
         except (OSError, nats.errors.NoServersError, nats.errors.TimeoutError) as exc:
-            raise ConnectionLost(f"cannot connect to NATS at {url}: {exc or type(exc).__name__}") from None
+            raise ConnectionLost(
+                f"cannot connect to NATS at {url}: {exc or type(exc).__name__}"
+            ) from None
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
         return cls(nc, Layout(namespace), replicas=replicas)
@@ -270,9 +274,7 @@ class NatsStore:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
-            if ack.duplicate:
-                return ack.seq
-            return ack.seq
+            return ack.seq  # a duplicate ack names the original, which is ours
 
     async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
         """Every record of the run's journal with a sequence above ``after``, in order."""
@@ -293,7 +295,7 @@ class NatsStore:
         headers = dict(raw.headers or {})
         return StoredMsg(raw.seq or 0, raw.subject or subject, raw.data or b"", headers)
 
-    async def _retrying(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    async def _retrying(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         delay = 0.05
         while True:
             try:
@@ -407,7 +409,7 @@ class NatsStore:
                 if entry.value:
                     out.append((entry.key, entry.value))
         finally:
-            await watcher.stop()
+            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped here
         return out
 
     async def mark_active(self, partition: int, eid: str) -> None:
