@@ -82,7 +82,21 @@ def _caller_location(depth: int = 2) -> str:
     return f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
+_TAKES_INFO: dict[object, bool] = {}
+
+
 def _takes_step_info(fn: Callable[..., Any]) -> bool:
+    # Lambdas made in a loop share one code object: inspect each shape once.
+    code = getattr(fn, "__code__", None)
+    if code is not None and getattr(fn, "__defaults__", None) is None:
+        known = _TAKES_INFO.get(code)
+        if known is None:
+            known = _TAKES_INFO[code] = _inspect_takes_step_info(fn)
+        return known
+    return _inspect_takes_step_info(fn)
+
+
+def _inspect_takes_step_info(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

@@ -88,7 +88,7 @@ class RunActor:
         seq = await self.store.append(
             self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
         )
-        self.history.feed(seq, data)
+        self.history.add(seq, record, data)
         self.fence = seq
         return seq
 

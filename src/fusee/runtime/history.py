@@ -68,11 +68,16 @@ class History:
                 f"run {self.run_id!r}: the journal starts with {kind_of(record)} at sequence {seq}, "
                 f"not run.started"
             )
+        self.add(seq, record, data)
+        return record
+
+    def add(self, seq: int, record: AnyRecord, data: bytes) -> None:
+        """Add a record this process just wrote (``data`` is its encoding; the link was
+        made by :meth:`link`, so it needs no check)."""
         self._apply(seq, record)
         self.last_seq = seq
         self.last_hash = record_hash(data)
         self.size += 1
-        return record
 
     def _apply(self, seq: int, record: AnyRecord) -> None:
         match record:
@@ -86,10 +91,6 @@ class History:
                 self.paused = record
             case _ if isinstance(record, TERMINAL):
                 self.end = record
-
-    @property
-    def kind(self) -> str:  # for messages
-        return "history"
 
     def link(self) -> tuple[int, str]:
         """``(prev, prev_hash)`` for the next record to append."""
