@@ -24,6 +24,7 @@ from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
 from fusee.errors import RunNotFound as RunNotFound
 from fusee.errors import StepTimeout as StepTimeout
+from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
 from fusee.runtime.index import RunInfo as RunInfo
 from fusee.runtime.retry import Retry as Retry
@@ -51,6 +52,7 @@ __all__ = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "StreamNotFound",
     "Timeout",
 )
 

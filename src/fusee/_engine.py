@@ -6,7 +6,7 @@ import contextlib
 import os
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from fusee.runtime.records import (
 from fusee.runtime.records import (
     RunFailed as RunFailedRecord,
 )
+from fusee.runtime.tokens import TokenEvent
 
 __all__ = ("Engine", "Run", "connect")
 
@@ -363,6 +364,53 @@ class Run:
                 if outcome is not None:
                     return outcome()
         raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
+
+    # -- token streams (issue #5) ------------------------------------------------------
+
+    async def stream_events(self, name: str, offset: int = 0) -> AsyncGenerator[TokenEvent, None]:
+        """Follow the run's token stream ``name`` from token index ``offset``, from any
+        process, while the step runs and after the run ended.
+
+        Every stored event with an index of ``offset`` or more, in order, no gap, no
+        duplicate: tokens, ``attempt`` boundaries (the step restarted from scratch:
+        drop the text of earlier attempts) and the ``end`` marker. The iterator ends once
+        the stream is over: after ``end`` when the step's result is journaled, or after
+        the last stored token when the step failed or the run ended without finishing it.
+        A reader that reconnects with ``offset=last token index + 1`` continues exactly.
+        A stream the run does not have yet is waited for while the run is running.
+
+        Raises:
+            RunNotFound: no such run.
+            StreamNotFound: the run is over and never had a stream ``name``.
+            InvalidArgument: ``offset`` is not an int >= 0.
+
+        Example:
+            ``async for ev in engine.run("chat-7").stream_events("model-0", offset=120): ...``
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidArgument(f"offset={offset!r}: a token index, an int >= 0")
+        name = validate_name(name, "stream name")
+        # closed here, not by the garbage collector, when the caller stops early
+        async with contextlib.aclosing(self.engine.store.tokens.read(self.eid, name, offset)) as it:
+            async for event in it:
+                yield event
+
+    async def stream(self, name: str, offset: int = 0) -> AsyncGenerator[str, None]:
+        """The text of the run's token stream ``name`` from token index ``offset``, chunk
+        by chunk (tokens only; see :meth:`stream_events` for attempt boundaries).
+
+        Raises:
+            RunNotFound: no such run.
+            StreamNotFound: the run is over and never had a stream ``name``.
+            InvalidArgument: ``offset`` is not an int >= 0.
+
+        Example:
+            ``async for token in engine.run(id).stream(f"model-{turn}"): print(token, end="")``
+        """
+        async with contextlib.aclosing(self.stream_events(name, offset)) as events:
+            async for event in events:
+                if event.kind == "token":
+                    yield event.text
 
 
 def _outcome(run_id: str, data: bytes) -> Any:

@@ -20,6 +20,7 @@ __all__ = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "StreamNotFound",
     "StepTimeout",
     "Timeout",
     "Fenced",
@@ -91,6 +92,10 @@ class RunCancelled(RunFailed):
         self.error_type = "fusee.Cancelled"
         self.message = reason
         self.reason = reason
+
+
+class StreamNotFound(FuseeError, LookupError):
+    """The run is over and never had a token stream of this name (or it expired)."""
 
 
 class StepTimeout(FuseeError, TimeoutError):

@@ -31,6 +31,7 @@ PUBLIC = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "StreamNotFound",
     "Timeout",
 )
 
@@ -64,7 +65,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 14
+    assert len(errors) == 15
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

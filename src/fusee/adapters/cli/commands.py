@@ -9,9 +9,10 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import msgspec
 import structlog
 
@@ -22,9 +23,22 @@ from fusee.adapters.cli.options import GlobalOptions, command_hint
 from fusee.adapters.cli.render import format_run, format_runs_table, json_text
 from fusee.errors import RunCancelled, RunFailed, Timeout
 from fusee.runtime.durations import format_duration, parse_duration
-from fusee.runtime.ids import validate_id
+from fusee.runtime.ids import validate_id, validate_name
 
-__all__ = ("CliError", "open_engine", "dev", "worker", "runs_list", "runs_show", "runs_result")
+if TYPE_CHECKING:
+    from fusee.adapters.http.server import Bound
+
+__all__ = (
+    "CliError",
+    "open_engine",
+    "dev",
+    "worker",
+    "api",
+    "runs_list",
+    "runs_show",
+    "runs_result",
+    "streams_follow",
+)
 
 log = structlog.get_logger("fusee")
 
@@ -119,8 +133,15 @@ def _dev_main(module: Any, path: str) -> Callable[[fusee.Engine], Awaitable[Any]
 # -- fusee dev / fusee worker ---------------------------------------------------------
 
 
-async def dev(opts: GlobalOptions, file: str, *, serve: bool) -> int:
-    """Import ``file``, run a worker, await the file's ``main(engine)`` if it has one."""
+async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | None = None) -> int:
+    """Import ``file``, run a worker, await the file's ``main(engine)`` if it has one.
+
+    With ``api_port``, the HTTP API serves on 127.0.0.1 at that port too, and the command
+    keeps serving after ``main`` returns (as with ``serve``), so the API stays up.
+    """
+    if api_port is not None:
+        _check_port(api_port, "--api-port")
+        serve = True
     module = load_file(file)
     main = _dev_main(module, file)
     if not REGISTRY.names():
@@ -130,12 +151,15 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool) -> int:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
             where = f"embedded, store {opts.store}" if opts.nats is None else "external"
             log.info("dev.connected", nats=_redact(engine.url), server=where)
-            async with engine.worker():
+            async with engine.worker(), anyio.create_task_group() as tg:
+                if api_port is not None:
+                    await tg.start(_serve_api, engine, "127.0.0.1", api_port)
                 if main is not None:
                     await main(engine)
                 if serve or main is None:
                     log.info("dev.serving", workflows=REGISTRY.names(), stop="Ctrl-C")
                     await anyio.sleep_forever()
+                tg.cancel_scope.cancel()
 
     await _until_signal(body)
     return 0
@@ -150,6 +174,48 @@ async def worker(opts: GlobalOptions, files: Sequence[str]) -> int:
     async def body() -> None:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
             await engine.serve()
+
+    await _until_signal(body)
+    return 0
+
+
+# -- fusee api ------------------------------------------------------------------------
+
+
+def _check_port(port: int, flag: str) -> None:
+    if not 0 <= port <= 65535:
+        raise CliError(f"{flag} {port}: a port is a number from 0 to 65535 (0: any free port)")
+
+
+async def _serve_api(
+    engine: fusee.Engine,
+    host: str,
+    port: int,
+    keepalive: float = 15.0,
+    *,
+    task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    # Imported here: the HTTP stack (starlette, uvicorn) loads only for commands that serve it.
+    from fusee.adapters.http.server import serve_api
+
+    try:
+        await serve_api(engine, host=host, port=port, keepalive=keepalive, task_status=task_status)
+    except OSError as exc:
+        raise CliError(
+            f"cannot serve the HTTP API on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+
+
+async def api(opts: GlobalOptions, *, host: str, port: int, keepalive: str = "15s") -> int:
+    """Serve the HTTP API on ``host:port`` until SIGINT or SIGTERM."""
+    _check_port(port, "--port")
+    every = parse_duration(keepalive, "--keepalive")
+    if every <= 0:
+        raise CliError(f"--keepalive {keepalive}: must be more than 0")
+
+    async def body() -> None:
+        async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
+            await _serve_api(engine, host, port, every)
 
     await _until_signal(body)
     return 0
@@ -221,4 +287,47 @@ async def runs_result(opts: GlobalOptions, run_id: str, *, timeout: str | None) 
                 code=2,
             ) from None
     _out(msgspec.json.format(msgspec.json.encode(value), indent=2).decode())
+    return 0
+
+
+# -- fusee streams ---------------------------------------------------------------------
+
+
+async def streams_follow(opts: GlobalOptions, run_id: str, name: str, *, offset: int) -> int:
+    """Print the stream's token text as it comes, from token ``offset``, until its end.
+
+    stdout gets the text only, flushed token by token. An attempt boundary (the model
+    call started over) is a note on stderr, so piped text stays the text.
+    """
+    run_id = validate_id(run_id, "run ID")
+    name = validate_name(name, "stream name")
+    if offset < 0:
+        raise CliError(f"--from {offset}: a token index must not be negative")
+    out = sys.stdout
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
+        run = engine.run(run_id)
+        stream_events = getattr(run, "stream_events", None)
+        if stream_events is None:
+            raise CliError("this fusee has no token streams (Run.stream_events is missing)")
+        await run.describe()  # an unknown run fails at once, not after a wait
+        last = ""
+        async for ev in stream_events(name, offset=offset):
+            if ev.kind == "token":
+                out.write(ev.text)
+                out.flush()
+                last = ev.text or last
+            elif ev.kind == "attempt" and ev.attempt > 1:
+                if last and not last.endswith("\n"):
+                    out.write("\n")
+                    out.flush()
+                sys.stderr.write(
+                    f"-- attempt {ev.attempt}: the model call started over at token "
+                    f"{ev.index}; the text above is from the attempt before\n"
+                )
+                sys.stderr.flush()
+            elif ev.kind == "end":
+                break
+    if last and not last.endswith("\n") and out.isatty():
+        out.write("\n")  # the shell prompt on a line of its own
+    out.flush()
     return 0

@@ -1,10 +1,12 @@
 """``fusee``: run a dev environment or a worker, and inspect runs.
 
-    fusee dev FILE [--serve]            embedded NATS + a worker + FILE's main(engine)
+    fusee dev FILE [--serve] [--api-port N]   embedded NATS + a worker + FILE's main(engine)
     fusee worker FILE [FILE...]         serve the workflows in FILEs until SIGTERM
+    fusee api [--host H] [--port N]     serve the HTTP API until SIGTERM
     fusee runs list [--status S] [--workflow W] [--json]
     fusee runs show RUN_ID [--json]
     fusee runs result RUN_ID [--timeout 30s]
+    fusee streams follow RUN_ID NAME [--from N]
 
 Exit codes: 0 done; 1 an error (bad input, unknown run, a failed or cancelled run);
 2 a usage error, or a run with no result yet (``runs result`` timed out, or it is paused).
@@ -94,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.add_argument("file", metavar="FILE", help="a Python file defining workflows")
     dev.add_argument("--serve", action="store_true", help="keep serving after main(engine) returns")
+    dev.add_argument(
+        "--api-port",
+        type=int,
+        metavar="PORT",
+        help="also serve the HTTP API on 127.0.0.1:PORT (0: any free port); implies --serve",
+    )
 
     worker = sub.add_parser(
         "worker",
@@ -105,6 +113,28 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     worker.add_argument("files", metavar="FILE", nargs="+", help="Python files defining workflows")
+
+    api = sub.add_parser(
+        "api",
+        parents=[common],
+        help="serve the HTTP API until SIGTERM or Ctrl-C",
+        description=(
+            "Serve the HTTP API (docs/reference/http-api.md; GET /openapi.json) on the "
+            "namespace, until SIGTERM or SIGINT. It executes no runs: run workers for that."
+        ),
+    )
+    api.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1)"
+    )
+    api.add_argument(
+        "--port", type=int, default=8000, help="the port (default: 8000; 0: any free port)"
+    )
+    api.add_argument(
+        "--keepalive",
+        default="15s",
+        metavar="DURATION",
+        help="keep-alive comments on an idle event stream this often (default: 15s)",
+    )
 
     runs = sub.add_parser(
         "runs", help="list and inspect runs", description="List and inspect runs."
@@ -141,13 +171,38 @@ def build_parser() -> argparse.ArgumentParser:
     result.add_argument(
         "--timeout", default="30s", metavar="DURATION", help="how long to wait (default: 30s)"
     )
+
+    streams = sub.add_parser(
+        "streams", help="read a run's token streams", description="Read a run's token streams."
+    )
+    streams_sub = streams.add_subparsers(dest="streams_command", metavar="COMMAND", required=True)
+    follow = streams_sub.add_parser(
+        "follow",
+        parents=[common],
+        help="print a token stream's text as it comes, until its end",
+        description=(
+            "Print the text of the run's token stream NAME (a model_call's name) as it "
+            "comes, from token --from, and exit at the end of the stream. stdout gets the "
+            "text only; a note on stderr marks where the model call started over."
+        ),
+    )
+    follow.add_argument("run_id", metavar="RUN_ID")
+    follow.add_argument("name", metavar="NAME", help="the stream: the name given to model_call")
+    follow.add_argument(
+        "--from",
+        dest="offset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the index of the first token to print (default: 0)",
+    )
     return parser
 
 
 def _options(args: argparse.Namespace) -> GlobalOptions:
     nats_flag = getattr(args, "nats", None)
     log_format = getattr(args, "log_format", None) or ("console" if sys.stderr.isatty() else "json")
-    default_level = "warning" if args.command == "runs" else "info"
+    default_level = "warning" if args.command in ("runs", "streams") else "info"
     return GlobalOptions(
         nats=nats_flag or os.environ.get("FUSEE_NATS_URL") or None,
         nats_flag=bool(nats_flag),
@@ -160,9 +215,13 @@ def _options(args: argparse.Namespace) -> GlobalOptions:
 
 def _command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awaitable[int]]:
     if args.command == "dev":
-        return lambda: commands.dev(opts, args.file, serve=args.serve)
+        return lambda: commands.dev(opts, args.file, serve=args.serve, api_port=args.api_port)
     if args.command == "worker":
         return lambda: commands.worker(opts, args.files)
+    if args.command == "api":
+        return lambda: commands.api(opts, host=args.host, port=args.port, keepalive=args.keepalive)
+    if args.command == "streams":
+        return lambda: commands.streams_follow(opts, args.run_id, args.name, offset=args.offset)
     if args.runs_command == "list":
         return lambda: commands.runs_list(
             opts, status=args.status, workflow=args.workflow, as_json=args.json

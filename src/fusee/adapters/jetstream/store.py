@@ -30,6 +30,7 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
+from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.errors import Fenced, FuseeError
 
 T = TypeVar("T")
@@ -109,7 +110,14 @@ class Layout:
 class NatsStore:
     """A connection to NATS, bound to one namespace."""
 
-    def __init__(self, nc: Client, layout: Layout, *, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        nc: Client,
+        layout: Layout,
+        *,
+        replicas: int = 1,
+        tokens_max_age: float = DEFAULT_MAX_AGE,
+    ) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream(timeout=5.0)
         self.layout = layout
@@ -117,6 +125,8 @@ class NatsStore:
         self._runs: KeyValue | None = None
         self._work: KeyValue | None = None
         self.committer = GroupCommitter(nc, self.js, self._append_alone)
+        # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
+        self.tokens = TokenStore(self, max_age=tokens_max_age)
 
     @classmethod
     async def connect(
@@ -186,6 +196,7 @@ class NatsStore:
                 await self.js.add_stream(config)  # a concurrent creator may have won
         self._runs = await self._bucket(lay.runs_bucket, "the run index")
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
+        await self.tokens.ensure()  # token streams: <NS>_TOKENS (see tokens.py)
 
     async def _bucket(self, name: str, what: str) -> KeyValue:
         try:

@@ -1,0 +1,5 @@
+"""The API's routes, one module per resource; each exports ``routes``, a list of Starlette routes.
+
+A new resource (start, signal, cancel, objects) is a new module here whose ``routes``
+``fusee.adapters.http.app`` adds, and an entry in ``fusee.adapters.http.openapi``.
+"""

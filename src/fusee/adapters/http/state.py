@@ -1,0 +1,86 @@
+"""What every route reads from the app: the engine, settings, open streams; and JSON out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+from starlette.requests import Request
+from starlette.responses import Response
+
+from fusee._engine import Engine
+from fusee.adapters.http.errors import ApiError
+from fusee.adapters.http.sse import StreamRegistry
+
+__all__ = ("ApiState", "api_state", "json_response", "until_disconnect")
+
+log = structlog.get_logger("fusee")
+
+
+@dataclass
+class ApiState:
+    """The app's shared state, in ``app.state.fusee``.
+
+    Attributes:
+        engine: the engine every route uses (the app does not own it: whoever made the
+            app closes it).
+        keepalive: seconds between SSE keep-alive comments.
+        streams: the open SSE responses, ended at once on shutdown.
+    """
+
+    engine: Engine
+    keepalive: float = 15.0
+    streams: StreamRegistry = field(default_factory=StreamRegistry)
+
+
+def api_state(request: Request) -> ApiState:
+    state: ApiState = request.app.state.fusee
+    return state
+
+
+_encoder = msgspec.json.Encoder()
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """``data`` (msgspec Structs included) as an ``application/json`` response."""
+    return Response(
+        _encoder.encode(data), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+async def until_disconnect(request: Request, wait: Any) -> Any:
+    """Await ``wait()``, but give up as soon as the client goes away.
+
+    A long poll (``/result?timeout=5m``) otherwise holds a journal consumer for a client
+    that left long ago.
+
+    Raises:
+        ApiError: the client disconnected (no one reads the response).
+    """
+    result: list[Any] = []
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while (await request.receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            async def run() -> None:
+                result.append(await wait())
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            tg.start_soon(run)
+    except BaseExceptionGroup as group:
+        # one error from the wait (RunNotFound...) is that error, not a group of one
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    if not result:
+        log.debug("http.client_gone", method=request.method, path=request.url.path)
+        raise ApiError(499, "the client closed the connection", "ClientClosed")
+    return result[0]

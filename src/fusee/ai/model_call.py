@@ -1,0 +1,156 @@
+"""``model_call``: a model call as a durable step whose tokens are a stream.
+
+Each chunk the model yields is appended to the run's token stream as it arrives
+(pipelined), and the whole text is the step's result, journaled once. Readers follow
+the stream from any process with ``engine.run(id).stream(name)``.
+
+How an attempt ends decides what it is:
+
+- the chunk iterator **finishes normally**: the provider finished. The end marker is
+  stored, then the step's result is journaled. An adapter over a provider whose stream
+  can be cut silently (an SSE stream without its terminator ends quietly in the raw
+  OpenAI client) must raise when the terminal event (``finish_reason``,
+  ``response.completed``, ``message_stop``) is missing.
+- it **raises**, is **cancelled** (the step's timeout) or its process **dies**: the
+  attempt is truncated, never a result. The step's retry policy retries it, and the
+  next attempt gets the stored text as ``resume``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterable, Awaitable, Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
+
+import anyio
+
+from fusee.actors.context import Context, StepInfo
+from fusee.errors import FuseeError, InvalidArgument, NotEncodable
+from fusee.runtime.ids import validate_name
+from fusee.runtime.retry import Retry
+
+if TYPE_CHECKING:
+    from fusee.runtime.tokens import StoredState
+
+__all__ = ("model_call", "Chunks", "TokenSink", "TokenWriterPort")
+
+Chunks: TypeAlias = AsyncIterable[str] | Awaitable[AsyncIterable[str]]
+"""What ``fn(resume)`` returns: an async iterator of text chunks (or an awaitable of one)."""
+
+FLUSH_ON_FAILURE = 2.0  # seconds a failed attempt waits for its in-flight tokens to be stored
+
+
+class TokenWriterPort(Protocol):
+    """The writer of one token stream (``fusee.adapters.jetstream.tokens.TokenWriter``)."""
+
+    @property
+    def state(self) -> StoredState: ...
+
+    async def write(self, text: str) -> None: ...
+
+    async def restart(self) -> None: ...
+
+    async def end(self) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class TokenSink(Protocol):
+    """Where token streams are written (``fusee.adapters.jetstream.tokens.TokenStore``)."""
+
+    async def open(self, eid: str, name: str) -> TokenWriterPort: ...
+
+
+async def model_call(
+    ctx: Context,
+    name: str,
+    fn: Callable[[str], Chunks],
+    *,
+    retry: Retry | None = None,
+    timeout: str | float | timedelta | None = None,
+    prefill: bool = True,
+) -> str:
+    """Call a model as the durable step ``name``, streaming its tokens as stream ``name``.
+
+    ``fn(resume)`` returns an async iterator of text chunks. ``resume`` is ``""`` on the
+    first attempt; on a retry or after a crash it is the text already stored for this
+    step, and ``fn`` continues from it (a provider prefill): the result is ``resume``
+    plus the new text. With ``prefill=False`` the provider cannot continue: ``fn``
+    always gets ``""``, the stream records an attempt boundary, and the new attempt's
+    tokens follow it.
+
+    Returns:
+        The whole text of the final attempt. On replay, the journaled text (the token
+        stream is not touched).
+
+    Raises:
+        StepFailedError: the call failed for good (its last attempt raised).
+        InvalidArgument: another step of this run already has the name ``name``
+            (a stream name is unique in a run).
+
+    Example:
+        ``text = await model_call(ctx, f"model-{turn}", lambda resume: llm.stream(history, prefill=resume))``
+    """
+    name = validate_name(name, "model call name")
+    replayer = ctx._replayer
+    earlier = {o.name for pos, o in replayer.history.outcomes.items() if pos < replayer.next_pos}
+    if name in earlier:
+        raise InvalidArgument(
+            f"model_call {name!r}: an earlier step of run {ctx.run_id!r} has this name, and "
+            f"a token stream name is unique in a run (put the turn in it: 'model-3')"
+        )
+    actor = ctx._actor
+    sink = cast("TokenSink | None", getattr(actor.store, "tokens", None))
+    if sink is None:
+        raise FuseeError("model_call: this engine's store has no token streams")
+
+    async def attempt(s: StepInfo) -> str:
+        writer = await sink.open(actor.eid, name)
+        try:
+            return await _attempt(writer, fn, prefill)
+        except BaseException:
+            # A truncated attempt: let what was sent be stored (or fail) before the
+            # retry reads the stream back, so the next attempt resumes from a settled
+            # stream. Shielded, bounded: the attempt may have been cancelled.
+            with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_ON_FAILURE):
+                try:
+                    await writer.flush()
+                except FuseeError:
+                    pass  # the next attempt reads what landed
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await writer.close()
+
+    result: str = await ctx.step(name, attempt, retry=retry, timeout=timeout, type=str)
+    return result
+
+
+async def _attempt(writer: TokenWriterPort, fn: Callable[[str], Chunks], prefill: bool) -> str:
+    state = writer.state
+    if state.ended and not state.broken:
+        # The provider finished in an attempt whose result was not journaled (its
+        # worker died between the end marker and the commit): that text is the result.
+        return state.text
+    if state.chunks and (state.broken or state.ended or not prefill):
+        await writer.restart()
+    resume = state.text
+    chunks = fn(resume)
+    if inspect.isawaitable(chunks):
+        chunks = await chunks
+    if not isinstance(chunks, AsyncIterable):
+        raise NotEncodable(
+            f"model_call: fn(resume) returned {type(chunks).__name__}, not an async "
+            f"iterator of text chunks"
+        )
+    async for chunk in chunks:
+        if not isinstance(chunk, str):
+            raise NotEncodable(
+                f"model_call: fn yielded a {type(chunk).__name__}; chunks must be str"
+            )
+        await writer.write(chunk)
+    await writer.end()
+    return state.text

@@ -1,0 +1,646 @@
+"""The HTTP API against a real server process: ``fusee api`` and ``fusee worker``
+subprocesses on a real nats-server, spoken to by a real HTTP client (httpx).
+
+One API process and one worker serve the whole module (each test uses its own run
+IDs); the tests of token streams skip while ``Run.stream_events`` is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+import fusee
+
+WORKFLOWS = textwrap.dedent(
+    """
+    import anyio
+    import fusee
+
+    @fusee.workflow("http-echo")
+    async def echo(ctx, text):
+        upper = await ctx.step("upper", lambda: text.upper())
+        return {"echo": upper}
+
+    def _boom(text):
+        raise ValueError(f"no good: {text}")
+
+    @fusee.workflow("http-fail")
+    async def fail(ctx, text):
+        await ctx.step("boom", lambda: _boom(text), retry=fusee.Retry(attempts=1))
+        return "unreachable"
+
+    @fusee.workflow("http-slow")
+    async def slow(ctx, seconds):
+        async def nap():
+            await anyio.sleep(seconds)
+            return seconds
+        return await ctx.step("nap", nap)
+
+    _attempts = {}
+
+    @fusee.workflow("http-tokens")
+    async def tokens(ctx, arg):
+        from fusee.ai import model_call
+
+        def fn(resume):
+            key = (ctx.run_id, arg.get("turn", 0))
+            _attempts[key] = attempt = _attempts.get(key, 0) + 1
+
+            async def chunks():
+                for i in range(arg["n"]):
+                    if attempt == 1 and i == arg.get("fail_at", -1):
+                        raise ConnectionError("the provider hung up")
+                    await anyio.sleep(arg["delay"])
+                    yield f"a{attempt}t{i} "
+            return chunks()
+
+        return await model_call(
+            ctx,
+            "reply",
+            fn,
+            prefill=False,
+            retry=fusee.Retry(attempts=3, initial="10ms", jitter=0),
+        )
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("FUSEE_NATS_URL", "FUSEE_STORE")}
+
+
+def _cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fusee", *args, "--log-format", "json"]
+
+
+@dataclass
+class Proc:
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.text().splitlines():
+            if line.startswith("{") and f'"{name}"' in line:
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    continue  # a line being written
+        return [e for e in found if e.get("event") == name]
+
+    def wait_for(self, name: str, timeout: float = 20.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while not (found := self.events(name)):
+            assert self.proc.poll() is None, f"exited with {self.proc.returncode}:\n{self.text()}"
+            assert time.monotonic() < deadline, f"no {name} within {timeout}s:\n{self.text()}"
+            time.sleep(0.05)
+        return found[0]
+
+
+@dataclass
+class Api:
+    """The module's API server, its worker, and where they are."""
+
+    base: str
+    nats: str
+    namespace: str
+    api: Proc
+    worker: Proc
+    conn: tuple[str, ...] = field(default=())
+
+
+@pytest.fixture(scope="module")
+def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    tmp = tmp_path_factory.mktemp("http")
+    workflows = tmp / "http_workflows.py"
+    workflows.write_text(WORKFLOWS)
+    namespace = f"t{secrets.token_hex(4)}"
+    conn = ("--nats", nats_server.url, "--namespace", namespace)
+    procs: list[tuple[Proc, Any]] = []
+
+    def start(name: str, *args: str) -> Proc:
+        path = tmp / f"{name}.log"
+        out = path.open("wb")
+        popen = subprocess.Popen(
+            _cmd(*args), stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=tmp
+        )
+        proc = Proc(popen, path)
+        procs.append((proc, out))
+        return proc
+
+    try:
+        worker = start("worker", "worker", str(workflows), *conn)
+        server = start(
+            "api", "api", "--port", "0", "--keepalive", "300ms", "--log-level", "debug", *conn
+        )
+        serving = server.wait_for("api.serving")
+        worker.wait_for("worker.started")
+        assert serving["host"] == "127.0.0.1"
+        yield Api(serving["url"], nats_server.url, namespace, server, worker, conn)
+    finally:
+        for proc, out in procs:
+            if proc.proc.poll() is None:
+                proc.proc.terminate()
+                try:
+                    proc.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.proc.kill()
+                    proc.proc.wait()
+            out.close()
+
+
+@pytest.fixture
+async def client(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=api.base, timeout=20.0) as c:
+        yield c
+
+
+@pytest.fixture
+async def engine(api: Api) -> AsyncIterator[fusee.Engine]:
+    async with await fusee.connect(api.nats, namespace=api.namespace) as e:
+        yield e
+
+
+def _rid(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+def assert_error(response: httpx.Response, status: int, type_: str) -> str:
+    """The one error shape; returns the message."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"type", "message", "status"}, body
+    assert (body["error"]["type"], body["error"]["status"]) == (type_, status), body
+    assert body["error"]["message"]
+    assert "Traceback" not in response.text
+    message: str = body["error"]["message"]
+    return message
+
+
+# -- result and describe ------------------------------------------------------------------
+
+
+async def test_result_of_completed_failed_unknown_and_invalid_runs(
+    client: httpx.AsyncClient, engine: fusee.Engine, api: Api
+) -> None:
+    done, failed = _rid("echo"), _rid("fail")
+    await engine.start("http-echo", done, "hello")
+    await engine.start("http-fail", failed, "x")
+
+    r = await client.get(f"/v1/runs/{done}/result", params={"timeout": "15s"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"run_id": done, "status": "completed", "result": {"echo": "HELLO"}}
+
+    r = await client.get(f"/v1/runs/{failed}/result", params={"timeout": "15"})
+    assert r.status_code == 200, r.text
+    assert r.json() == {
+        "run_id": failed,
+        "status": "failed",
+        "error": {"type": "ValueError", "message": "no good: x"},
+    }
+
+    r = await client.get("/v1/runs/no-such-run/result")
+    message = assert_error(r, 404, "RunNotFound")
+    assert message == f"no run 'no-such-run' in namespace '{api.namespace}'"
+
+    r = await client.get("/v1/runs/bad%09id/result")
+    assert "invalid run ID" in assert_error(r, 400, "InvalidId")
+    r = await client.get(f"/v1/runs/{'x' * 300}/result")
+    assert_error(r, 400, "InvalidId")
+
+
+async def test_result_of_a_run_still_going_with_and_without_timeout(
+    client: httpx.AsyncClient, engine: fusee.Engine
+) -> None:
+    nobody = _rid("pending")
+    await engine.start("http-nobody", nobody, None)  # no worker serves this workflow
+    started = time.monotonic()
+    r = await client.get(f"/v1/runs/{nobody}/result", params={"timeout": "300ms"})
+    waited = time.monotonic() - started
+    assert r.status_code == 202, r.text
+    assert r.json()["run_id"] == nobody
+    assert r.json()["status"] == "pending"
+    assert 0.3 <= waited < 5
+
+    started = time.monotonic()
+    r = await client.get(f"/v1/runs/{nobody}/result", params={"timeout": "0"})
+    assert (r.status_code, r.json()["status"]) == (202, "pending")
+    assert time.monotonic() - started < 2
+
+    slow = _rid("slow")
+    await engine.start("http-slow", slow, 2.0)
+    await anyio.sleep(0.5)
+    r = await client.get(f"/v1/runs/{slow}/result", params={"timeout": 0.2})
+    assert (r.status_code, r.json()) == (202, {"run_id": slow, "status": "running"})
+    # without a timeout: the default (30 s) outlasts the step, so the wait ends with it
+    r = await client.get(f"/v1/runs/{slow}/result")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"run_id": slow, "status": "completed", "result": 2.0}
+
+
+@pytest.mark.parametrize(
+    ("timeout", "says"),
+    [
+        ("abc", "invalid timeout 'abc'"),
+        ("-1", "must not be negative"),
+        ("10m", "at most 5m"),
+        ("", "must not be empty"),
+        ("30x", "invalid timeout"),
+    ],
+)
+async def test_result_rejects_a_bad_timeout(
+    client: httpx.AsyncClient, engine: fusee.Engine, timeout: str, says: str
+) -> None:
+    run = _rid("echo")
+    await engine.start("http-echo", run, "t")
+    r = await client.get(f"/v1/runs/{run}/result", params={"timeout": timeout})
+    message = assert_error(r, 400, "InvalidArgument")
+    assert "timeout" in message
+    assert says in message
+
+
+async def test_describe(client: httpx.AsyncClient, engine: fusee.Engine) -> None:
+    run = f"chat-7/{_rid('turn')}"  # IDs may hold slashes
+    await engine.start("http-echo", run, "a")
+    await (engine.run(run)).result(timeout="15s")
+    r = await client.get(f"/v1/runs/{run}")
+    assert r.status_code == 200, r.text
+    info = r.json()
+    assert (info["run_id"], info["workflow"], info["status"], info["steps"]) == (
+        run,
+        "http-echo",
+        "completed",
+        1,
+    )
+    r = await client.get(f"/v1/runs/{run}/result", params={"timeout": 0})
+    assert r.json()["result"] == {"echo": "A"}
+
+    failed = _rid("fail")
+    await engine.start("http-fail", failed, "y")
+    with pytest.raises(fusee.RunFailed):
+        await engine.run(failed).result(timeout="15s")
+    info = (await client.get(f"/v1/runs/{failed}")).json()
+    assert (info["status"], info["error_type"], info["message"], info["step"]) == (
+        "failed",
+        "ValueError",
+        "no good: y",
+        "boom",
+    )
+    assert_error(await client.get("/v1/runs/nope"), 404, "RunNotFound")
+
+
+# -- the API itself -----------------------------------------------------------------------
+
+
+async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
+    r = await client.get("/openapi.json")
+    assert r.status_code == 200
+    doc = r.json()
+    assert doc["openapi"].startswith("3.1")
+    assert set(doc["paths"]) == {
+        "/healthz",
+        "/openapi.json",
+        "/v1/runs/{run_id}",
+        "/v1/runs/{run_id}/result",
+        "/v1/runs/{run_id}/streams/{name}",
+    }
+    for path, item in doc["paths"].items():
+        op = item["get"]
+        assert op["responses"], path
+        declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+        assert declared == set(path.replace("}", "{").split("{")[1::2]), path
+    result = doc["paths"]["/v1/runs/{run_id}/result"]["get"]
+    assert {"200", "202", "400", "404"} <= set(result["responses"])
+    assert "timeout" in {p["name"] for p in result["parameters"]}
+    stream = doc["paths"]["/v1/runs/{run_id}/streams/{name}"]["get"]
+    assert {"from", "Last-Event-ID"} <= {p["name"] for p in stream["parameters"]}
+    assert "text/event-stream" in stream["responses"]["200"]["content"]
+    assert "Error" in doc["components"]["schemas"]
+
+
+async def test_healthz(client: httpx.AsyncClient, api: Api) -> None:
+    r = await client.get("/healthz")
+    assert (r.status_code, r.json()) == (200, {"status": "ok", "namespace": api.namespace})
+
+
+async def test_errors_have_one_shape(client: httpx.AsyncClient) -> None:
+    assert "GET /nope" in assert_error(await client.get("/nope"), 404, "NotFound")
+    assert_error(await client.get("/v1"), 404, "NotFound")
+    r = await client.post("/healthz")
+    assert "GET" in assert_error(r, 405, "MethodNotAllowed")
+    r = await client.delete("/v1/runs/x/result")
+    assert_error(r, 405, "MethodNotAllowed")
+
+
+# -- token streams (SSE) ------------------------------------------------------------------
+
+needs_streams = pytest.mark.skipif(
+    not hasattr(fusee.Run, "stream_events"),
+    reason="token streams (Run.stream_events) have not landed yet",
+)
+
+
+@dataclass
+class Event:
+    event: str
+    data: dict[str, Any]
+    id: str | None
+
+
+async def read_events(
+    response: httpx.Response, *, limit: int | None = None, comments: list[str] | None = None
+) -> list[Event]:
+    """Parse SSE from ``response`` until it closes, or until ``limit`` events."""
+    events: list[Event] = []
+    fields: dict[str, str] = {}
+    async for line in response.aiter_lines():
+        if line.startswith(":"):
+            if comments is not None:
+                comments.append(line[1:].strip())
+            continue
+        if line == "":
+            if fields:
+                events.append(
+                    Event(
+                        fields.get("event", "message"), json.loads(fields["data"]), fields.get("id")
+                    )
+                )
+                fields = {}
+                if limit is not None and len(events) >= limit:
+                    break
+            continue
+        key, _, value = line.partition(":")
+        fields[key] = value[1:] if value.startswith(" ") else value
+    return events
+
+
+def tokens_of(events: list[Event]) -> list[Event]:
+    return [e for e in events if e.event == "token"]
+
+
+SSE = {"Accept": "text/event-stream"}
+
+
+@needs_streams
+async def test_sse_reconnect_with_last_event_id_has_no_gap_and_no_duplicate(
+    client: httpx.AsyncClient, engine: fusee.Engine, api: Api
+) -> None:
+    run = _rid("tokens")
+    n = 60
+    await engine.start("http-tokens", run, {"n": n, "delay": 0.02})
+    url = f"/v1/runs/{run}/streams/reply"
+
+    async with client.stream("GET", url, headers=SSE) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        assert r.headers["cache-control"] == "no-cache"
+        first = await read_events(r, limit=15)
+    # disconnected midway: the run is still writing
+    assert [e.event for e in first] == ["token"] * 15
+    assert [e.id for e in first] == [str(i) for i in range(15)]
+    assert [e.data["index"] for e in first] == list(range(15))
+    status = (await client.get(f"/v1/runs/{run}")).json()["status"]
+    assert status == "running"
+
+    async with client.stream("GET", url, headers={**SSE, "Last-Event-ID": first[-1].id or ""}) as r:
+        assert r.status_code == 200
+        rest = await read_events(r)  # to the end: the server closes the response
+    assert rest[-1].event == "end"
+    assert [e.event for e in rest[:-1]] == ["token"] * (n - 15)
+    got = first + rest[:-1]
+    assert [e.data["index"] for e in got] == list(range(n))  # no gap, no duplicate
+    text = "".join(e.data["text"] for e in got)
+    assert text == "".join(f"a1t{i} " for i in range(n))
+    assert all(e.data["attempt"] == 1 for e in got)
+    assert rest[-1].data["index"] == n
+    assert rest[-1].id is None
+
+    result = await client.get(f"/v1/runs/{run}/result", params={"timeout": "15s"})
+    assert result.json()["result"] == text
+
+    # after the run ended: ?from=N reads exactly the tail; the header wins over ?from=
+    async with client.stream("GET", url, params={"from": 57}, headers=SSE) as r:
+        tail = await read_events(r)
+    assert [e.data["index"] for e in tokens_of(tail)] == [57, 58, 59]
+    assert tail[-1].event == "end"
+    async with client.stream(
+        "GET", url, params={"from": 0}, headers={**SSE, "Last-Event-ID": "58"}
+    ) as r:
+        tail = await read_events(r)
+    assert [e.data["index"] for e in tokens_of(tail)] == [59]
+
+    # the server noticed the first client leave and stopped its reader
+    assert api.api.events("http.stream.disconnected")
+
+
+@needs_streams
+async def test_sse_shows_where_an_attempt_started_over(
+    client: httpx.AsyncClient, engine: fusee.Engine
+) -> None:
+    run = _rid("retry")
+    await engine.start("http-tokens", run, {"n": 8, "delay": 0.01, "fail_at": 5})
+    async with client.stream("GET", f"/v1/runs/{run}/streams/reply", headers=SSE) as r:
+        events = await read_events(r)
+    kinds = [e.event for e in events]
+    assert kinds == ["token"] * 5 + ["attempt"] + ["token"] * 8 + ["end"], kinds
+    boundary = events[5]
+    assert (boundary.id, boundary.data["index"], boundary.data["attempt"]) == (None, 5, 2)
+    assert [e.data["index"] for e in tokens_of(events)] == list(range(13))
+    final = "".join(e.data["text"] for e in events[6:] if e.event == "token")
+    result = await client.get(f"/v1/runs/{run}/result", params={"timeout": "15s"})
+    assert result.json()["result"] == final == "".join(f"a2t{i} " for i in range(8))
+
+
+@needs_streams
+async def test_sse_bad_input(client: httpx.AsyncClient, engine: fusee.Engine) -> None:
+    run = _rid("echo")
+    await engine.start("http-echo", run, "z")
+    await engine.run(run).result(timeout="15s")
+    url = f"/v1/runs/{run}/streams/reply"
+
+    assert_error(await client.get("/v1/runs/nope/streams/reply", headers=SSE), 404, "RunNotFound")
+    message = assert_error(await client.get(url, headers=SSE), 404, "StreamNotFound")
+    assert "reply" in message
+    for value, says in (("-1", "must not be negative"), ("abc", "integer"), ("1.5", "integer")):
+        r = await client.get(url, params={"from": value}, headers=SSE)
+        assert says in assert_error(r, 400, "InvalidArgument")
+    r = await client.get(url, headers={**SSE, "Last-Event-ID": "x"})
+    assert "Last-Event-ID" in assert_error(r, 400, "InvalidArgument")
+    r = await client.get(url, headers={"Accept": "application/json"})
+    assert_error(r, 406, "NotAcceptable")
+    r = await client.get("/v1/runs/bad%09id/streams/reply", headers=SSE)
+    assert_error(r, 400, "InvalidId")
+
+
+@needs_streams
+async def test_sse_huge_offset_waits_with_keepalives_and_honours_disconnect(
+    client: httpx.AsyncClient, engine: fusee.Engine, api: Api
+) -> None:
+    done = _rid("tokens")
+    await engine.start("http-tokens", done, {"n": 3, "delay": 0})
+    await engine.run(done).result(timeout="15s")
+    # a finished stream: a huge offset has nothing to send but its end
+    async with client.stream(
+        "GET", f"/v1/runs/{done}/streams/reply", params={"from": 10**12}, headers=SSE
+    ) as r:
+        events = await read_events(r)
+    assert [e.event for e in events] == ["end"]
+
+    # a live run that has no such stream yet, or not this far: the reader waits, with
+    # keep-alive comments (300 ms in this server), until the client leaves
+    slow = _rid("slow")
+    await engine.start("http-slow", slow, 5.0)
+    before = len(api.api.events("http.stream.disconnected"))
+    comments: list[str] = []
+    with anyio.move_on_after(1.5):
+        async with client.stream(
+            "GET", f"/v1/runs/{slow}/streams/reply", params={"from": 10**12}, headers=SSE
+        ) as r:
+            assert r.status_code == 200
+            assert await read_events(r, comments=comments) == []
+    assert comments.count("keep-alive") >= 2, comments
+    with anyio.fail_after(5):
+        while len(api.api.events("http.stream.disconnected")) <= before:
+            await anyio.sleep(0.05)
+
+
+# -- fusee streams follow -----------------------------------------------------------------
+
+
+async def _cli(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+    with anyio.fail_after(timeout):
+        done = await anyio.run_process(_cmd(*args), check=False, env=_env())
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
+
+@needs_streams
+async def test_streams_follow_prints_the_text(engine: fusee.Engine, api: Api) -> None:
+    run = _rid("tokens")
+    await engine.start("http-tokens", run, {"n": 20, "delay": 0.02})
+    text = "".join(f"a1t{i} " for i in range(20))
+    live = await _cli("streams", "follow", run, "reply", *api.conn)  # follows it while it runs
+    assert (live.returncode, live.stdout) == (0, text), live.stderr
+    tail = await _cli("streams", "follow", run, "reply", "--from", "18", *api.conn)
+    assert (tail.returncode, tail.stdout) == (0, "a1t18 a1t19 "), tail.stderr
+
+    unknown = await _cli("streams", "follow", "nope", "reply", *api.conn)
+    assert unknown.returncode == 1
+    assert unknown.stderr.strip() == f"error: no run 'nope' in namespace '{api.namespace}'"
+    negative = await _cli("streams", "follow", run, "reply", "--from", "-1", *api.conn)
+    assert negative.returncode == 1
+    assert "--from -1" in negative.stderr
+    no_stream = await _cli("streams", "follow", run, "other", *api.conn)
+    assert no_stream.returncode == 1
+    assert no_stream.stderr.startswith("error: "), no_stream.stderr
+
+
+# -- serving: fusee api and fusee dev --api-port ------------------------------------------
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[Any]:
+    """Start ``fusee ARGS`` in the background (output in a file); killed at the end."""
+    started: list[tuple[Proc, Any]] = []
+
+    def start(*args: str) -> Proc:
+        path = tmp_path / f"spawned-{len(started)}.log"
+        out = path.open("wb")
+        popen = subprocess.Popen(
+            _cmd(*args), stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=tmp_path
+        )
+        started.append((Proc(popen, path), out))
+        return started[-1][0]
+
+    yield start
+    for proc, out in started:
+        if proc.proc.poll() is None:
+            proc.proc.kill()
+        proc.proc.wait()
+        out.close()
+
+
+async def test_api_stops_on_sigterm_and_ends_open_streams(
+    spawn: Any, api: Api, engine: fusee.Engine
+) -> None:
+    server = spawn("api", "--port", "0", *api.conn)
+    serving = await anyio.to_thread.run_sync(server.wait_for, "api.serving")
+    slow = _rid("slow")
+    await engine.start("http-slow", slow, 3.0)
+    async with httpx.AsyncClient(base_url=serving["url"], timeout=20.0) as c:
+        assert (await c.get("/healthz")).status_code == 200
+        async with c.stream("GET", f"/v1/runs/{slow}/streams/reply", headers=SSE) as r:
+            assert r.status_code == 200
+            server.proc.terminate()
+            with anyio.fail_after(5):  # the open stream ends at once, without an end event
+                assert await read_events(r) == []
+    code = await anyio.to_thread.run_sync(lambda: server.proc.wait(timeout=10))
+    assert code == 0, server.text()
+    assert server.events("api.stopped")
+
+
+async def test_api_reports_a_port_in_use(spawn: Any, api: Api) -> None:
+    port = api.base.rsplit(":", 1)[1]
+    done = await _cli("api", "--port", port, *api.conn)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"error: cannot serve the HTTP API on 127.0.0.1:{port}: ")
+    assert "Traceback" not in done.stderr
+
+
+async def test_dev_serves_the_api_with_api_port(spawn: Any, tmp_path: Path) -> None:
+    path = tmp_path / "dev_workflows.py"
+    path.write_text(WORKFLOWS)
+    dev = spawn("dev", str(path), "--api-port", "0", "--store", str(tmp_path / "store"))
+    serving = await anyio.to_thread.run_sync(dev.wait_for, "api.serving", 30.0)
+    await anyio.to_thread.run_sync(dev.wait_for, "dev.serving")
+    async with httpx.AsyncClient(base_url=serving["url"], timeout=20.0) as c:
+        assert (await c.get("/healthz")).json()["namespace"] == "fusee"
+        assert_error(await c.get("/v1/runs/none/result"), 404, "RunNotFound")
+    dev.proc.send_signal(2)  # SIGINT, as Ctrl-C
+    assert await anyio.to_thread.run_sync(lambda: dev.proc.wait(timeout=15)) == 0, dev.text()
+
+
+async def test_a_bug_is_a_500_without_its_traceback() -> None:
+    """In process (a real server cannot be made to fail on purpose): any exception that
+    is not fusee's becomes the same error shape, and its details stay in the log."""
+    from fusee.adapters.http import create_app
+
+    class Broken:
+        run_id = "r1"
+
+        async def describe(self) -> Any:
+            raise RuntimeError("secret detail")
+
+    class FakeEngine:
+        namespace = "fake"
+
+        def run(self, run_id: str) -> Broken:
+            return Broken()
+
+    app = create_app(FakeEngine())  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        r = await c.get("/v1/runs/r1")
+    message = assert_error(r, 500, "InternalError")
+    assert "secret" not in r.text
+    assert "http.internal_error" in message
