@@ -22,6 +22,7 @@ test: $(VENV)
 
 bench: $(VENV)
 	$(PY) -m bench
+	$(PY) -m bench.streams
 
 venv: $(VENV)
 

@@ -63,12 +63,17 @@ async def connect(
     store_dir: str | os.PathLike[str] | None = None,
     partitions: int | None = None,
     replicas: int = 1,
+    token_retention: DurationLike = "7d",
 ) -> Engine:
     """Connect to NATS and make sure the namespace's stream and buckets exist.
 
     With no ``url`` (and no ``$FUSEE_NATS_URL``) an embedded nats-server is started,
     with JetStream in ``store_dir`` (default ``.fusee/``), or the one already running
     for that store is reused.
+
+    ``token_retention`` is how long token streams are kept after they were written
+    (readers can replay a finished run's stream until then); changing it updates the
+    namespace's tokens stream.
 
     Example:
         ``engine = await fusee.connect()``
@@ -81,7 +86,10 @@ async def connect(
             Path(store_dir or os.environ.get("FUSEE_STORE", ".fusee"))
         )
     try:
-        store = await NatsStore.connect(url, namespace, replicas=replicas)
+        retention = parse_duration(token_retention, "token_retention")
+        if retention <= 0:
+            raise InvalidArgument(f"token_retention={token_retention!r}: must be positive")
+        store = await NatsStore.connect(url, namespace, replicas=replicas, tokens_max_age=retention)
     except BaseException:
         if server is not None:
             server.stop()

@@ -299,3 +299,22 @@ async def test_many_readers_in_parallel(engine: fusee.Engine) -> None:
         offset = (i * 23) % 250
         check_order(events, offset)
         assert "".join(e.text for e in events) == result["text"][len(expected(offset)) :]
+
+
+async def test_token_retention_is_configurable_and_updates_the_stream(
+    nats_server, namespace
+) -> None:
+    engine = await fusee.connect(nats_server.url, namespace=namespace, token_retention="2h")
+    try:
+        info = await engine.store.js.stream_info(engine.store.tokens.stream)
+        assert info.config.max_age == 7200
+    finally:
+        await engine.close()
+    engine = await fusee.connect(nats_server.url, namespace=namespace)  # the default: 7 days
+    try:
+        info = await engine.store.js.stream_info(engine.store.tokens.stream)
+        assert info.config.max_age == 7 * 24 * 3600
+    finally:
+        await engine.close()
+    with pytest.raises(fusee.ConfigError):
+        await fusee.connect(nats_server.url, namespace=namespace, token_retention="soon")

@@ -136,6 +136,7 @@ class NatsStore:
         *,
         name: str = "fusee",
         replicas: int = 1,
+        tokens_max_age: float = DEFAULT_MAX_AGE,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
     ) -> NatsStore:
         async def reconnected() -> None:
@@ -165,7 +166,7 @@ class NatsStore:
             ) from None
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
-        return cls(nc, Layout(namespace), replicas=replicas)
+        return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
 
     async def close(self) -> None:
         with contextlib.suppress(nats.errors.ConnectionClosedError):

@@ -87,12 +87,17 @@ class TokenStore:
         )
 
     async def ensure(self) -> None:
-        """Create the tokens stream if it is missing (idempotent; never updated)."""
+        """Create the tokens stream if it is missing (idempotent); a retention that
+        differs from the configured one is updated (the rest of the config never is)."""
         try:
-            await self.store.js.stream_info(self.stream)
+            info = await self.store.js.stream_info(self.stream)
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
                 await self.store.js.add_stream(self.config())
+            return
+        if abs((info.config.max_age or 0.0) - self.max_age) > 0.001:
+            info.config.max_age = self.max_age
+            await self.store.js.update_stream(info.config)
 
     # -- writing ------------------------------------------------------------------
 
