@@ -318,3 +318,33 @@ async def test_token_retention_is_configurable_and_updates_the_stream(
         await engine.close()
     with pytest.raises(fusee.ConfigError):
         await fusee.connect(nats_server.url, namespace=namespace, token_retention="soon")
+
+
+async def test_a_stale_token_writer_is_refused_after_a_newer_writer_claims_the_stream(
+    nats_server, namespace
+) -> None:
+    # A worker stopped mid-stream (SIGSTOP) while another took the run over: when it
+    # wakes, its tokens must not land among the new writer's.
+    engine = await fusee.connect(nats_server.url, namespace=namespace)
+    tokens = engine.store.tokens
+    try:
+        old = await tokens.open("r-zombie", "model-0")
+        for t in ["a", "b"]:
+            await old.write(t)
+        await old.flush()
+        new = await tokens.open("r-zombie", "model-0")  # positioned after "a", "b"
+        assert new.state.text == "ab"
+        await new.write("c")
+        await new.flush()
+        await old.write("X")  # the zombie's next token
+        with pytest.raises(fusee.FuseeError, match="publish failed"):
+            await old.flush()
+        await new.write("d")
+        await new.end()
+        stored = [e async for e in tokens._catch_up(tokens.subject("r-zombie", "model-0"), 1)]
+        assert "".join(e.text for e in stored if e.kind == "token") == "abcd"
+        assert [e.index for e in stored if e.kind == "token"] == [0, 1, 2, 3]
+        await old.close()
+        await new.close()
+    finally:
+        await engine.close()

@@ -102,14 +102,49 @@ class TokenStore:
     # -- writing ------------------------------------------------------------------
 
     async def open(self, eid: str, name: str) -> TokenWriter:
-        """A writer for stream ``name`` of run ``eid``, positioned after what is stored."""
+        """A writer for stream ``name`` of run ``eid``, positioned after what is stored.
+
+        The writer first claims the stream: a message on ``<subject>.w``, appended only
+        if that subject's last message is still the one it read (compare-and-set). Every
+        token it publishes then carries an expected-last-sequence check on that claim
+        subject, so once a newer writer has claimed the stream (the run moved to another
+        worker while this one was stopped), this writer's publishes are refused instead
+        of landing among the new writer's tokens. The check is the same for every
+        publish of a writer, so publishes stay pipelined. The state is read after the
+        claim: nothing an older writer sends can land after it.
+        """
         subject = self.subject(eid, name)
+        claim = await self._claim(f"{subject}.w")
         state = StoredState()
         async for event in self._catch_up(subject, 1, first_page=PAGE):
             state.feed(event)
-        writer = TokenWriter(self, subject, state)
+        writer = TokenWriter(self, subject, state, claim=(f"{subject}.w", claim))
         await writer._start()
         return writer
+
+    async def _claim(self, subject: str) -> int:
+        js = self.store.js
+        while True:
+            try:
+                last = await js.get_last_msg(self.stream, subject, direct=True)
+                expected = last.seq or 0
+            except nats.js.errors.NotFoundError:
+                expected = 0
+            try:
+                ack = await js.publish(
+                    subject,
+                    b"",
+                    headers={
+                        KIND_HEADER: "claim",
+                        "Nats-Expected-Last-Subject-Sequence": str(expected),
+                    },
+                    timeout=5.0,
+                )
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code == 10071:
+                    continue  # another writer claimed in between: read again
+                raise
+            return ack.seq
 
     # -- reading ------------------------------------------------------------------
 
@@ -340,8 +375,11 @@ class TokenWriter:
             follows the writes.
     """
 
-    def __init__(self, tokens: TokenStore, subject: str, state: StoredState) -> None:
+    def __init__(
+        self, tokens: TokenStore, subject: str, state: StoredState, *, claim: tuple[str, int]
+    ) -> None:
         self.tokens = tokens
+        self.claim_subject, self.claim_seq = claim
         self.nc = tokens.nc
         self.subject = subject
         self.state = state
@@ -377,6 +415,9 @@ class TokenWriter:
             KIND_HEADER: kind,
             INDEX_HEADER: str(index),
             ATTEMPT_HEADER: str(self.state.attempt),
+            # refused once a newer writer claimed the stream (see TokenStore.open)
+            "Nats-Expected-Last-Subject-Sequence": str(self.claim_seq),
+            "Nats-Expected-Last-Subject-Sequence-Subject": self.claim_subject,
         }
         self._sent += 1
         try:
