@@ -346,6 +346,35 @@ class Run:
             (m.seq, decode_record(m.data)) for m in await self.engine.store.read_journal(self.eid)
         ]
 
+    async def cancel(self, reason: str = "cancelled") -> bool:
+        """Ask the run to stop: the running step's ``s.signal`` is set and its task
+        cancelled, and the run ends ``cancelled`` with ``reason``. Durable once it
+        returns: a worker that dies meanwhile leaves it to the next one.
+
+        Returns False (and does nothing) when the run had already ended.
+
+        Raises:
+            RunNotFound: no such run.
+
+        Example:
+            ``await engine.run("chat-7/turn-3").cancel("interrupted")``
+        """
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason={reason!r}: must be a str")
+        store = self.engine.store
+        first = await store.first_in_journal(self.eid)
+        if first is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        last = await store.last_in_journal(self.eid)
+        if last is not None and last.headers.get("Fusee-Kind") in _ENDED:
+            return False
+        started = decode_record(first.data)
+        assert isinstance(started, RunStarted)
+        body = msgspec.json.encode({"kind": "cancel", "reason": reason})
+        await store.send_inbox(started.partition, self.eid, "cancel", body)
+        await store.mark_active(started.partition, self.eid)  # wakes the owner
+        return True
+
     async def result(self, *, timeout: DurationLike | None = None) -> Any:
         """Wait for the run to end; return its result or raise its error.
 
@@ -419,6 +448,9 @@ class Run:
             async for event in events:
                 if event.kind == "token":
                     yield event.text
+
+
+_ENDED = ("run.completed", "run.failed", "run.cancelled")
 
 
 def _outcome(run_id: str, data: bytes) -> Any:

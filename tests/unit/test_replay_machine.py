@@ -76,6 +76,9 @@ class MemoryStore:
     async def put_index(self, eid: str, value: bytes) -> None:
         return None
 
+    async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[Stored]:
+        return []
+
     async def get_index(self, eid: str) -> bytes | None:
         return None
 

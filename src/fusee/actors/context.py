@@ -32,7 +32,7 @@ log = structlog.get_logger("fusee")
 DEFAULT_RETRY = Retry()
 
 
-@dataclass
+@dataclass(eq=False)
 class StepInfo:
     """``s``, the argument a step function may take.
 
@@ -212,9 +212,13 @@ class Context:
                 info = StepInfo(key=key, attempt=attempt, name=name)
                 log.debug("step.started", attempt=attempt)
                 began = anyio.current_time()
+                actor.running_steps.add(info)  # a cancel of the run sets its signal
                 try:
-                    value = await self._call(fn, info, takes_info, limit)
-                    data = encode_value(value, f"the result of step {name!r}")
+                    try:
+                        value = await self._call(fn, info, takes_info, limit)
+                        data = encode_value(value, f"the result of step {name!r}")
+                    finally:
+                        actor.running_steps.discard(info)
                 except (Evicted, anyio.get_cancelled_exc_class()):
                     info.signal.set()
                     raise

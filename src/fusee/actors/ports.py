@@ -41,6 +41,10 @@ class RunStore(Protocol):
 
     async def clear_active(self, partition: int, eid: str) -> None: ...
 
+    async def read_inbox(self, partition: int, eid: str, after: int = 0) -> Sequence[Stored]:
+        """The messages others sent the run (``<ns>.in.<p>.<eid>``) above ``after``."""
+        ...
+
 
 class SubjectLayout(Protocol):
     """The core NATS subjects workers talk on (one namespace's, see the NATS layout doc)."""

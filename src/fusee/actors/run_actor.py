@@ -15,7 +15,7 @@ import anyio
 import msgspec
 import structlog
 
-from fusee.actors.context import Context, StepFailedError, error_type_name
+from fusee.actors.context import Context, StepFailedError, StepInfo, error_type_name
 from fusee.actors.ports import RunStore
 from fusee.actors.registry import Registry
 from fusee.errors import DeterminismError, Evicted, FatalError, JournalGap, NotEncodable
@@ -53,6 +53,7 @@ class RunActor:
         clock: Callable[[], float],
         always_replay: bool = False,
         evict_requested: Callable[[], bool] = lambda: False,
+        woken: anyio.Event | None = None,
     ) -> None:
         self.store = store
         self.namespace = namespace
@@ -67,6 +68,12 @@ class RunActor:
         self.fence = 0
         self.writer = secrets.token_hex(6)
         self.commits = 0
+        # set by the worker when the run's inbox may hold something new
+        self.woken = woken  # made in run(): an Event needs the event loop
+        self.cancel_reason: str | None = None
+        self.inbox_seen = 0  # the last inbox message read (stream sequence)
+        self.running_steps: set[StepInfo] = set()
+        self._workflow_scope: anyio.CancelScope | None = None
 
     # -- the commit ---------------------------------------------------------------
 
@@ -108,6 +115,8 @@ class RunActor:
 
     async def run(self) -> Outcome:
         """Activate, execute until the run ends or parks, and say how it left."""
+        if self.woken is None:
+            self.woken = anyio.Event()
         with structlog.contextvars.bound_contextvars(run_id=self.run_id):
             first = True
             while True:
@@ -135,6 +144,8 @@ class RunActor:
                 if self.history.paused is not None:
                     await self._project(running=False)
                     return "paused"
+                if await self._read_inbox():
+                    return await self._end(RunCancelled(reason=self.cancel_reason or ""))
                 wf = self.registry.get(self.history.started.workflow)
                 if wf is None:
                     reason = (
@@ -163,15 +174,42 @@ class RunActor:
         started = self.history.started
         assert started is not None
         ctx = Context(self, Replayer(self.history))
-        replayer = ctx._replayer
         deadline = None
         if started.timeout is not None:
             remaining = started.started_at + started.timeout - self.clock()
             deadline = anyio.current_time() + max(0.0, remaining)
         record: AnyRecord
+        escaped: BaseException | None = None
+        async with anyio.create_task_group() as watch:
+            # A cancel in the run's inbox cancels the workflow where it is; the running
+            # step sees its s.signal set and its task cancelled.
+            watch.start_soon(self._watch_inbox)
+            try:
+                record, paused = await self._run_workflow(wf, ctx, deadline)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, outside the group
+                # (Evicted, Fenced, cancellation) must leave ungrouped
+                escaped = exc
+            watch.cancel_scope.cancel()
+        if escaped is not None:
+            raise escaped
+        if paused is not None:
+            return await self._pause(paused)
+        if self.cancel_reason is not None and not isinstance(record, RunCompleted | RunFailed):
+            record = RunCancelled(reason=self.cancel_reason)
+        return await self._end(record)
+
+    async def _run_workflow(
+        self, wf: Any, ctx: Context, deadline: float | None
+    ) -> tuple[AnyRecord, str | None]:
+        """Run the workflow's code; returns its end record, or a reason to pause."""
+        started = self.history.started
+        assert started is not None
+        replayer = ctx._replayer
+        record: AnyRecord = RunCancelled(reason="")
         with anyio.CancelScope(
             deadline=deadline if deadline is not None else float("inf")
         ) as scope:
+            self._workflow_scope = scope
             try:
                 if wf.takes_input:
                     arg = decode_value(bytes(started.input), wf.input_type)
@@ -185,10 +223,10 @@ class RunActor:
                     result=msgspec.Raw(encode_value(result, f"the result of run {self.run_id!r}"))
                 )
             except DeterminismError as exc:
-                return await self._pause(str(exc))
+                return record, str(exc)
             except StepFailedError as exc:
                 if replayer.broken is not None:
-                    return await self._pause(str(replayer.broken))
+                    return record, str(replayer.broken)
                 record = RunFailed(error_type=exc.error_type, message=exc.message, step=exc.step)
             except (FatalError, NotEncodable) as exc:
                 record = RunFailed(error_type=error_type_name(exc), message=str(exc))
@@ -199,13 +237,46 @@ class RunActor:
                 )
             except Exception as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
                 if replayer.broken is not None:
-                    return await self._pause(str(replayer.broken))
+                    return record, str(replayer.broken)
                 record = RunFailed(error_type=error_type_name(exc), message=str(exc) or repr(exc))
         if scope.cancelled_caught:
-            assert started.timeout is not None
-            record = RunCancelled(
-                reason=f"timeout: the run took longer than {format_duration(started.timeout)}"
-            )
+            if self.cancel_reason is not None:
+                record = RunCancelled(reason=self.cancel_reason)
+            else:
+                assert started.timeout is not None
+                record = RunCancelled(
+                    reason=f"timeout: the run took longer than {format_duration(started.timeout)}"
+                )
+        return record, None
+
+    async def _watch_inbox(self) -> None:
+        while True:
+            assert self.woken is not None
+            await self.woken.wait()
+            self.woken = anyio.Event()
+            if await self._read_inbox():
+                for info in list(self.running_steps):
+                    info.signal.set()  # told first, so its cleanup knows why it stops
+                if self._workflow_scope is not None:
+                    self._workflow_scope.cancel()
+                return
+
+    async def _read_inbox(self) -> bool:
+        """Read what arrived in the run's inbox; True when it asks to cancel the run."""
+        for msg in await self.store.read_inbox(self.partition, self.eid, self.inbox_seen):
+            self.inbox_seen = msg.seq
+            try:
+                body = msgspec.json.decode(msg.data)
+            except msgspec.DecodeError:
+                log.warning("inbox.unreadable", seq=msg.seq)
+                continue
+            if isinstance(body, dict) and body.get("kind") == "cancel":
+                self.cancel_reason = str(body.get("reason") or "cancelled")
+                log.info("run.cancelling", reason=self.cancel_reason)
+                return True
+        return False
+
+    async def _end(self, record: AnyRecord) -> Outcome:
         await self.commit(record)
         status = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}
         log.info(f"run.{status[type(record)]}", **_end_fields(record))

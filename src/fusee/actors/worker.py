@@ -76,6 +76,12 @@ class _Slot:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     evict: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
+    actor: RunActor | None = None
+
+    def poke(self) -> None:
+        """The run's inbox may hold something new: its actor re-reads it."""
+        if self.actor is not None and self.actor.woken is not None:
+            self.actor.woken.set()
 
 
 class Worker:
@@ -107,6 +113,7 @@ class Worker:
         self._actors_tg: anyio.abc.TaskGroup | None = None
         self._actors_closed = anyio.Event()
         self._last_verify = 0.0
+        self._verifications = 0
         send, receive = anyio.create_memory_object_stream[tuple[int, str]](10_000)
         self._wakes_in, self._wakes_out = send, receive
 
@@ -321,11 +328,14 @@ class Worker:
             elif current[1] != revision:
                 self.owned[p] = current[1]
         if self.owned:
-            await self._reconcile(set(self.owned))
+            self._verifications += 1
+            # every 5th round (10 s) also pokes the running actors, in case a wake hint
+            # was lost: a cancel in an inbox is then seen within that bound
+            await self._reconcile(set(self.owned), poke=self._verifications % 5 == 0)
 
-    async def _reconcile(self, partitions: set[int]) -> None:
+    async def _reconcile(self, partitions: set[int], *, poke: bool = False) -> None:
         for p, eid in await self.store.list_active(partitions):
-            self._ensure_actor(p, eid)
+            self._ensure_actor(p, eid, poke=poke)
 
     # -- actors -----------------------------------------------------------------------
 
@@ -339,10 +349,18 @@ class Worker:
 
     async def _wake_loop(self) -> None:
         async for p, eid in self._wakes_out:
-            self._ensure_actor(p, eid)
+            # a hint: something was sent to the run (a start, a cancel); a run this
+            # worker could not run gets another look, since the message may end it
+            self.unrunnable.discard(eid)
+            self._ensure_actor(p, eid, poke=True)
 
-    def _ensure_actor(self, p: int, eid: str) -> None:
-        if self._stopping or p not in self.owned or eid in self.actors or eid in self.unrunnable:
+    def _ensure_actor(self, p: int, eid: str, *, poke: bool = False) -> None:
+        if self._stopping or p not in self.owned or eid in self.unrunnable:
+            return
+        running = self.actors.get(eid)
+        if running is not None:
+            if poke:
+                running.poke()
             return
         slot = _Slot(p)
         self.actors[eid] = slot
@@ -364,6 +382,7 @@ class Worker:
                     always_replay=self.config.always_replay,
                     evict_requested=lambda: slot.evict,
                 )
+                slot.actor = actor
                 outcome = await actor.run()
                 if outcome == "unrunnable":
                     self.unrunnable.add(eid)

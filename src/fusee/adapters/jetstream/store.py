@@ -288,6 +288,17 @@ class NatsStore:
                 continue
             return ack.seq  # a duplicate ack names the original, which is ours
 
+    async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[StoredMsg]:
+        """What others sent the run (cancels, and later signals), above sequence ``after``."""
+        return await self._direct_batch(self.layout.inbox(partition, eid), after + 1)
+
+    async def send_inbox(self, partition: int, eid: str, kind: str, body: bytes) -> int:
+        """Store a message in the run's inbox (outside its fence); returns its sequence."""
+        ack = await self._retrying(
+            self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, {KIND: kind}
+        )
+        return ack.seq
+
     async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
         """Every record of the run's journal with a sequence above ``after``, in order."""
         return await self._direct_batch(self.layout.journal(eid), after + 1)
