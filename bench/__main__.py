@@ -120,6 +120,47 @@ async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> Non
     )
 
 
+async def w3(url: str, floor_ms: float, repeats: int = 50) -> None:
+    """A run waits on ctx.wait_for; the client signals: signal sent -> result received.
+
+    Measured twice: with the actor still in memory (signal within its park time) and
+    after it left memory (parked: the signal brings it back by replay)."""
+    engine = await fusee.connect(url, namespace="w3")
+    figures: dict[str, list[float]] = {"hot": [], "parked": []}
+    async with engine.worker() as worker:
+        for mode in ("hot", "parked"):
+            for r in range(repeats if mode == "hot" else repeats // 5):
+                run = await engine.start(wfs.wait_for_go, f"w3-{mode}-{time.time_ns()}-{r}", None)
+                while not any(
+                    type(rec).__name__ == "WaitStarted" for _, rec in await run.journal()
+                ):
+                    await anyio.sleep(0.005)
+                if mode == "parked":
+                    while run.run_id not in worker.parked:
+                        await anyio.sleep(0.05)
+                result: list[float] = []
+
+                async def wait(run: fusee.Run = run, result: list[float] = result) -> None:
+                    await run.result(timeout=30)
+                    result.append(time.perf_counter())
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(wait)
+                    await anyio.sleep(0.05)  # the result() follower is subscribed
+                    t0 = time.perf_counter()
+                    await run.signal("go", r)
+                figures[mode].append((result[0] - t0) * 1000)
+    await engine.close()
+    emit(
+        "w3",
+        hot_ms_median=round(statistics.median(figures["hot"]), 3),
+        parked_ms_median=round(statistics.median(figures["parked"]), 3),
+        repeats=repeats,
+        ratio_to_floor=round(statistics.median(figures["hot"]) / floor_ms, 2),
+        goal_ms=5,
+    )
+
+
 def _spawn_worker(url: str, ns: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.worker", url, ns],
@@ -199,6 +240,9 @@ def table() -> None:
         elif name == "w2":
             fig = f"{row['steps_per_s']} steps/s (floor {row['floor_commits_per_s']} commits/s)"
             goal = ">= 2000"
+        elif name == "w3":
+            fig = f"{row['hot_ms_median']} ms in memory, {row['parked_ms_median']} ms parked"
+            goal = "<= 5 ms"
         elif name == "w5":
             fig = f"{row['seconds_beyond_step_median']} s beyond the step"
             goal = "<= 0.5 s"
@@ -217,6 +261,8 @@ async def main(only: set[str]) -> None:
                 await w1(server.url, f)
             if "w2" in only:
                 await w2(server.url, f)
+            if "w3" in only:
+                await w3(server.url, f)
             if "w5" in only:
                 await w5(server.url, f)
             if "memory" in only:
@@ -228,7 +274,7 @@ async def main(only: set[str]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--only", default="w1,w2,w5,memory")
+    parser.add_argument("--only", default="w1,w2,w3,w5,memory")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     # step and run logs are not what is measured: keep warnings and errors only

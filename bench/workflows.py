@@ -23,3 +23,8 @@ async def slow_step(ctx: fusee.Context, seconds: float) -> str:
     await ctx.step("before", _noop)
     await ctx.step("slow", lambda: anyio.sleep(seconds))
     return "done"
+
+
+@fusee.workflow("bench.wait")
+async def wait_for_go(ctx: fusee.Context, _arg: None) -> str:
+    return str(await ctx.wait_for("go"))

@@ -346,6 +346,51 @@ class Run:
             (m.seq, decode_record(m.data)) for m in await self.engine.store.read_journal(self.eid)
         ]
 
+    async def signal(self, name: str, payload: Any = None, *, key: str | None = None) -> bool:
+        """Send the run the signal ``name`` with ``payload``; durable once it returns.
+
+        The run's ``ctx.wait_for(name)`` returns the payload; signals that come before the
+        wait are kept, in order. ``key`` makes a retried send (within 2 minutes) store
+        nothing new. Returns False (and stores nothing) when the run had already ended.
+
+        Raises:
+            RunNotFound: no such run.
+            NotEncodable: the payload is not JSON-encodable.
+
+        Example:
+            ``await engine.run("refund-9").signal("approval", {"approved": True})``
+        """
+        name = validate_name(name, "signal name")
+        body = msgspec.json.encode(
+            {
+                "kind": "signal",
+                "name": name,
+                "payload": msgspec.Raw(canonical(payload, f"the payload of signal {name!r}")),
+            }
+        )
+        if not await self._live():
+            return False
+        msg_id = f"{self.eid}:signal:{validate_id(key, 'signal key')}" if key is not None else None
+        store, partition = self.engine.store, self._partition()
+        await store.send_inbox(partition, self.eid, "signal", body, msg_id=msg_id)
+        # the owner's inbox consumer sees the message too; the hint is just faster
+        await store.wake(partition, self.eid)
+        return True
+
+    def _partition(self) -> int:
+        return partition_of(self.run_id, self.engine.partitions)
+
+    async def _live(self) -> bool:
+        """Whether the run exists and has not ended (one read of its last record).
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        last = await self.engine.store.last_in_journal(self.eid)
+        if last is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        return last.headers.get("Fusee-Kind") not in _ENDED
+
     async def cancel(self, reason: str = "cancelled") -> bool:
         """Ask the run to stop: the running step's ``s.signal`` is set and its task
         cancelled, and the run ends ``cancelled`` with ``reason``. Durable once it
@@ -361,18 +406,12 @@ class Run:
         """
         if not isinstance(reason, str):
             raise InvalidArgument(f"reason={reason!r}: must be a str")
-        store = self.engine.store
-        first = await store.first_in_journal(self.eid)
-        if first is None:
-            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
-        last = await store.last_in_journal(self.eid)
-        if last is not None and last.headers.get("Fusee-Kind") in _ENDED:
+        if not await self._live():
             return False
-        started = decode_record(first.data)
-        assert isinstance(started, RunStarted)
+        store, partition = self.engine.store, self._partition()
         body = msgspec.json.encode({"kind": "cancel", "reason": reason})
-        await store.send_inbox(started.partition, self.eid, "cancel", body)
-        await store.mark_active(started.partition, self.eid)  # wakes the owner
+        await store.send_inbox(partition, self.eid, "cancel", body)
+        await store.wake(partition, self.eid)
         return True
 
     async def result(self, *, timeout: DurationLike | None = None) -> Any:

@@ -26,6 +26,7 @@ __all__ = (
     "Fenced",
     "JournalGap",
     "Evicted",
+    "Parked",
 )
 
 
@@ -112,6 +113,11 @@ class Fenced(BaseException):
 
 class JournalGap(FuseeError):
     """A journal record does not chain to its predecessor: the run is paused."""
+
+
+class Parked(BaseException):
+    """The run waits for something that has not come: its actor leaves memory, and the
+    next message in its inbox (a signal, a fired timer) brings it back by replay."""
 
 
 class Evicted(BaseException):

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import anyio
 import structlog
 
-from fusee.errors import Evicted, FatalError, FuseeError, NotEncodable, StepTimeout
+from fusee.errors import Evicted, FatalError, FuseeError, NotEncodable, StepTimeout, Timeout
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import Execute, Replayed, ReplayedFailure, Replayer
 from fusee.runtime.ids import validate_name
-from fusee.runtime.records import StepCompleted, StepFailed, StepRetrying
+from fusee.runtime.records import StepCompleted, StepFailed, StepRetrying, WaitDone, WaitStarted
 from fusee.runtime.retry import Retry
 
 if TYPE_CHECKING:
@@ -124,6 +124,59 @@ class Context:
         started = replayer.history.started
         assert started is not None
         self.workflow = started.workflow
+
+    async def sleep(self, duration: str | float | timedelta, *, name: str = "sleep") -> None:
+        """Wait ``duration``, durably: the run leaves memory while it sleeps and a timer
+        (a JetStream message schedule) wakes it on any worker, also after restarts.
+
+        Example:
+            ``await ctx.sleep("1h")``
+        """
+        location = _caller_location()
+        seconds = parse_duration(duration, "the duration of ctx.sleep")
+        await self._wait(validate_name(name, "sleep name"), "sleep", seconds, location)
+
+    async def wait_for(
+        self,
+        name: str,
+        *,
+        timeout: str | float | timedelta | None = None,
+        type: Any = None,  # noqa: A002 - reads well at the call site
+    ) -> Any:
+        """Wait for the signal ``name`` (``engine.run(id).signal(name, payload)``) and
+        return its payload. Signals sent before the wait are kept, in order: each wait
+        takes the oldest one of its name not taken yet.
+
+        Raises:
+            Timeout: ``timeout`` passed first.
+
+        Example:
+            ``approval = await ctx.wait_for("approval", timeout="1d")``
+        """
+        location = _caller_location()
+        name = validate_name(name, "signal name")
+        seconds = (
+            parse_duration(timeout, "timeout of ctx.wait_for") if timeout is not None else None
+        )
+        done = await self._wait(name, "signal", seconds, location)
+        if done.timed_out:
+            assert seconds is not None
+            raise Timeout(f"no signal {name!r} within {format_duration(seconds)}")
+        return decode_value(bytes(done.value), type)
+
+    async def _wait(self, name: str, wait: str, seconds: float | None, location: str) -> WaitDone:
+        decision = self._replayer.begin_wait(name, wait, location)
+        if isinstance(decision, WaitDone):
+            return decision
+        pos, started = decision
+        actor = self._actor
+        if started is None:
+            until = actor.clock() + seconds if seconds is not None else None
+            await actor.commit(WaitStarted(pos=pos, name=name, wait=wait, until=until))
+            log.info("wait.started", pos=pos, wait=wait, name=name)
+            await actor.maybe_evict()
+            started = actor.history.waits[pos]
+        return await actor.wait_out(started)
 
     def journal_size(self) -> int:
         """How many records the run's journal holds."""

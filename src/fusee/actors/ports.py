@@ -45,6 +45,10 @@ class RunStore(Protocol):
         """The messages others sent the run (``<ns>.in.<p>.<eid>``) above ``after``."""
         ...
 
+    async def schedule_timer(self, eid: str, partition: int, pos: int, until: float) -> None:
+        """A durable timer that lands in the run's inbox at ``until``."""
+        ...
+
 
 class SubjectLayout(Protocol):
     """The core NATS subjects workers talk on (one namespace's, see the NATS layout doc)."""
@@ -103,4 +107,10 @@ class ClusterStore(RunStore, Protocol):
 
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """``(partition, eid)`` of the active runs in ``partitions``."""
+        ...
+
+    async def subscribe_inbox(
+        self, handler: Callable[[int, str], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """``handler(partition, eid)`` for every message stored in any run's inbox."""
         ...

@@ -18,7 +18,14 @@ import structlog
 from fusee.actors.context import Context, StepFailedError, StepInfo, error_type_name
 from fusee.actors.ports import RunStore
 from fusee.actors.registry import Registry
-from fusee.errors import DeterminismError, Evicted, FatalError, JournalGap, NotEncodable
+from fusee.errors import (
+    DeterminismError,
+    Evicted,
+    FatalError,
+    JournalGap,
+    NotEncodable,
+    Parked,
+)
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History, Replayer
@@ -29,6 +36,8 @@ from fusee.runtime.records import (
     RunCompleted,
     RunFailed,
     RunPaused,
+    WaitDone,
+    WaitStarted,
     encode_record,
     kind_of,
 )
@@ -54,6 +63,7 @@ class RunActor:
         always_replay: bool = False,
         evict_requested: Callable[[], bool] = lambda: False,
         woken: anyio.Event | None = None,
+        park_after: float = 1.0,
     ) -> None:
         self.store = store
         self.namespace = namespace
@@ -72,6 +82,9 @@ class RunActor:
         self.woken = woken  # made in run(): an Event needs the event loop
         self.cancel_reason: str | None = None
         self.inbox_seen = 0  # the last inbox message read (stream sequence)
+        self.inbox: list[tuple[int, dict[str, Any]]] = []  # what was read, but cancels
+        self.inbox_changed: anyio.Event | None = None
+        self.park_after = park_after
         self.running_steps: set[StepInfo] = set()
         self._workflow_scope: anyio.CancelScope | None = None
 
@@ -99,6 +112,67 @@ class RunActor:
         self.fence = seq
         return seq
 
+    # -- waits ------------------------------------------------------------------------
+
+    async def wait_out(self, started: WaitStarted) -> WaitDone:
+        """Until the wait ends: a signal of its name in the inbox, or its time. Stays in
+        memory for ``park_after`` seconds, then leaves (``Parked``): the next inbox
+        message (a signal, the fired timer) brings the run back by replay."""
+        pos = started.pos
+        timer_set = False
+        while True:
+            done = self._resolve(started)
+            if done is not None:
+                await self.commit(done)
+                log.info(
+                    "wait.done",
+                    pos=pos,
+                    wait=started.wait,
+                    name=started.name,
+                    timed_out=done.timed_out,
+                )
+                await self.maybe_evict()
+                return self.history.waited[pos]
+            if started.until is not None and not timer_set and not self._timer_fired(pos):
+                await self.store.schedule_timer(self.eid, self.partition, pos, started.until)
+                timer_set = True
+            assert self.inbox_changed is not None
+            changed = self.inbox_changed
+            limit = self.park_after
+            if started.until is not None:
+                limit = min(limit, max(0.0, started.until - self.clock()))
+            with anyio.move_on_after(limit) as idle:
+                await changed.wait()
+            if idle.cancelled_caught and (
+                started.until is None or self.clock() < started.until - 0.005
+            ):
+                raise Parked
+
+    def _resolve(self, started: WaitStarted) -> WaitDone | None:
+        if started.wait == "signal":
+            for seq, body in self.inbox:
+                if (
+                    body.get("kind") == "signal"
+                    and body.get("name") == started.name
+                    and seq not in self.history.consumed
+                ):
+                    payload = msgspec.json.encode(body.get("payload"))
+                    return WaitDone(
+                        pos=started.pos,
+                        name=started.name,
+                        wait=started.wait,
+                        value=msgspec.Raw(payload),
+                        inbox_seq=seq,
+                    )
+        if started.until is not None and (
+            self.clock() >= started.until - 0.005 or self._timer_fired(started.pos)
+        ):
+            return WaitDone(pos=started.pos, name=started.name, wait=started.wait, timed_out=True)
+        return None
+
+    def _timer_fired(self, pos: int) -> bool:
+        return any(b.get("kind") == "timer" and b.get("pos") == pos for _, b in self.inbox)
+
     async def maybe_evict(self) -> None:
         """Drop the in-memory copy at this step boundary when asked to (or always)."""
         if self.always_replay or self.evict_requested():
@@ -117,6 +191,7 @@ class RunActor:
         """Activate, execute until the run ends or parks, and say how it left."""
         if self.woken is None:
             self.woken = anyio.Event()
+        self.inbox_changed = anyio.Event()
         with structlog.contextvars.bound_contextvars(run_id=self.run_id):
             first = True
             while True:
@@ -165,6 +240,10 @@ class RunActor:
                     first = False
                 try:
                     return await self._execute(wf)
+                except Parked:
+                    log.info("run.parked")
+                    await self._project(running=False, waiting=True)
+                    return "parked"
                 except Evicted:
                     if not self.always_replay:
                         raise
@@ -270,10 +349,16 @@ class RunActor:
             except msgspec.DecodeError:
                 log.warning("inbox.unreadable", seq=msg.seq)
                 continue
-            if isinstance(body, dict) and body.get("kind") == "cancel":
+            if not isinstance(body, dict):
+                continue
+            if body.get("kind") == "cancel":
                 self.cancel_reason = str(body.get("reason") or "cancelled")
                 log.info("run.cancelling", reason=self.cancel_reason)
                 return True
+            self.inbox.append((msg.seq, body))
+            if self.inbox_changed is not None:
+                self.inbox_changed.set()
+                self.inbox_changed = anyio.Event()
         return False
 
     async def _end(self, record: AnyRecord) -> Outcome:
@@ -298,7 +383,12 @@ class RunActor:
         await self.store.put_index(self.eid, encode_info(info))
 
     async def _project(
-        self, *, running: bool, reason: str | None = None, paused: bool = False
+        self,
+        *,
+        running: bool,
+        reason: str | None = None,
+        paused: bool = False,
+        waiting: bool = False,
     ) -> None:
         if self.history.started is None:
             return
@@ -307,6 +397,8 @@ class RunActor:
             info.reason = reason
         if paused:
             info.status = "paused"
+        elif waiting and not info.ended:
+            info.status = "waiting"
         await self.store.put_index(self.eid, encode_info(info))
 
 

@@ -106,6 +106,7 @@ class Worker:
         self.members: dict[str, float] = {}
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
+        self.parked: set[str] = set()
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
@@ -131,6 +132,7 @@ class Worker:
                     await self.store.subscribe_core(lay.ping(self.id), self._on_ping),
                     await self.store.subscribe_core(lay.heartbeat("*"), self._on_heartbeat),
                     await self.store.subscribe_core(_any_partition(lay), self._on_wake),
+                    await self.store.subscribe_inbox(self._on_inbox),
                 ]
                 try:
                     await tg.start(self._host_actors)
@@ -347,15 +349,23 @@ class Worker:
             except anyio.WouldBlock:
                 pass  # the next reconcile finds it
 
+    async def _on_inbox(self, partition: int, eid: str) -> None:
+        # a message was stored in a run's inbox (a signal, a cancel, a fired timer)
+        try:
+            self._wakes_in.send_nowait((partition, eid))
+        except anyio.WouldBlock:
+            pass  # the run reads its inbox at its next activation
+
     async def _wake_loop(self) -> None:
         async for p, eid in self._wakes_out:
             # a hint: something was sent to the run (a start, a cancel); a run this
             # worker could not run gets another look, since the message may end it
             self.unrunnable.discard(eid)
+            self.parked.discard(eid)
             self._ensure_actor(p, eid, poke=True)
 
     def _ensure_actor(self, p: int, eid: str, *, poke: bool = False) -> None:
-        if self._stopping or p not in self.owned or eid in self.unrunnable:
+        if self._stopping or p not in self.owned or eid in self.unrunnable or eid in self.parked:
             return
         running = self.actors.get(eid)
         if running is not None:
@@ -386,6 +396,10 @@ class Worker:
                 outcome = await actor.run()
                 if outcome == "unrunnable":
                     self.unrunnable.add(eid)
+                elif outcome == "parked":
+                    # waits for its inbox: the marker stays (a new owner activates it),
+                    # and this worker brings it back when a message arrives
+                    self.parked.add(eid)
                 else:
                     await self.store.clear_active(p, eid)
         except Evicted:

@@ -20,6 +20,8 @@ from fusee.runtime.records import (
     StepCompleted,
     StepFailed,
     StepRetrying,
+    WaitDone,
+    WaitStarted,
     decode_record,
     kind_of,
     record_hash,
@@ -37,6 +39,9 @@ class History:
     started_seq: int = 0
     outcomes: dict[int, StepCompleted | StepFailed] = field(default_factory=dict)
     retries: dict[int, list[StepRetrying]] = field(default_factory=dict)
+    waits: dict[int, WaitStarted] = field(default_factory=dict)
+    waited: dict[int, WaitDone] = field(default_factory=dict)
+    consumed: set[int] = field(default_factory=set)  # inbox messages a wait took
     end: AnyRecord | None = None
     paused: RunPaused | None = None
     last_seq: int = 0
@@ -87,6 +92,12 @@ class History:
                 self.outcomes[record.pos] = record
             case StepRetrying():
                 self.retries.setdefault(record.pos, []).append(record)
+            case WaitStarted():
+                self.waits[record.pos] = record
+            case WaitDone():
+                self.waited[record.pos] = record
+                if record.inbox_seq:
+                    self.consumed.add(record.inbox_seq)
             case RunPaused():
                 self.paused = record
             case _ if isinstance(record, TERMINAL):
@@ -155,6 +166,9 @@ class Replayer:
         journaled_name = (
             outcome.name if outcome is not None else (retries[0].name if retries else None)
         )
+        wait = self.history.waited.get(pos) or self.history.waits.get(pos)
+        if wait is not None:  # the code used to wait here
+            journaled_name = f"{wait.wait} {wait.name}"
         if journaled_name is not None and journaled_name != name:
             self.broken = DeterminismError(
                 f"run {self.history.run_id!r}: step {pos} is {journaled_name!r} in the journal, "
@@ -170,6 +184,47 @@ class Replayer:
                 return ReplayedFailure(pos, outcome)
             case _:
                 return Execute(pos, len(retries) + 1, retries[-1] if retries else None)
+
+    def begin_wait(
+        self, name: str, wait: str, location: str
+    ) -> WaitDone | tuple[int, WaitStarted | None]:
+        """Decide the fate of the code's next wait (``wait`` is ``signal`` or ``sleep``):
+        its journaled end, or ``(pos, started)`` when it has not ended.
+
+        Raises:
+            DeterminismError: the journal holds another call at this position.
+        """
+        if self.broken is not None:
+            raise self.broken
+        pos = self.next_pos
+        self.next_pos += 1
+        done = self.history.waited.get(pos)
+        started = self.history.waits.get(pos)
+        journaled: WaitDone | WaitStarted | None = done or started
+        step_name = self._step_name_at(pos)
+        what = None
+        if step_name is not None:
+            what = f"step {step_name!r}"
+        elif journaled is not None and (journaled.name, journaled.wait) != (name, wait):
+            what = f"{journaled.wait} {journaled.name!r}"
+        if what is not None:
+            self.broken = DeterminismError(
+                f"run {self.history.run_id!r}: call {pos} is {what} in the journal, but the "
+                f"code now waits ({wait} {name!r}) at {location}. The workflow's code changed "
+                f"while the run was in flight; deploy the old code to finish it, or start a "
+                f"new run."
+            )
+            raise self.broken
+        if done is not None:
+            return done
+        return pos, started
+
+    def _step_name_at(self, pos: int) -> str | None:
+        outcome = self.history.outcomes.get(pos)
+        if outcome is not None:
+            return outcome.name
+        retries = self.history.retries.get(pos)
+        return retries[0].name if retries else None
 
     def check_finished(self, location: str) -> None:
         """The workflow returned: the journal must hold no step the code did not reach.

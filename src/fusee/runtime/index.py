@@ -15,7 +15,7 @@ from fusee.runtime.records import RunCancelled, RunCompleted, RunFailed
 
 __all__ = ("RunInfo", "Status", "info_from_history", "encode_info", "decode_info")
 
-Status = Literal["pending", "running", "completed", "failed", "cancelled", "paused"]
+Status = Literal["pending", "running", "waiting", "completed", "failed", "cancelled", "paused"]
 
 
 class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):

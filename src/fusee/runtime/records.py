@@ -25,6 +25,8 @@ __all__ = (
     "StepCompleted",
     "StepRetrying",
     "StepFailed",
+    "WaitStarted",
+    "WaitDone",
     "RunCompleted",
     "RunFailed",
     "RunCancelled",
@@ -87,6 +89,29 @@ class StepFailed(Record, tag="step.failed", frozen=True):
     message: str
 
 
+class WaitStarted(Record, tag="wait.started", frozen=True):
+    """The workflow waits at ``pos``: for a signal ``name`` (``wait`` is ``signal``) or for
+    time (``sleep``). ``until`` (epoch seconds) is when it times out or wakes; a timer
+    (a JetStream message schedule) delivers that moment to the run's inbox."""
+
+    pos: int
+    name: str
+    wait: str
+    until: float | None = None
+
+
+class WaitDone(Record, tag="wait.done", frozen=True):
+    """How the wait at ``pos`` ended: the signal's ``value`` (the inbox message at
+    ``inbox_seq``), or ``timed_out`` (a sleep always ends so)."""
+
+    pos: int
+    name: str
+    wait: str
+    value: msgspec.Raw = msgspec.Raw(b"null")
+    timed_out: bool = False
+    inbox_seq: int = 0
+
+
 class RunCompleted(Record, tag="run.completed", frozen=True):
     """The workflow returned ``result``."""
 
@@ -118,6 +143,8 @@ AnyRecord = (
     | StepCompleted
     | StepRetrying
     | StepFailed
+    | WaitStarted
+    | WaitDone
     | RunCompleted
     | RunFailed
     | RunCancelled

@@ -12,6 +12,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import nats
@@ -292,12 +293,69 @@ class NatsStore:
         """What others sent the run (cancels, and later signals), above sequence ``after``."""
         return await self._direct_batch(self.layout.inbox(partition, eid), after + 1)
 
-    async def send_inbox(self, partition: int, eid: str, kind: str, body: bytes) -> int:
-        """Store a message in the run's inbox (outside its fence); returns its sequence."""
+    async def send_inbox(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
+    ) -> int:
+        """Store a message in the run's inbox (outside its fence); returns its sequence.
+        A ``msg_id`` makes a retry within the dedupe window (2 min) store nothing new."""
+        headers = {KIND: kind}
+        if msg_id is not None:
+            headers[MSG_ID] = msg_id
         ack = await self._retrying(
-            self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, {KIND: kind}
+            self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, headers
         )
         return ack.seq
+
+    async def schedule_timer(self, eid: str, partition: int, pos: int, until: float) -> None:
+        """A durable timer: a message schedule on ``<ns>.in.<p>.<eid>.t<pos>`` whose message
+        lands in the run's inbox at ``until``. Publishing it again replaces it.
+
+        It sits outside the run's fenced subtree on purpose: the server writes to the
+        schedule's subject when it fires, which would move the owner's fence. Unfenced is
+        safe: only a writer whose ``wait.started`` landed under the fence schedules, with
+        the journaled time, and a timer only says "the time of wait <pos> has come".
+        """
+        lay = self.layout
+        at = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        headers = {
+            KIND: "timer",
+            "Fusee-Pos": str(pos),
+            "Nats-Schedule": f"@at {at}",
+            "Nats-Schedule-Target": lay.inbox(partition, eid),
+        }
+        body = json.dumps({"kind": "timer", "pos": pos}).encode()
+        await self._retrying(
+            self.js.publish, f"{lay.inbox(partition, eid)}.t{pos}", body, 5.0, None, headers
+        )
+
+    async def subscribe_inbox(
+        self, handler: Callable[[int, str], Awaitable[None]]
+    ) -> Callable[[], Awaitable[None]]:
+        """Call ``handler(partition, eid)`` for every message stored in any run's inbox
+        from now on (signals, cancels, fired timers): how a worker learns that a run it
+        evicted has something to read. An ordered consumer, headers only."""
+        prefix = f"{self.layout.namespace}.in."
+
+        async def on_msg(msg: Msg) -> None:
+            part, _, rest = msg.subject[len(prefix) :].partition(".")
+            eid = rest.split(".", 1)[0]
+            if part.isdigit() and eid:
+                await handler(int(part), eid)
+
+        sub = await self.js.subscribe(
+            f"{prefix}>",
+            ordered_consumer=True,
+            cb=on_msg,
+            stream=self.layout.stream,
+            deliver_policy=DeliverPolicy.NEW,
+            headers_only=True,
+        )
+
+        async def unsubscribe() -> None:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+        return unsubscribe
 
     async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
         """Every record of the run's journal with a sequence above ``after``, in order."""
@@ -437,6 +495,11 @@ class NatsStore:
 
     async def mark_active(self, partition: int, eid: str) -> None:
         await self._retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
+        with contextlib.suppress(nats.errors.ConnectionClosedError):
+            await self.nc.publish(self.layout.wake(partition), eid.encode())
+
+    async def wake(self, partition: int, eid: str) -> None:
+        """Tell the partition's owner (core NATS, a hint) that the run has news."""
         with contextlib.suppress(nats.errors.ConnectionClosedError):
             await self.nc.publish(self.layout.wake(partition), eid.encode())
 
