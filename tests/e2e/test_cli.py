@@ -36,6 +36,11 @@ WORKFLOWS = textwrap.dedent(
     def _boom(text):
         raise ValueError(f"no good: {text}")
 
+    @fusee.workflow("cli-approve")
+    async def approve(ctx, text: str) -> dict:
+        decision = await ctx.wait_for("decision")
+        return {"text": text, "decision": decision}
+
     @fusee.workflow("cli-fail")
     async def fail(ctx, text: str) -> str:
         await ctx.step("boom", lambda: _boom(text), retry=fusee.Retry(attempts=1))
@@ -267,3 +272,34 @@ async def test_dev_without_main_serves_until_ctrl_c(tmp_path: Path, launch: Any)
         assert await run.result(timeout="15s") == {"echo": "DEV"}
     assert await dev.stop(signal.SIGINT) == 0
     assert running_server(store) is None
+
+
+async def test_runs_signal_and_cancel_from_the_command_line(
+    nats_server: Any, namespace: str, workflows: Path, launch: Any
+) -> None:
+    conn = ("--nats", nats_server.url, "--namespace", namespace)
+    launch("worker", str(workflows), *conn)
+    async with await fusee.connect(nats_server.url, namespace=namespace) as engine:
+        approved = await engine.start("cli-approve", "ok-1", "refund")
+        sent = await cli("runs", "signal", "ok-1", "decision", '{"approved": true}', *conn)
+        assert sent.returncode == 0, sent.stderr
+        assert await approved.result(timeout="15s") == {
+            "text": "refund",
+            "decision": {"approved": True},
+        }
+        again = await cli("runs", "signal", "ok-1", "decision", "1", *conn)
+        assert again.returncode == 1
+        assert "already ended" in again.stderr
+
+        stuck = await engine.start("cli-approve", "stuck-1", "refund")
+        stopped = await cli("runs", "cancel", "stuck-1", "--reason", "user left", *conn)
+        assert stopped.returncode == 0, stopped.stderr
+        with pytest.raises(fusee.RunCancelled, match="user left"):
+            await stuck.result(timeout="15s")
+
+    bad = await cli("runs", "signal", "ok-1", "decision", "{not json", *conn)
+    assert bad.returncode == 1
+    assert "not JSON" in bad.stderr
+    unknown = await cli("runs", "cancel", "nope", *conn)
+    assert unknown.returncode == 1
+    assert "no run 'nope'" in unknown.stderr

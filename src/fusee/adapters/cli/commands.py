@@ -290,6 +290,30 @@ async def runs_result(opts: GlobalOptions, run_id: str, *, timeout: str | None) 
     return 0
 
 
+async def runs_cancel(opts: GlobalOptions, run_id: str, *, reason: str) -> int:
+    run_id = validate_id(run_id, "run ID")
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
+        if not await engine.run(run_id).cancel(reason):
+            raise CliError(f"run {run_id!r} has already ended; nothing to cancel")
+    _out(f"asked run {run_id!r} to stop: {reason}")
+    return 0
+
+
+async def runs_signal(
+    opts: GlobalOptions, run_id: str, name: str, payload: str, *, key: str | None
+) -> int:
+    run_id = validate_id(run_id, "run ID")
+    try:
+        value = msgspec.json.decode(payload)
+    except msgspec.DecodeError as exc:
+        raise CliError(f"the payload is not JSON ({exc}): {payload!r}") from None
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
+        if not await engine.run(run_id).signal(name, value, key=key):
+            raise CliError(f"run {run_id!r} has already ended; the signal was not stored")
+    _out(f"signal {name!r} stored for run {run_id!r}")
+    return 0
+
+
 # -- fusee streams ---------------------------------------------------------------------
 
 

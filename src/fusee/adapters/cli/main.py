@@ -6,6 +6,8 @@
     fusee runs list [--status S] [--workflow W] [--json]
     fusee runs show RUN_ID [--json]
     fusee runs result RUN_ID [--timeout 30s]
+    fusee runs signal RUN_ID NAME [JSON] [--key K]
+    fusee runs cancel RUN_ID [--reason TEXT]
     fusee streams follow RUN_ID NAME [--from N]
 
 Exit codes: 0 done; 1 an error (bad input, unknown run, a failed or cancelled run);
@@ -172,6 +174,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", default="30s", metavar="DURATION", help="how long to wait (default: 30s)"
     )
 
+    cancel = runs_sub.add_parser(
+        "cancel",
+        parents=[common],
+        help="cancel a run",
+        description=(
+            "Ask a run to stop: its running step is told and cancelled, and the run ends "
+            "cancelled with the reason. Exit 0 when asked, 1 when the run had already ended."
+        ),
+    )
+    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument("--reason", default="cancelled from the CLI", help="why (shown on the run)")
+
+    signal = runs_sub.add_parser(
+        "signal",
+        parents=[common],
+        help="send a run a signal",
+        description=(
+            "Send the signal NAME with a JSON payload to a run (its ctx.wait_for(NAME) returns "
+            "it). Exit 0 when stored, 1 when the run had already ended."
+        ),
+    )
+    signal.add_argument("run_id", metavar="RUN_ID")
+    signal.add_argument("name", metavar="NAME")
+    signal.add_argument("payload", metavar="JSON", nargs="?", default="null", help="default: null")
+    signal.add_argument("--key", help="an idempotency key: a retried send stores nothing new")
+
     streams = sub.add_parser(
         "streams", help="read a run's token streams", description="Read a run's token streams."
     )
@@ -228,6 +256,12 @@ def _command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awai
         )
     if args.runs_command == "show":
         return lambda: commands.runs_show(opts, args.run_id, as_json=args.json)
+    if args.runs_command == "cancel":
+        return lambda: commands.runs_cancel(opts, args.run_id, reason=args.reason)
+    if args.runs_command == "signal":
+        return lambda: commands.runs_signal(
+            opts, args.run_id, args.name, args.payload, key=args.key
+        )
     return lambda: commands.runs_result(opts, args.run_id, timeout=args.timeout)
 
 
