@@ -8,8 +8,10 @@ what nats-py 2.16 lacks (batched Direct Get, the subtree fence header).
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -128,6 +130,10 @@ class NatsStore:
         self.committer = GroupCommitter(nc, self.js, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
         self.tokens = TokenStore(self, max_age=tokens_max_age)
+        # completions (issue 3): the namespace's secret (``config.secret`` in the work
+        # bucket, read at connect) and the base of callback URLs
+        self.completion_secret = b""
+        self.callback_base_url = "http://127.0.0.1:8000"
 
     @classmethod
     async def connect(
@@ -235,15 +241,17 @@ class NatsStore:
         Raises:
             Fenced: another writer appended since ``fence``.
         """
-        lay = self.layout
-        headers = {
+        headers = self._fenced_headers(eid, kind, fence, msg_id)
+        item = Pending(self.layout.journal(eid), data, headers, eid, fence, msg_id, kind)
+        return await self.committer.append(item)
+
+    def _fenced_headers(self, eid: str, kind: str, fence: int, msg_id: str) -> dict[str, str]:
+        return {
             KIND: kind,
             EXPECTED_SEQ: str(fence),
-            EXPECTED_SUBJECT: lay.tree(eid),
+            EXPECTED_SUBJECT: self.layout.tree(eid),
             MSG_ID: msg_id,
         }
-        item = Pending(lay.journal(eid), data, headers, eid, fence, msg_id, kind)
-        return await self.committer.append(item)
 
     async def _append_alone(self, eid: str, kind: str, data: bytes, fence: int, msg_id: str) -> int:
         """Append one record under the actor's fence; returns its stream sequence.
@@ -257,12 +265,7 @@ class NatsStore:
             Fenced: another writer appended since ``fence``.
         """
         lay = self.layout
-        headers = {
-            KIND: kind,
-            EXPECTED_SEQ: str(fence),
-            EXPECTED_SUBJECT: lay.tree(eid),
-            MSG_ID: msg_id,
-        }
+        headers = self._fenced_headers(eid, kind, fence, msg_id)
         delay = 0.05
         while True:
             try:
@@ -305,6 +308,32 @@ class NatsStore:
             self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, headers
         )
         return ack.seq
+
+    async def send_inbox_once(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str
+    ) -> tuple[int, bool]:
+        """Like :meth:`send_inbox`, and says whether the server took it for a duplicate of
+        an earlier message with ``msg_id`` (then the sequence is the earlier one's)."""
+        headers = {KIND: kind, MSG_ID: msg_id}
+        ack = await self._retrying(
+            self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, headers
+        )
+        return ack.seq, bool(ack.duplicate)
+
+    async def load_secret(self, key: str = "config.secret") -> bytes:
+        """The namespace's secret (32 random bytes, base64url in the work bucket), made by
+        the first client that asks: ``create`` lets concurrent first clients agree."""
+        try:
+            entry = await self.work.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            fresh = base64.urlsafe_b64encode(secrets.token_bytes(32))
+            with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+                await self.work.create(key, fresh)
+            entry = await self.work.get(key)
+        value = base64.urlsafe_b64decode(entry.value or b"")
+        if len(value) < 32:
+            raise FuseeError(f"{key} in {self.layout.work_bucket} holds fewer than 32 bytes")
+        return value
 
     async def schedule_timer(self, eid: str, partition: int, pos: int, until: float) -> None:
         """A durable timer: a message schedule on ``<ns>.in.<p>.<eid>.t<pos>`` whose message
