@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "agent.py"
+REFUND = REPO / "examples" / "refund.py"
 
 WORKFLOWS = textwrap.dedent(
     """
@@ -257,6 +258,14 @@ async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> N
     assert show.returncode == 0, show.stderr
     assert "status    completed after 3 steps" in show.stdout
     assert running_server(store) is None
+
+
+async def test_the_refund_example_waits_for_approval_then_refunds(tmp_path: Path) -> None:
+    done = await cli("dev", str(REFUND), "--store", str(tmp_path / "store"))
+    assert done.returncode == 0, done.stderr
+    assert "status while it waits: waiting" in done.stdout
+    assert "approved by ana -> refunded 40 EUR on order 1042" in done.stdout
+    assert "wait.done       signal 'approval'" in done.stdout
 
 
 async def test_dev_without_main_serves_until_ctrl_c(tmp_path: Path, launch: Any) -> None:

@@ -23,6 +23,8 @@ from fusee.runtime.records import (
     StepCompleted,
     StepFailed,
     StepRetrying,
+    WaitDone,
+    WaitStarted,
     kind_of,
 )
 
@@ -90,6 +92,19 @@ def format_record(record: Any, name_width: int = 0) -> str:
             f"{record.name.ljust(name_width)}  (attempt {record.attempt})  "
             f"{clip(f'{record.error_type}: {record.message}')}"
         )
+    elif isinstance(record, WaitStarted):
+        what = "sleep" if record.wait == "sleep" else f"{record.wait} {record.name!r}"
+        until = ""
+        if record.until is not None:
+            stamp = datetime.datetime.fromtimestamp(record.until, tz=datetime.UTC)
+            until = f"  (until {stamp:%Y-%m-%d %H:%M:%S} UTC)"
+        body = f"{what}{until}"
+    elif isinstance(record, WaitDone):
+        what = "sleep" if record.wait == "sleep" else f"{record.wait} {record.name!r}"
+        if record.timed_out:
+            body = f"{what}  {'woke' if record.wait == 'sleep' else 'timed out'}"
+        else:
+            body = f"{what}  -> {_value(record.value)}"
     elif isinstance(record, RunCompleted):
         body = f"-> {_value(record.result)}"
     elif isinstance(record, RunFailed):
