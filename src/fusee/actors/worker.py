@@ -106,7 +106,7 @@ class Worker:
         self.members: dict[str, float] = {}
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
-        self.parked: set[str] = set()
+        self.parked: dict[str, int] = {}  # run eid -> partition, of runs that wait
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
@@ -286,6 +286,10 @@ class Worker:
         if revision is None:
             return
         self.owned[p] = revision
+        # runs this worker parked while it owned p before: what they wait for may have
+        # come meanwhile, so they get a look again
+        for eid in [e for e, part in self.parked.items() if part == p]:
+            del self.parked[eid]
         log.debug("partition.acquired", partition=p, previous=current[0] if current else None)
         await self._reconcile({p})
 
@@ -361,7 +365,7 @@ class Worker:
             # a hint: something was sent to the run (a start, a cancel); a run this
             # worker could not run gets another look, since the message may end it
             self.unrunnable.discard(eid)
-            self.parked.discard(eid)
+            self.parked.pop(eid, None)
             self._ensure_actor(p, eid, poke=True)
 
     def _ensure_actor(self, p: int, eid: str, *, poke: bool = False) -> None:
@@ -399,7 +403,7 @@ class Worker:
                 elif outcome == "parked":
                     # waits for its inbox: the marker stays (a new owner activates it),
                     # and this worker brings it back when a message arrives
-                    self.parked.add(eid)
+                    self.parked[eid] = p
                 else:
                     await self.store.clear_active(p, eid)
         except Evicted:
