@@ -18,6 +18,7 @@ from fusee.errors import FatalError as FatalError
 from fusee.errors import FuseeError as FuseeError
 from fusee.errors import InvalidArgument as InvalidArgument
 from fusee.errors import InvalidId as InvalidId
+from fusee.errors import InvalidToken as InvalidToken
 from fusee.errors import NotEncodable as NotEncodable
 from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
@@ -26,6 +27,7 @@ from fusee.errors import RunNotFound as RunNotFound
 from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
+from fusee.runtime.completions import Completion as Completion
 from fusee.runtime.index import RunInfo as RunInfo
 from fusee.runtime.retry import Retry as Retry
 
@@ -54,6 +56,8 @@ __all__ = (
     "RunCancelled",
     "StreamNotFound",
     "Timeout",
+    "Completion",
+    "InvalidToken",
 )
 
 __version__ = "0.1.0"

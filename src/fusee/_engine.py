@@ -22,6 +22,7 @@ from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
     Fenced,
     InvalidArgument,
+    InvalidToken,
     JournalGap,
     RunCancelled,
     RunExists,
@@ -30,6 +31,7 @@ from fusee.errors import (
     Timeout,
 )
 from fusee.runtime.codec import canonical, decode_value
+from fusee.runtime.completions import mac_matches, parse_token
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name, validate_namespace
@@ -47,6 +49,7 @@ from fusee.runtime.records import (
 from fusee.runtime.records import (
     RunFailed as RunFailedRecord,
 )
+from fusee.runtime.records import StepFailed as StepFailedRecord
 from fusee.runtime.tokens import TokenEvent
 
 __all__ = ("Engine", "Run", "connect")
@@ -64,6 +67,7 @@ async def connect(
     partitions: int | None = None,
     replicas: int = 1,
     token_retention: DurationLike = "7d",
+    callback_base_url: str = "http://127.0.0.1:8000",
 ) -> Engine:
     """Connect to NATS and make sure the namespace's stream and buckets exist.
 
@@ -74,6 +78,9 @@ async def connect(
     ``token_retention`` is how long token streams are kept after they were written
     (readers can replay a finished run's stream until then); changing it updates the
     namespace's tokens stream.
+
+    ``callback_base_url`` is where completion URLs point
+    (``<callback_base_url>/v1/completions/<token>``, see ``ctx.await_completion``).
 
     Example:
         ``engine = await fusee.connect()``
@@ -97,6 +104,8 @@ async def connect(
     try:
         await store.ensure_layout()
         count = await _partition_count(store, partitions)
+        store.completion_secret = await store.load_secret()
+        store.callback_base_url = _base_url(callback_base_url)
     except BaseException:
         await store.close()
         if server is not None:
@@ -127,6 +136,12 @@ async def _partition_count(store: NatsStore, wanted: int | None) -> int:
             f"{stored} partitions, and that cannot change"
         )
     return stored
+
+
+def _base_url(url: object) -> str:
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise InvalidArgument(f"callback_base_url={url!r}: must be an http(s) URL")
+    return url.rstrip("/")
 
 
 class Engine:
@@ -251,6 +266,104 @@ class Engine:
     def run(self, run_id: str) -> Run:
         """A handle on run ``run_id`` (no I/O until it is used)."""
         return Run(self, validate_id(run_id, "run ID"))
+
+    async def complete(self, token: str, value: Any = None) -> bool:
+        """Complete the ``ctx.await_completion`` wait that ``token`` names with ``value``
+        (the wait returns it); durable once it returns.
+
+        Returns True when this call stored the completion, False when the same value
+        was already given (a retry, or a second click): completing twice is idempotent.
+
+        Raises:
+            InvalidToken: the token is malformed or forged, names no completion wait of
+                this namespace, or can no longer be used: its wait timed out or its run
+                ended ("expired"), or it was completed with another value ("already used").
+            NotEncodable: the value is not JSON-encodable.
+
+        Example:
+            ``await engine.complete(token, {"approved": False, "reason": "too much"})``
+        """
+        run_id, pos, mac = parse_token(token)
+        data = canonical(value, "the value of a completion")
+        eid = escape(run_id)
+        history = History(run_id)
+        for msg in await self.store.read_journal(eid):
+            history.feed(msg.seq, msg.data)
+        wait = history.waits.get(pos)
+        if history.started is None or wait is None or wait.wait != "completion":
+            raise InvalidToken(
+                f"completion token for run {run_id!r} position {pos}: no such completion wait "
+                f"in namespace {self.namespace!r} (forged, or for another namespace)"
+            )
+        if not mac_matches(
+            mac,
+            self.store.completion_secret,
+            self.namespace,
+            run_id,
+            history.started_seq,
+            pos,
+            wait.name,
+        ):
+            raise InvalidToken(
+                f"completion token for run {run_id!r} position {pos}: forged (its MAC does "
+                f"not match)"
+            )
+        what = f"completion {wait.name!r} of run {run_id!r}"
+        done = history.waited.get(pos)
+        if done is not None:
+            if done.timed_out:
+                raise InvalidToken(f"{what} has expired: its wait timed out")
+            if canonical(decode_value(bytes(done.value)), "") == data:
+                return False
+            raise InvalidToken(f"{what} was already used: it was completed with another value")
+        if history.ended:
+            raise InvalidToken(f"{what} has expired: the run ended while it waited")
+        asked = history.outcomes.get(pos + 1)
+        if isinstance(asked, StepFailedRecord) and asked.name == f"ask/{wait.name}":
+            raise InvalidToken(f"{what} has expired: its ask step failed, so it never waited")
+        partition = history.started.partition
+        body = msgspec.json.encode(
+            {
+                "kind": "completion",
+                "pos": pos,
+                "start": history.started_seq,
+                "value": msgspec.Raw(data),
+            }
+        )
+        # one message per wait: a second complete within the dedupe window stores nothing
+        msg_id = f"{eid}:completion:{history.started_seq}:{pos}"
+        seq, duplicate = await self.store.send_inbox_once(
+            partition, eid, "completion", body, msg_id=msg_id
+        )
+        # The run takes the first completion of the wait in its inbox (past the dedupe
+        # window an earlier one may be there still, not yet taken): is it this one?
+        first_seq, first = (await self._completions(partition, eid, history, pos))[0]
+        if first_seq == seq and not duplicate:
+            await self.store.wake(partition, eid)
+            return True
+        if first == data:
+            return False
+        raise InvalidToken(f"{what} was already used: it was completed with another value")
+
+    async def _completions(
+        self, partition: int, eid: str, history: History, pos: int
+    ) -> list[tuple[int, bytes]]:
+        """``(sequence, value)`` of the completions stored in the run's inbox for the wait
+        at ``pos``, oldest first (values as canonical JSON)."""
+        out = []
+        for msg in await self.store.read_inbox(partition, eid):
+            try:
+                body = msgspec.json.decode(msg.data)
+            except msgspec.DecodeError:
+                continue
+            if (
+                isinstance(body, dict)
+                and body.get("kind") == "completion"
+                and body.get("pos") == pos
+                and body.get("start") == history.started_seq
+            ):
+                out.append((msg.seq, canonical(body.get("value"), "")))
+        return out
 
     async def list_runs(self) -> list[RunInfo]:
         """Every run in the namespace, from the run index, newest first."""

@@ -23,6 +23,7 @@ __all__ = (
     "StreamNotFound",
     "StepTimeout",
     "Timeout",
+    "InvalidToken",
     "Fenced",
     "JournalGap",
     "Evicted",
@@ -105,6 +106,12 @@ class StepTimeout(FuseeError, TimeoutError):
 
 class Timeout(FuseeError, TimeoutError):
     """Waiting for something (a result, a signal) took longer than allowed."""
+
+
+class InvalidToken(FuseeError, ValueError):
+    """A completion token that cannot be accepted: malformed, forged, for a run or wait
+    that does not exist, expired (its wait timed out or its run ended), or already used
+    with another value. The message says which."""
 
 
 class Fenced(BaseException):

@@ -33,6 +33,8 @@ PUBLIC = (
     "RunCancelled",
     "StreamNotFound",
     "Timeout",
+    "Completion",
+    "InvalidToken",
 )
 
 
@@ -65,7 +67,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 15
+    assert len(errors) == 16
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

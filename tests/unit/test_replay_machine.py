@@ -12,7 +12,9 @@ unbroken chain with one outcome per position.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import anyio
 import anyio.lowlevel
@@ -105,6 +107,8 @@ class ReplayMachine(RuleBasedStateMachine):
         self.crash_in_step: int | None = None
         self.keys: dict[int, set[str]] = {}
         self.ended = False
+        self.seen: dict[int, list[tuple[Any, ...]]] = {}  # ctx.now/random/uuid before step i
+        self.time = 1_800_000_000.0
         self.store = MemoryStore(on_stored=self._stored)
         start = RunStarted(workflow="machine", input=msgspec.Raw(b"0"), started_at=0.0)
         self.store.msgs.append(Stored(1, encode_record(start)))
@@ -130,6 +134,7 @@ class ReplayMachine(RuleBasedStateMachine):
                 self.finished_calls[i] = self.finished_calls.get(i, 0) + 1
                 return i * 10
 
+            self.seen.setdefault(i, []).append((ctx.now(), ctx.random(), ctx.uuid()))
             total += await ctx.step(
                 f"step-{i}", body, retry=fusee.Retry(attempts=10, initial=0, max=0)
             )
@@ -145,7 +150,7 @@ class ReplayMachine(RuleBasedStateMachine):
             run_id="r",
             partition=0,
             registry=self.registry,
-            clock=lambda: 0.0,
+            clock=self._clock,
             always_replay=self.always_replay,
         )
 
@@ -161,6 +166,10 @@ class ReplayMachine(RuleBasedStateMachine):
         self.store.appends = 0
         self.store.crash_before_append = self.store.crash_after_append = None
         self.crash_in_step = None
+
+    def _clock(self) -> float:
+        self.time += 0.001
+        return self.time
 
     @rule(n=st.integers(min_value=1, max_value=8))
     def crash_before_an_append(self, n: int) -> None:
@@ -200,6 +209,22 @@ class ReplayMachine(RuleBasedStateMachine):
         ]
         assert len(positions) == len(set(positions))
         assert positions == sorted(positions)
+
+    @invariant()
+    def values_are_the_journaled_ones_once_journaled(self) -> None:
+        # A value lost before any commit carried it may differ; from the one journaled
+        # on, every replay returns exactly it.
+        history = History("r")
+        for m in self.store.msgs:
+            history.feed(m.seq, m.data)
+        flat = [v.value for v in history.values]
+        for i in range(len(flat) // 3):
+            now, rnd, uid = flat[3 * i : 3 * i + 3]
+            journaled = (datetime.fromtimestamp(float(now), UTC), rnd, UUID(str(uid)))
+            seen = self.seen[i + 1]
+            assert journaled in seen, f"values before step {i + 1} were never handed out"
+            after = seen[seen.index(journaled) :]
+            assert all(v == journaled for v in after), f"values before step {i + 1}: {seen}"
 
     @invariant()
     def each_step_keeps_one_key(self) -> None:

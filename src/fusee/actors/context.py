@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import secrets
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, overload
+from uuid import UUID
 
 import anyio
 import structlog
 
 from fusee.errors import Evicted, FatalError, FuseeError, NotEncodable, StepTimeout, Timeout
 from fusee.runtime.codec import decode_value, encode_value
+from fusee.runtime.completions import Completion, completion_token, completion_url
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import Execute, Replayed, ReplayedFailure, Replayer
 from fusee.runtime.ids import validate_name
@@ -30,6 +35,15 @@ T = TypeVar("T")
 log = structlog.get_logger("fusee")
 
 DEFAULT_RETRY = Retry()
+COMPENSATE = "compensate:"  # the step name of a compensation is this prefix + its name
+
+
+@dataclass(frozen=True)
+class _Compensation:
+    step: str  # COMPENSATE + the name given to ctx.compensate
+    fn: Callable[..., Any]
+    retry: Retry | None
+    timeout: float | None
 
 
 @dataclass(eq=False)
@@ -124,6 +138,7 @@ class Context:
         started = replayer.history.started
         assert started is not None
         self.workflow = started.workflow
+        self._compensations: list[_Compensation] = []  # ctx.compensate, oldest first
 
     async def sleep(self, duration: str | float | timedelta, *, name: str = "sleep") -> None:
         """Wait ``duration``, durably: the run leaves memory while it sleeps and a timer
@@ -164,7 +179,79 @@ class Context:
             raise Timeout(f"no signal {name!r} within {format_duration(seconds)}")
         return decode_value(bytes(done.value), type)
 
+    async def await_completion(
+        self,
+        name: str,
+        *,
+        ask: Callable[[Completion], Any] | None = None,
+        timeout: str | float | timedelta | None = None,
+        type: Any = None,  # noqa: A002 - reads well at the call site
+    ) -> Any:
+        """Wait for a completion (human approval by callback URL) and return its value.
+
+        The wait gets an unguessable token and URL (``cb.token``, ``cb.url``); ``ask(cb)``
+        runs once as a durable step (sync or async, its result is ignored) to put the URL
+        in front of someone. ``engine.complete(cb.token, value)`` (later the HTTP API at
+        ``cb.url``) completes it; the first completion wins, ``{"approved": False, ...}``
+        is a value like any other.
+
+        Raises:
+            Timeout: ``timeout`` passed first.
+
+        Example:
+            ``ok = await ctx.await_completion("refund-ok", ask=lambda cb: slack.post(cb.url))``
+        """
+        location = _caller_location()
+        name = validate_name(name, "completion name")
+        if ask is not None and not callable(ask):
+            raise FuseeError(f"completion {name!r}: ask={ask!r} is not callable (at {location})")
+        seconds = (
+            parse_duration(timeout, "timeout of ctx.await_completion")
+            if timeout is not None
+            else None
+        )
+        ask_step = f"ask/{name}"
+        decision = self._replayer.begin_wait(name, "completion", location)
+        if isinstance(decision, WaitDone):
+            done = decision
+            if ask is not None:  # the ask step took the next position: replay it too
+                self._replayer.begin_step(ask_step, location)
+        else:
+            pos, started = decision
+            actor = self._actor
+            if started is None:
+                until = actor.clock() + seconds if seconds is not None else None
+                await actor.commit(WaitStarted(pos=pos, name=name, wait="completion", until=until))
+                log.info("wait.started", pos=pos, wait="completion", name=name)
+                await actor.maybe_evict()
+                started = actor.history.waits[pos]
+            if ask is not None:
+                cb = self._completion(pos, name)
+                await self.step(ask_step, _asker(ask, cb))
+            done = await actor.wait_out(started)
+        if done.timed_out:
+            assert seconds is not None
+            raise Timeout(f"no completion {name!r} within {format_duration(seconds)}")
+        return decode_value(bytes(done.value), type)
+
+    def _completion(self, pos: int, name: str) -> Completion:
+        """The token and URL of the completion wait ``name`` at ``pos`` of this run."""
+        store = self._actor.store
+        token = completion_token(
+            store.completion_secret,
+            self._actor.namespace,
+            self.run_id,
+            self._replayer.history.started_seq,
+            pos,
+            name,
+        )
+        return Completion(
+            token=token, url=completion_url(store.callback_base_url, token), name=name
+        )
+
     async def _wait(self, name: str, wait: str, seconds: float | None, location: str) -> WaitDone:
+        if self._at_compensations():
+            await self._actor.stop_workflow()
         decision = self._replayer.begin_wait(name, wait, location)
         if isinstance(decision, WaitDone):
             return decision
@@ -178,9 +265,115 @@ class Context:
             started = actor.history.waits[pos]
         return await actor.wait_out(started)
 
+    def compensate(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: Retry | None = None,
+        timeout: str | float | timedelta | None = None,
+    ) -> None:
+        """Register an undo: if the run fails or is cancelled (also by its timeout), the
+        registered compensations run newest first, each as a durable step named
+        ``compensate:<name>`` with its own ``retry`` and per-attempt ``timeout``, before
+        the run ends. A completed run runs none. Registering journals nothing: the code
+        registers the same compensations again when it is replayed.
+
+        ``fn`` is a step function (sync or async, taking no argument or a
+        :class:`StepInfo`); it must not call ``ctx``.
+
+        Example:
+            ``ctx.compensate("tool:cancel-booking", lambda: hotels.cancel(booking.id))``
+        """
+        location = _caller_location()
+        name = validate_name(name, "compensation name")
+        if not callable(fn):
+            raise FuseeError(f"compensation {name!r}: {fn!r} is not callable (at {location})")
+        limit = (
+            parse_duration(timeout, f"timeout of compensation {name!r}")
+            if timeout is not None
+            else None
+        )
+        step = validate_name(COMPENSATE + name, "compensation step name")
+        self._compensations.append(_Compensation(step, fn, retry, limit))
+
+    async def _compensate(self) -> list[StepFailedError]:
+        """Run the registered compensations, newest first, each as a step at the next
+        position (a journaled one is replayed, not run again). One that fails for good
+        does not stop the others; the failures are returned.
+
+        Raises:
+            DeterminismError: the journal holds another step at a compensation's position.
+        """
+        failed: list[StepFailedError] = []
+        history, pos = self._replayer.history, self._replayer.next_pos
+        if self._compensations and pos not in history.outcomes and pos not in history.retries:
+            log.info("run.compensating", compensations=len(self._compensations))
+        while self._compensations:
+            comp = self._compensations.pop()
+            location = f"ctx.compensate({comp.step[len(COMPENSATE) :]!r})"
+            decision = self._replayer.begin_step(comp.step, location)
+            if isinstance(decision, Replayed):
+                continue
+            if isinstance(decision, ReplayedFailure):
+                rec = decision.record
+                failed.append(StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt))
+                continue
+            policy = comp.retry if comp.retry is not None else DEFAULT_RETRY
+            try:
+                await self._execute(comp.step, comp.fn, decision, policy, comp.timeout, None)
+            except StepFailedError as exc:
+                failed.append(exc)
+        return failed
+
+    def _at_compensations(self) -> bool:
+        """Whether the journal holds a compensation at the code's next position: the
+        workflow was stopped there (cancelled), so a replay must stop there too."""
+        history = self._replayer.history
+        pos = self._replayer.next_pos
+        outcome = history.outcomes.get(pos)
+        retries = history.retries.get(pos)
+        name = outcome.name if outcome is not None else (retries[0].name if retries else None)
+        return name is not None and name.startswith(COMPENSATE)
+
     def journal_size(self) -> int:
         """How many records the run's journal holds."""
         return self._replayer.history.size
+
+    def now(self) -> datetime:
+        """The current time as a timezone-aware UTC datetime, journaled: a replay of the
+        run returns the same time (the worker's clock when the run first got here).
+
+        Example:
+            ``deadline = ctx.now() + timedelta(days=1)``
+        """
+        clock = self._actor.clock
+        seconds = self._take("now", lambda: round(clock(), 6))  # what a datetime holds
+        return datetime.fromtimestamp(float(seconds), UTC)
+
+    def random(self) -> float:
+        """A random float in [0, 1) (53 random bits from ``secrets``), journaled: a
+        replay returns the same number."""
+        return float(self._take("random", _fresh_random))
+
+    def uuid(self) -> UUID:
+        """A random UUID (version 4, from ``secrets``), journaled: a replay returns the
+        same one."""
+        return UUID(str(self._take("uuid", _fresh_uuid)))
+
+    def _take(self, kind: str, make: Callable[[], float | str]) -> float | str:
+        # Plain calls, no await: a fresh value waits in History.pending and rides on the
+        # actor's next commit. Anything durable the workflow does with it goes through
+        # that commit or a later one, so a value lost in a crash was never acted upon.
+        location = _caller_location(3)
+        step = _IN_STEP.get()
+        if step is not None:
+            raise FatalError(
+                f"ctx.{kind}() was called inside step {step!r} (at {location}). A step's "
+                f"function is not replayed, so it cannot take journaled values: call "
+                f"ctx.{kind}() in the workflow and pass the value to the step."
+            )
+        return self._replayer.take_value(kind, make, location)
 
     @overload
     async def step(
@@ -223,6 +416,8 @@ class Context:
             StepFailedError: the step failed for good (a ``FatalError``, a
                 ``non_retryable`` error, or its last attempt).
             DeterminismError: the journal holds another step at this position.
+            FuseeError: ``fn`` is not callable, or ``name`` starts with ``compensate:``
+                (kept for :meth:`compensate`).
 
         Example:
             ``plan = await ctx.step("plan", lambda: planner.complete(question))``
@@ -231,10 +426,17 @@ class Context:
         location = _caller_location()
         if not callable(fn):
             raise FuseeError(f"step {name!r}: {fn!r} is not callable (at {location})")
+        if name.startswith(COMPENSATE):
+            raise FuseeError(
+                f"step {name!r}: the prefix {COMPENSATE!r} is kept for compensations "
+                f"(ctx.compensate) (at {location})"
+            )
         policy = retry if retry is not None else DEFAULT_RETRY
         limit = (
             parse_duration(timeout, f"timeout of step {name!r}") if timeout is not None else None
         )
+        if self._at_compensations():
+            await self._actor.stop_workflow()
         decision = self._replayer.begin_step(name, location)
         if isinstance(decision, Replayed):
             return decode_value(decision.result, type)
@@ -252,6 +454,9 @@ class Context:
         limit: float | None,
         type_: Any,
     ) -> Any:
+        # A run that is being cancelled (its scope was cancelled before the workflow got
+        # here, or it is replayed to find its compensations) runs nothing new.
+        await anyio.lowlevel.checkpoint_if_cancelled()
         actor = self._actor
         key = self._step_key(decision.pos)
         attempt = decision.attempt
@@ -268,7 +473,8 @@ class Context:
                 actor.running_steps.add(info)  # a cancel of the run sets its signal
                 try:
                     try:
-                        value = await self._call(fn, info, takes_info, limit)
+                        with _inside_step(name):
+                            value = await self._call(fn, info, takes_info, limit)
                         data = encode_value(value, f"the result of step {name!r}")
                     finally:
                         actor.running_steps.discard(info)
@@ -365,6 +571,42 @@ class Context:
         history = self._replayer.history
         seed = f"{self._actor.namespace}\0{self.run_id}\0{history.started_seq}\0{pos}"
         return hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
+
+
+def _asker(ask: Callable[[Completion], Any], cb: Completion) -> Callable[[], Any]:
+    """``ask(cb)`` as a step function: sync ones run in a thread, an awaitable they
+    return is awaited, and the result is dropped (a chat client's reply need not encode)."""
+
+    async def run_ask() -> None:
+        if inspect.iscoroutinefunction(ask):
+            result = await ask(cb)
+        else:
+            result = await anyio.to_thread.run_sync(ask, cb, abandon_on_cancel=True)
+        if inspect.isawaitable(result):
+            await result
+
+    return run_ask
+
+
+_IN_STEP: ContextVar[str | None] = ContextVar("fusee_in_step", default=None)
+
+
+@contextmanager
+def _inside_step(name: str) -> Iterator[None]:
+    # Seen by the step's function, also in its worker thread (anyio copies the context).
+    token = _IN_STEP.set(name)
+    try:
+        yield
+    finally:
+        _IN_STEP.reset(token)
+
+
+def _fresh_random() -> float:
+    return secrets.randbits(53) / (1 << 53)
+
+
+def _fresh_uuid() -> str:
+    return str(UUID(bytes=secrets.token_bytes(16), version=4))
 
 
 def _raw(data: bytes) -> Any:

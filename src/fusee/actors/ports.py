@@ -25,6 +25,10 @@ class Stored(Protocol):
 class RunStore(Protocol):
     """A run's journal, the run index and the active markers, for one namespace."""
 
+    # completions: the namespace's secret for tokens, and the base of callback URLs
+    completion_secret: bytes
+    callback_base_url: str
+
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         """Append under the fence; raises ``Fenced`` when another writer moved it."""
         ...

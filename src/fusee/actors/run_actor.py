@@ -96,8 +96,15 @@ class RunActor:
         Raises:
             Fenced: another worker owns this run now; this copy must stop.
         """
+        # Nothing more is journaled from a workflow whose scope was cancelled (the run is
+        # being cancelled, or replayed to find its compensations).
+        await anyio.lowlevel.checkpoint_if_cancelled()
         prev, prev_hash = self.history.link()
         record = msgspec.structs.replace(record, prev=prev, prev_hash=prev_hash)
+        # Values the workflow took since the last commit (ctx.now()...) ride on this
+        # record, whatever it is: nothing was done with them durably before it.
+        if pending := self.history.take_pending():
+            record = msgspec.structs.replace(record, values=pending)
         data = encode_record(record)
         # The ID names this writer too: when a reply is lost and the fence refuses the
         # retry, the last record's ID tells our landed write from another writer's.
@@ -164,6 +171,22 @@ class RunActor:
                         value=msgspec.Raw(payload),
                         inbox_seq=seq,
                     )
+        if started.wait == "completion":
+            # engine.complete checked the token; the first completion of this wait wins
+            for seq, body in self.inbox:
+                if (
+                    body.get("kind") == "completion"
+                    and body.get("pos") == started.pos
+                    and body.get("start") == self.history.started_seq
+                    and seq not in self.history.consumed
+                ):
+                    return WaitDone(
+                        pos=started.pos,
+                        name=started.name,
+                        wait=started.wait,
+                        value=msgspec.Raw(msgspec.json.encode(body.get("value"))),
+                        inbox_seq=seq,
+                    )
         if started.until is not None and (
             self.clock() >= started.until - 0.005 or self._timer_fired(started.pos)
         ):
@@ -172,6 +195,12 @@ class RunActor:
 
     def _timer_fired(self, pos: int) -> bool:
         return any(b.get("kind") == "timer" and b.get("pos") == pos for _, b in self.inbox)
+
+    async def stop_workflow(self) -> None:
+        """Cancel the workflow where it is (its code reached where it was stopped before)."""
+        if self._workflow_scope is not None:
+            self._workflow_scope.cancel()
+        await anyio.lowlevel.checkpoint()
 
     async def maybe_evict(self) -> None:
         """Drop the in-memory copy at this step boundary when asked to (or always)."""
@@ -219,9 +248,13 @@ class RunActor:
                 if self.history.paused is not None:
                     await self._project(running=False)
                     return "paused"
-                if await self._read_inbox():
-                    return await self._end(RunCancelled(reason=self.cancel_reason or ""))
+                # A cancel (read now, or before an eviction) is carried out by replaying the
+                # workflow to where it stopped, to run its compensations.
+                await self._read_inbox()
                 wf = self.registry.get(self.history.started.workflow)
+                if wf is None and self.cancel_reason is not None:
+                    # nobody here can replay it: it ends without its compensations
+                    return await self._end(RunCancelled(reason=self.cancel_reason))
                 if wf is None:
                     reason = (
                         f"no workflow named {self.history.started.workflow!r} is registered at "
@@ -275,6 +308,18 @@ class RunActor:
             return await self._pause(paused)
         if self.cancel_reason is not None and not isinstance(record, RunCompleted | RunFailed):
             record = RunCancelled(reason=self.cancel_reason)
+        if not isinstance(record, RunCompleted):
+            # Outside the workflow's scope: neither a cancel nor the run's timeout stops them.
+            try:
+                failed = await ctx._compensate()
+            except DeterminismError as exc:
+                return await self._pause(str(exc))
+            if failed:
+                log.warning(
+                    "run.compensations_failed",
+                    steps=[f.step for f in failed],
+                    errors=[f"{f.error_type}: {f.message}" for f in failed],
+                )
         return await self._end(record)
 
     async def _run_workflow(
@@ -289,6 +334,8 @@ class RunActor:
             deadline=deadline if deadline is not None else float("inf")
         ) as scope:
             self._workflow_scope = scope
+            if self.cancel_reason is not None:
+                scope.cancel()  # replayed up to where it stopped, to find its compensations
             try:
                 if wf.takes_input:
                     arg = decode_value(bytes(started.input), wf.input_type)
@@ -321,11 +368,12 @@ class RunActor:
         if scope.cancelled_caught:
             if self.cancel_reason is not None:
                 record = RunCancelled(reason=self.cancel_reason)
-            else:
-                assert started.timeout is not None
+            elif started.timeout is not None:
                 record = RunCancelled(
                     reason=f"timeout: the run took longer than {format_duration(started.timeout)}"
                 )
+            else:  # stopped where its compensations began, its cancel no longer in the inbox
+                record = RunCancelled(reason="cancelled")
         return record, None
 
     async def _watch_inbox(self) -> None:

@@ -7,6 +7,7 @@ it: a position that has an outcome is replayed, the first one that has none runs
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -20,6 +21,7 @@ from fusee.runtime.records import (
     StepCompleted,
     StepFailed,
     StepRetrying,
+    Value,
     WaitDone,
     WaitStarted,
     decode_record,
@@ -42,6 +44,8 @@ class History:
     waits: dict[int, WaitStarted] = field(default_factory=dict)
     waited: dict[int, WaitDone] = field(default_factory=dict)
     consumed: set[int] = field(default_factory=set)  # inbox messages a wait took
+    values: list[Value] = field(default_factory=list)  # ctx.now()... journaled, in order
+    pending: list[Value] = field(default_factory=list)  # handed out, not journaled yet
     end: AnyRecord | None = None
     paused: RunPaused | None = None
     last_seq: int = 0
@@ -85,6 +89,8 @@ class History:
         self.size += 1
 
     def _apply(self, seq: int, record: AnyRecord) -> None:
+        if isinstance(record.values, list):
+            self.values.extend(record.values)
         match record:
             case RunStarted():
                 self.started, self.started_seq = record, seq
@@ -102,6 +108,11 @@ class History:
                 self.paused = record
             case _ if isinstance(record, TERMINAL):
                 self.end = record
+
+    def take_pending(self) -> list[Value]:
+        """The values handed out since the last commit, for the next record to carry."""
+        taken, self.pending = self.pending, []
+        return taken
 
     def link(self) -> tuple[int, str]:
         """``(prev, prev_hash)`` for the next record to append."""
@@ -147,6 +158,7 @@ class Replayer:
     def __init__(self, history: History) -> None:
         self.history = history
         self.next_pos = 1
+        self.next_value = 0  # index into the run's values (journaled, then pending)
         # Once the code and the journal disagree, they stay disagreeing: every later call
         # raises the same error, so a workflow that catches it cannot carry on.
         self.broken: DeterminismError | None = None
@@ -219,6 +231,33 @@ class Replayer:
             return done
         return pos, started
 
+    def take_value(self, kind: str, make: Callable[[], float | str], location: str) -> float | str:
+        """The code's next ``ctx.now()`` / ``random()`` / ``uuid()`` (``kind``): the
+        journaled value on replay, else ``make()``, kept pending until the next commit.
+
+        Raises:
+            DeterminismError: the journal holds another kind of value at this index.
+        """
+        if self.broken is not None:
+            raise self.broken
+        index = self.next_value
+        self.next_value += 1
+        journaled = self.history.values
+        if index >= len(journaled):
+            value = Value(kind, make())
+            self.history.pending.append(value)
+            return value.value
+        value = journaled[index]
+        if value.kind != kind:
+            self.broken = DeterminismError(
+                f"run {self.history.run_id!r}: value {index + 1} is ctx.{value.kind}() in the "
+                f"journal, but the code now calls ctx.{kind}() at {location}. The workflow's "
+                f"code changed while the run was in flight; deploy the old code to finish it, "
+                f"or start a new run."
+            )
+            raise self.broken
+        return value.value
+
     def _step_name_at(self, pos: int) -> str | None:
         outcome = self.history.outcomes.get(pos)
         if outcome is not None:
@@ -239,4 +278,13 @@ class Replayer:
                 f"run {self.history.run_id!r}: the journal has step {first.pos} "
                 f"{first.name!r}, but the code now returns after {self.next_pos - 1} steps "
                 f"(at {location}). The workflow's code changed while the run was in flight."
+            )
+        values = self.history.values
+        if self.next_value < len(values):
+            left = values[self.next_value]
+            raise DeterminismError(
+                f"run {self.history.run_id!r}: the journal has value {self.next_value + 1} "
+                f"(ctx.{left.kind}()), but the code now returns after taking "
+                f"{self.next_value} value(s) (at {location}). The workflow's code changed "
+                f"while the run was in flight."
             )

@@ -21,6 +21,7 @@ import msgspec
 
 __all__ = (
     "Record",
+    "Value",
     "RunStarted",
     "StepCompleted",
     "StepRetrying",
@@ -40,11 +41,23 @@ __all__ = (
 )
 
 
+class Value(msgspec.Struct, frozen=True, array_like=True):
+    """One value ``ctx.now()``, ``ctx.random()`` or ``ctx.uuid()`` handed out, stored as
+    ``[kind, value]``: ``["now", <epoch seconds>]``, ``["random", <float in [0, 1)>]``,
+    ``["uuid", "<canonical string>"]``."""
+
+    kind: str
+    value: float | str
+
+
 class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
-    """Fields every record carries: the link to its predecessor."""
+    """Fields every record carries: the link to its predecessor, and the values the
+    workflow took (``ctx.now()``, ...) since the previous record, in call order. A record
+    without values omits the field (``UNSET``), so older records keep their bytes."""
 
     prev: int = 0
     prev_hash: str = ""
+    values: list[Value] | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunStarted(Record, tag="run.started", frozen=True):
@@ -90,8 +103,8 @@ class StepFailed(Record, tag="step.failed", frozen=True):
 
 
 class WaitStarted(Record, tag="wait.started", frozen=True):
-    """The workflow waits at ``pos``: for a signal ``name`` (``wait`` is ``signal``) or for
-    time (``sleep``). ``until`` (epoch seconds) is when it times out or wakes; a timer
+    """The workflow waits at ``pos``: for a signal ``name`` (``wait`` is ``signal``), for
+    time (``sleep``), or for a completion by token (``completion``). ``until`` (epoch seconds) is when it times out or wakes; a timer
     (a JetStream message schedule) delivers that moment to the run's inbox."""
 
     pos: int

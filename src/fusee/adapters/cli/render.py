@@ -114,7 +114,17 @@ def format_record(record: Any, name_width: int = 0) -> str:
         body = clip(record.reason, 200)
     else:  # pragma: no cover - a record kind newer than this CLI
         body = clip(msgspec.json.encode(record).decode())
+    values = getattr(record, "values", None)
+    if isinstance(values, list) and values:  # ctx.now()... taken before this record
+        body += "  [took " + ", ".join(_format_taken(v.kind, v.value) for v in values) + "]"
     return f"{kind:<15} {body}".rstrip()
+
+
+def _format_taken(kind: str, value: float | str) -> str:
+    if kind == "now" and isinstance(value, float):
+        stamp = datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+        return f"now {stamp:%Y-%m-%d %H:%M:%S.%f} UTC"
+    return f"{kind} {value}"
 
 
 def format_journal(journal: Sequence[tuple[int, Any]], indent: str = "  ") -> list[str]:

@@ -1,0 +1,71 @@
+"""A trip that books a hotel and a flight, then pays; each booking registers its undo.
+
+A run's input is a dict: ``log`` (a file path), ``pay`` (``"ok"``, ``"fail"``: the card
+is declined, or ``"hold"``: the payment hangs until cancelled), ``undo_delay`` (seconds
+each compensation takes before its effect), ``bad_undo`` (the name of a compensation that
+always fails, or absent). Every effect that happened appends ``<effect> <s.key>
+<attempt>`` to ``log`` (as in chain.py), so a test counts effects across processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+import fusee
+
+UNDO_RETRY = fusee.Retry(attempts=2, initial=0.05, max=0.1)
+
+
+def record(log: str, name: str, key: str, attempt: int) -> None:
+    """One line per effect, in one O_APPEND write (launched as a script, this module
+    cannot import its sibling chain.py)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{name} {key} {attempt}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _book(arg: dict[str, Any], name: str, result: Any) -> Callable[..., Any]:
+    def fn(s: fusee.StepInfo) -> Any:
+        record(arg["log"], name, s.key, s.attempt)
+        return result
+
+    return fn
+
+
+def _undo(arg: dict[str, Any], name: str, booking: str) -> Callable[..., Any]:
+    async def fn(s: fusee.StepInfo) -> str:
+        await anyio.sleep(arg.get("undo_delay", 0.0))  # not cut short by a cancel
+        if arg.get("bad_undo") == name:
+            record(arg["log"], f"{name}-failed", s.key, s.attempt)
+            raise RuntimeError(f"{booking} cannot be cancelled")
+        record(arg["log"], name, s.key, s.attempt)
+        return f"{booking} cancelled"
+
+    return fn
+
+
+@fusee.workflow("trip")
+async def trip(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    hotel = await ctx.step("tool:book-hotel", _book(arg, "book-hotel", {"id": "H1"}))
+    ctx.compensate("tool:cancel-hotel", _undo(arg, "cancel-hotel", hotel["id"]), retry=UNDO_RETRY)
+    flight = await ctx.step("tool:book-flight", _book(arg, "book-flight", {"id": "F1"}))
+    ctx.compensate(
+        "tool:cancel-flight", _undo(arg, "cancel-flight", flight["id"]), retry=UNDO_RETRY
+    )
+
+    async def pay(s: fusee.StepInfo) -> str:
+        record(arg["log"], "pay", s.key, s.attempt)
+        if arg["pay"] == "fail":
+            raise fusee.FatalError("card declined")
+        if arg["pay"] == "hold":
+            await anyio.sleep(60)
+        return "paid"
+
+    paid = await ctx.step("tool:pay", pay)
+    return {"hotel": hotel["id"], "flight": flight["id"], "paid": paid}

@@ -1,0 +1,32 @@
+"""A workflow that takes ctx.now(), ctx.random() and ctx.uuid(), then waits for a signal:
+kill its worker while it waits, and the values after the restart must be the same."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import fusee
+
+
+def record(log: str, line: str) -> None:
+    """One line per execution, in one O_APPEND write (launched as a script, this module
+    cannot import its siblings)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@fusee.workflow("values")
+async def values(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    taken = {
+        "now": ctx.now().isoformat(),
+        "random": ctx.random(),
+        "uuid": str(ctx.uuid()),
+    }
+    record(arg["log"], f"code {taken['now']} {taken['random']!r} {taken['uuid']}")
+    booked = await ctx.step("book", lambda: f"booking {taken['uuid']}")
+    await ctx.wait_for("go")
+    return {**taken, "booked": booked, "after": str(ctx.uuid())}
