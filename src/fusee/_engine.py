@@ -15,6 +15,7 @@ import anyio
 import msgspec
 import structlog
 
+from fusee.actors.context import COMPENSATE
 from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
@@ -37,9 +38,8 @@ from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name, validate_namespace
 from fusee.runtime.index import RunInfo, decode_info, encode_info, info_from_history
 from fusee.runtime.records import (
-    RunCancelled as RunCancelledRecord,
-)
-from fusee.runtime.records import (
+    TERMINAL,
+    AnyRecord,
     RunCompleted,
     RunStarted,
     decode_record,
@@ -47,9 +47,14 @@ from fusee.runtime.records import (
     kind_of,
 )
 from fusee.runtime.records import (
+    RunCancelled as RunCancelledRecord,
+)
+from fusee.runtime.records import (
     RunFailed as RunFailedRecord,
 )
+from fusee.runtime.records import RunPaused as RunPausedRecord
 from fusee.runtime.records import StepFailed as StepFailedRecord
+from fusee.runtime.reuse import reusable
 from fusee.runtime.tokens import TokenEvent
 
 __all__ = ("Engine", "Run", "connect")
@@ -178,6 +183,8 @@ class Engine:
         arg: Any = None,
         *,
         timeout: DurationLike | None = None,
+        from_run: str | None = None,
+        upto: int | None = None,
     ) -> Run:
         """Start ``workflow`` as run ``run_id`` with input ``arg``; idempotent by ID.
 
@@ -185,10 +192,20 @@ class Engine:
         once the start is stored: from then on the run will execute, even if this
         process dies.
 
+        ``from_run`` (interrupt and regenerate): the ID of an ended (or paused) run of
+        the same workflow whose history the new run starts from. The old run's finished
+        calls (completed steps, ended waits) from its first call up to the first one that
+        did not finish (or up to call ``upto``) are copied into the new run's journal,
+        so its replay returns their results and runs the rest: pass the same input, and
+        the code calls the same steps in the same order up to there. The old run stays
+        as it was.
+
         Raises:
             RunExists: a run with this ID exists with another workflow or input.
             InvalidId: the ID cannot be stored.
             NotEncodable: the input is not JSON-encodable.
+            RunNotFound: no run ``from_run``.
+            InvalidArgument: ``from_run`` has not ended, or is of another workflow.
 
         Example:
             ``run = await engine.start(agent, "support-42", "Where is my order?", timeout="15m")``
@@ -205,12 +222,14 @@ class Engine:
         data = canonical(arg, f"the input of run {run_id!r}")
         eid = escape(run_id)
         partition = partition_of(run_id, self.partitions)
+        reused = await self._reusable(name, from_run, upto) if from_run is not None else []
         record = RunStarted(
             workflow=name,
             input=msgspec.Raw(data),
             started_at=time.time(),
             timeout=seconds,
             partition=partition,
+            from_run=from_run if from_run is not None else msgspec.UNSET,
         )
         try:
             seq = await self.store.append(
@@ -221,16 +240,75 @@ class Engine:
                 msg_id=f"{eid}:start:{secrets.token_hex(6)}",
             )
         except Fenced:
-            return await self._existing(run_id, eid, name, data, seconds)
+            return await self._existing(run_id, eid, name, data, seconds, upto)
         history = History(run_id)
         history.feed(seq, encode_record(record))
+        # The copies land before the run is marked active, so no worker runs it without
+        # them; a retried start finishes the copy of a starter that died in between.
+        await self._append_copies(eid, history, reused, 0)
         await self.store.put_index(eid, encode_info(info_from_history(history, now=time.time())))
         await self.store.mark_active(partition, eid)
         log.debug("run.submitted", run_id=run_id, workflow=name)
         return Run(self, run_id)
 
+    async def _reusable(self, name: str, from_run: str, upto: int | None) -> list[AnyRecord]:
+        """The records of ended run ``from_run`` that a new run of ``name`` reuses."""
+        from_run = validate_id(from_run, "from_run")
+        if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
+            raise InvalidArgument(f"upto={upto!r}: a call position, an int >= 0")
+        records = [r for _, r in await self.run(from_run).journal()]
+        if not records:
+            raise RunNotFound(f"no run {from_run!r} in namespace {self.namespace!r}")
+        if not isinstance(records[-1], (*TERMINAL, RunPausedRecord)):
+            raise InvalidArgument(
+                f"from_run={from_run!r}: the run has not ended; cancel it first "
+                f"(engine.run({from_run!r}).cancel(...)) and wait for it to end"
+            )
+        started = [r for r in records if isinstance(r, RunStarted)][-1]
+        if started.workflow != name:
+            raise InvalidArgument(
+                f"from_run={from_run!r}: that run is of workflow {started.workflow!r}, not {name!r}"
+            )
+        return reusable(records, upto, stop_prefix=COMPENSATE)
+
+    async def _append_copies(
+        self, eid: str, history: History, reused: list[AnyRecord], done: int
+    ) -> None:
+        """Append ``reused[done:]`` after the run's last record, linked into its chain."""
+        for i in range(done, len(reused)):
+            prev, prev_hash = history.link()
+            copy = msgspec.structs.replace(reused[i], prev=prev, prev_hash=prev_hash)
+            blob = encode_record(copy)
+            msg_id = f"{eid}:reuse:{history.started_seq}:{i}"
+            at = await self.store.append(eid, kind_of(copy), blob, fence=prev, msg_id=msg_id)
+            history.add(at, copy, blob)
+
+    async def _finish_copies(self, run_id: str, eid: str, upto: int | None) -> None:
+        """A regenerated run whose starter died while copying: copy the rest. Only when
+        the journal holds exactly a prefix of the copies (nothing ran it yet)."""
+        history, records = History(run_id), []
+        for msg in await self.store.read_journal(eid):
+            records.append(history.feed(msg.seq, msg.data))
+        started = history.started
+        if started is None or not isinstance(started.from_run, str) or history.generation > 1:
+            return
+        reused = await self._reusable(started.workflow, started.from_run, upto)
+        have, want = (
+            [msgspec.structs.replace(r, prev=0, prev_hash="") for r in rs]
+            for rs in (records[1:], reused)
+        )
+        if len(have) < len(want) and have == want[: len(have)]:
+            with contextlib.suppress(Fenced):  # another retried start got there first
+                await self._append_copies(eid, history, reused, len(have))
+
     async def _existing(
-        self, run_id: str, eid: str, name: str, data: bytes, timeout: float | None
+        self,
+        run_id: str,
+        eid: str,
+        name: str,
+        data: bytes,
+        timeout: float | None,
+        upto: int | None = None,
     ) -> Run:
         first = await self.store.first_in_journal(eid)
         if first is None:  # pragma: no cover - the fence said there was one
@@ -260,6 +338,8 @@ class Engine:
             "run.paused",
         ):
             # A start whose marker write was lost (the starter died): restore it.
+            if isinstance(started.from_run, str):
+                await self._finish_copies(run_id, eid, upto)
             await self.store.mark_active(started.partition, eid)
         return Run(self, run_id)
 

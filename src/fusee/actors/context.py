@@ -6,36 +6,78 @@ import hashlib
 import inspect
 import secrets
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 from uuid import UUID
 
 import anyio
+import msgspec
 import structlog
 
-from fusee.errors import Evicted, FatalError, FuseeError, NotEncodable, StepTimeout, Timeout
-from fusee.runtime.codec import decode_value, encode_value
+from fusee.actors.children import cancel_child, start_child
+from fusee.errors import (
+    Evicted,
+    FatalError,
+    FuseeError,
+    NotEncodable,
+    RunCancelled,
+    RunFailed,
+    StepTimeout,
+    Timeout,
+)
+from fusee.runtime.codec import canonical, decode_value, encode_value
 from fusee.runtime.completions import Completion, completion_token, completion_url
 from fusee.runtime.durations import format_duration, parse_duration
-from fusee.runtime.history import Execute, Replayed, ReplayedFailure, Replayer
-from fusee.runtime.ids import validate_name
-from fusee.runtime.records import StepCompleted, StepFailed, StepRetrying, WaitDone, WaitStarted
+from fusee.runtime.history import (
+    Execute,
+    History,
+    Replayed,
+    ReplayedCancel,
+    ReplayedFailure,
+    Replayer,
+)
+from fusee.runtime.ids import validate_id, validate_name
+from fusee.runtime.records import (
+    CallCancelled,
+    StepCompleted,
+    StepFailed,
+    StepRetrying,
+    WaitDone,
+    WaitStarted,
+)
 from fusee.runtime.retry import Retry
 
 if TYPE_CHECKING:
+    from fusee.actors.registry import Workflow
     from fusee.actors.run_actor import RunActor
 
-__all__ = ("Context", "StepInfo", "StepFailedError", "DEFAULT_RETRY", "error_type_name")
+__all__ = (
+    "Context",
+    "ContinueAsNew",
+    "StepInfo",
+    "StepFailedError",
+    "DEFAULT_RETRY",
+    "error_type_name",
+)
 
 T = TypeVar("T")
 log = structlog.get_logger("fusee")
 
 DEFAULT_RETRY = Retry()
 COMPENSATE = "compensate:"  # the step name of a compensation is this prefix + its name
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``: the run actor ends the generation with
+    ``run.continued`` carrying ``data`` (the next generation's input, canonical JSON)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("continue as new")
+        self.data = data
 
 
 @dataclass(frozen=True)
@@ -134,6 +176,7 @@ class Context:
     def __init__(self, actor: RunActor, replayer: Replayer) -> None:
         self._actor = actor
         self._replayer = replayer
+        replayer.on_position = _took_position  # ctx.all / ctx.race track their branches
         self.run_id = actor.run_id
         started = replayer.history.started
         assert started is not None
@@ -211,7 +254,13 @@ class Context:
             else None
         )
         ask_step = f"ask/{name}"
-        decision = self._replayer.begin_wait(name, "completion", location)
+        try:
+            decision = self._replayer.begin_wait(name, "completion", location)
+        except ReplayedCancel:  # it lost a ctx.race: its ask step's position goes too
+            if ask is not None:
+                with suppress(ReplayedCancel):
+                    self._replayer.begin_step(ask_step, location)
+            raise
         if isinstance(decision, WaitDone):
             done = decision
             if ask is not None:  # the ask step took the next position: replay it too
@@ -219,15 +268,25 @@ class Context:
         else:
             pos, started = decision
             actor = self._actor
+            # The ask step's position is taken with the wait's, before anything awaits:
+            # a branch of ctx.all / ctx.race takes all its positions when it starts.
+            asking: Replayed | ReplayedFailure | Execute | None = None
+            if ask is not None:
+                if self._at_compensations():
+                    await self._actor.stop_workflow()
+                asking = self._replayer.begin_step(ask_step, location)
             if started is None:
                 until = actor.clock() + seconds if seconds is not None else None
                 await actor.commit(WaitStarted(pos=pos, name=name, wait="completion", until=until))
                 log.info("wait.started", pos=pos, wait="completion", name=name)
                 await actor.maybe_evict()
                 started = actor.history.waits[pos]
-            if ask is not None:
+            if isinstance(asking, ReplayedFailure):
+                rec = asking.record
+                raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
+            if ask is not None and isinstance(asking, Execute):
                 cb = self._completion(pos, name)
-                await self.step(ask_step, _asker(ask, cb))
+                await self._execute(ask_step, _asker(ask, cb), asking, DEFAULT_RETRY, None, None)
             done = await actor.wait_out(started)
         if done.timed_out:
             assert seconds is not None
@@ -248,6 +307,94 @@ class Context:
         return Completion(
             token=token, url=completion_url(store.callback_base_url, token), name=name
         )
+
+    async def child(
+        self,
+        workflow: Workflow[Any] | str,
+        child_id: str,
+        arg: Any = None,
+        *,
+        timeout: str | float | timedelta | None = None,
+        type: Any = None,  # noqa: A002 - reads well at the call site
+    ) -> Any:
+        """Run ``workflow`` as the child run ``child_id`` with input ``arg``, and return
+        its result. The child starts once (its ID is the key: a replay, or the parent
+        resumed on another worker, attaches to it) and runs like any run, on any worker;
+        the parent holds no process while it waits. Cancelling the parent, or its
+        timeout, cancels the child; the child's timeout is ``timeout`` or what is left
+        of the parent's, whichever is shorter.
+
+        Raises:
+            RunFailed: the child failed (``error_type`` and ``message`` are its own).
+            RunCancelled: the child was cancelled or timed out.
+            RunExists: a run with this ID exists with another workflow or input, or not
+                as a child of this run.
+
+        Example:
+            ``part = await ctx.child(writer, f"{ctx.run_id}/part-{i}", p)``
+        """
+        location = _caller_location()
+        if self._at_compensations():
+            await self._actor.stop_workflow()
+        name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
+        if not isinstance(name, str):
+            raise FuseeError(f"ctx.child: {workflow!r} is not a workflow (at {location})")
+        name = validate_name(name, "workflow name")
+        child_id = validate_id(child_id, "child run ID")
+        if child_id == self.run_id:
+            raise FuseeError(f"ctx.child: a run cannot be its own child (at {location})")
+        seconds = parse_duration(timeout, "timeout of ctx.child") if timeout is not None else None
+        data = canonical(arg, f"the input of child run {child_id!r}")
+        decision = self._replayer.begin_wait(child_id, "child", location)
+        if isinstance(decision, WaitDone):
+            done = decision
+        else:
+            pos, started = decision
+            actor = self._actor
+            if started is None:
+                # A parent with a timeout sets a timer just past it: parked, it must wake
+                # to end (cancelled by its timeout, which cancels the child too).
+                top = actor.history.started
+                assert top is not None
+                until = top.started_at + top.timeout + 0.05 if top.timeout is not None else None
+                await actor.commit(WaitStarted(pos=pos, name=child_id, wait="child", until=until))
+                log.info("wait.started", pos=pos, wait="child", name=child_id)
+                await actor.maybe_evict()
+                started = actor.history.waits[pos]
+            if actor.partitions is None:
+                raise FuseeError("ctx.child needs a worker that knows the namespace's partitions")
+            # After wait.started: a parent that dies in between starts it again, which
+            # attaches (create-if-absent), as does every later activation of this wait.
+            now = actor.clock()
+            parent = actor.history.started
+            assert parent is not None
+            if parent.timeout is not None:
+                left = max(0.05, parent.started_at + parent.timeout - now)
+                seconds = left if seconds is None else min(seconds, left)
+            # not begun in a cancelled scope (a cancelled run replayed to its
+            # compensations), and not cut short once begun: start and marker go together
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            with anyio.CancelScope(shield=True):
+                await start_child(
+                    actor.store,
+                    actor.partitions,
+                    parent=self.run_id,
+                    workflow=name,
+                    child_id=child_id,
+                    data=data,
+                    timeout=seconds,
+                    now=now,
+                )
+            done = await actor.wait_out(started)
+        if done.timed_out:  # the parent's timeout passed (its scope is cancelled too)
+            raise RunCancelled(child_id, "timeout: the parent's timeout passed")
+        end = msgspec.json.decode(bytes(done.value))
+        status = end.get("status")
+        if status == "completed":
+            return decode_value(msgspec.json.encode(end.get("result")), type)
+        if status == "cancelled":
+            raise RunCancelled(child_id, str(end.get("reason") or "cancelled"))
+        raise RunFailed(child_id, str(end.get("error_type")), str(end.get("message")))
 
     async def _wait(self, name: str, wait: str, seconds: float | None, location: str) -> WaitDone:
         if self._at_compensations():
@@ -337,8 +484,37 @@ class Context:
         return name is not None and name.startswith(COMPENSATE)
 
     def journal_size(self) -> int:
-        """How many records the run's journal holds."""
-        return self._replayer.history.size
+        """How many records the run's current generation holds (from its ``run.started``
+        or ``run.continued`` on, itself included): what a replay reads and folds. Use it
+        to decide when to ``continue_as_new``. A replay returns what the run had journaled
+        when its code was at the same place, so the decision replays the same."""
+        history, reached = self._replayer.history, self._replayer.next_pos
+        if any(pos >= reached for pos in history.size_at):  # replaying: the journal is ahead
+            return max((n for pos, n in history.size_at.items() if pos < reached), default=1)
+        return history.generation_size
+
+    def continue_as_new(self, arg: Any = None) -> NoReturn:
+        """End this generation of the run and start its next one, under the same run ID,
+        with input ``arg``: the journal gets one ``run.continued`` record and the workflow
+        starts again from the top with a fresh, short history (steps get new ``s.key``s).
+        ``engine.run(id).result()`` waits for the last generation's end. Compensations
+        registered so far are dropped, as on success; signals not taken yet stay in the
+        run's inbox for the next generation.
+
+        Raises ``ContinueAsNew`` (a ``BaseException``, so ``except Exception`` does not
+        catch it): write ``return ctx.continue_as_new(...)`` in the workflow itself.
+
+        Example:
+            ``if ctx.journal_size() > 1000: return ctx.continue_as_new({"summary": summary})``
+        """
+        location = _caller_location()
+        step = _IN_STEP.get()
+        if step is not None:
+            raise FatalError(
+                f"ctx.continue_as_new() was called inside step {step!r} (at {location}): "
+                f"call it in the workflow"
+            )
+        raise ContinueAsNew(canonical(arg, f"the input of the next generation of {self.run_id!r}"))
 
     def now(self) -> datetime:
         """The current time as a timezone-aware UTC datetime, journaled: a replay of the
@@ -471,6 +647,9 @@ class Context:
                 log.debug("step.started", attempt=attempt)
                 began = anyio.current_time()
                 actor.running_steps.add(info)  # a cancel of the run sets its signal
+                branch = _BRANCH.get()
+                if branch is not None:
+                    branch.steps.add(info)  # a race it loses sets its signal
                 try:
                     try:
                         with _inside_step(name):
@@ -478,6 +657,8 @@ class Context:
                         data = encode_value(value, f"the result of step {name!r}")
                     finally:
                         actor.running_steps.discard(info)
+                        if branch is not None:
+                            branch.steps.discard(info)
                 except (Evicted, anyio.get_cancelled_exc_class()):
                     info.signal.set()
                     raise
@@ -567,10 +748,308 @@ class Context:
             f"{format_duration(limit)}"
         )
 
+    async def all(
+        self, aws: Iterable[Awaitable[Any]], *, return_exceptions: bool = False
+    ) -> list[Any]:
+        """Run ``aws`` (calls of ``ctx.step``, ``ctx.sleep``, ``ctx.wait_for``,
+        ``ctx.await_completion``, ``ctx.child``, or a nested ``ctx.all`` / ``ctx.race``)
+        concurrently and return their results, in the order given.
+
+        Fails fast: the first to fail (first in the journal) cancels the others (a
+        running step's ``s.signal`` is set and its task cancelled; each cancellation is
+        journaled, ``call.cancelled``) and its error is raised. With
+        ``return_exceptions=True`` every call runs to its end and an error is returned
+        in its place. A replay returns the same results and raises the same error.
+
+        Pass the calls uncalled-for: each is started in list order, so each takes its
+        position in the journal before the next starts. A branch makes one call (a
+        sequence of calls belongs in a child workflow).
+
+        Example:
+            ``weather, flights = await ctx.all([ctx.step("tool:weather", w), ctx.step("tool:flights", f)])``
+        """
+        branches = await self._combine(aws, race=False, return_exceptions=return_exceptions)
+        return [b.error if b.error is not None else b.value for b in branches]
+
+    async def race(self, aws: Iterable[Awaitable[Any]]) -> Any:
+        """Run ``aws`` concurrently (like :meth:`all`); the first to end wins: its
+        result is returned, or its error raised. The others are cancelled: a running
+        step's ``s.signal`` is set, then its task cancelled, and each cancellation is
+        journaled (``call.cancelled``), so a replay picks the same winner, whatever the
+        timings. "First" is first in the journal: a loser that ended too, just after
+        the winner, keeps its (unused) end.
+
+        Example:
+            ``answer = await ctx.race([ctx.step("model:fast", fast), ctx.step("model:large", large)])``
+            ``reply = await ctx.race([ctx.step("llm", ask), ctx.sleep("30s")])  # a timeout``
+        """
+        branches = await self._combine(aws, race=True, return_exceptions=False)
+        winner = next(b for b in branches if b.won)
+        return winner.value
+
+    async def _combine(
+        self, aws: Iterable[Awaitable[Any]], *, race: bool, return_exceptions: bool
+    ) -> list[_Branch]:
+        what = "ctx.race" if race else "ctx.all"
+        location = _caller_location(3)
+        calls = list(aws)
+        bad = [a for a in calls if not inspect.isawaitable(a)]
+        if bad or (race and not calls) or _sealed(_BRANCH.get()):
+            _close(calls)
+            if bad:
+                raise FuseeError(f"{what}: {bad[0]!r} is not awaitable (at {location})")
+            if not calls:
+                raise FuseeError(f"{what} needs at least one call (at {location})")
+            raise FuseeError(_SEALED.format(what=what, location=location))
+        parent = _BRANCH.get()
+        branches: list[_Branch] = []
+        for i in range(len(calls)):
+            branches.append(_Branch(i, branches, parent))
+        if parent is not None:
+            parent.inner = branches
+        if not calls:
+            return branches
+        actor = self._actor
+        send, receive = anyio.create_memory_object_stream[int](len(calls))
+        decided: _Branch | None = None
+        commits = actor.commits
+        actor.combinators += 1
+        try:
+            async with anyio.create_task_group() as tg:
+                started = 0
+                try:
+                    for b, call in zip(branches, calls, strict=True):
+                        tg.start_soon(_run_branch, b, call, send)
+                        started += 1
+                        await b.ready.wait()  # it took its position(s): the next one may
+                        b.sealed = True
+                finally:
+                    _close(calls[started:])
+                if parent is not None:
+                    parent.ready.set()
+                decided = await self._settle(branches, receive, race, return_exceptions)
+                for b in branches:
+                    if not b.done:
+                        b.lost = True
+                        for info in list(b.steps):
+                            info.signal.set()  # told first, so its cleanup knows why
+                        b.scope.cancel()
+        finally:
+            actor.combinators -= 1
+            receive.close()
+            send.close()
+        if decided is not None and decided.escape is not None:
+            raise decided.escape  # parked, evicted, fenced: the whole run leaves
+        if decided is not None and decided.replayed_cancel is not None:
+            raise decided.replayed_cancel  # this combinator lost an enclosing race
+        by = "?" if decided is None else _label(decided)
+        reason = f"lost {what} to {by}" if race else f"{what} failed fast: {by} failed"
+        for b in branches:
+            if b.lost:
+                await self._journal_cancelled(b, reason)
+        if actor.commits != commits:  # always_replay mode waits for the combinator's end
+            await actor.maybe_evict()
+        if decided is not None and decided.error is not None and not race:
+            raise decided.error
+        if race and decided is not None and decided.error is not None:
+            raise decided.error
+        return branches
+
+    async def _settle(
+        self,
+        branches: list[_Branch],
+        receive: anyio.abc.ObjectReceiveStream[int],
+        race: bool,
+        return_exceptions: bool,
+    ) -> _Branch | None:
+        """Take the branches' ends in journal order (not in the order they come: on
+        replay every journaled branch ends at once): the branch that decides, or None
+        when all ended without one deciding."""
+        history = self._replayer.history
+        finished: list[_Branch] = []
+        left = len(branches)
+        while left:
+            finished.append(branches[await receive.receive()])
+            while True:
+                for b in finished:
+                    if b.escape is not None:
+                        return b
+                todo = [b for b in finished if not b.taken]
+                if not todo:
+                    break
+                first = min(todo, key=lambda b: _end_seq(history, b))
+                seq = _end_seq(history, first)
+                if any(
+                    b not in finished and (j := _journaled_end(history, b)) is not None and j < seq
+                    for b in branches
+                ):
+                    break  # a branch that ended earlier in the journal is still replaying
+                first.taken = True
+                left -= 1
+                if first.replayed_cancel is not None:
+                    return first  # the journal says this whole combinator was cancelled
+                if race:
+                    first.won = True
+                    return first
+                if first.error is not None and not return_exceptions:
+                    return first
+        return None
+
+    async def _journal_cancelled(self, branch: _Branch, reason: str) -> None:
+        history = self._replayer.history
+        for pos, call, name in _positions(branch):
+            if pos not in history.ends:
+                await self._actor.commit(
+                    CallCancelled(pos=pos, name=name, call=call, reason=reason)
+                )
+                log.info("call.cancelled", pos=pos, call=call, name=name, reason=reason)
+                if call == "child":  # a losing child run is stopped, not left running
+                    await cancel_child(
+                        self._actor.store, self._actor.partitions, self.run_id, name, reason
+                    )
+
     def _step_key(self, pos: int) -> str:
         history = self._replayer.history
         seed = f"{self._actor.namespace}\0{self.run_id}\0{history.started_seq}\0{pos}"
         return hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
+
+
+# -- ctx.all / ctx.race ------------------------------------------------------------
+
+_BRANCH: ContextVar[_Branch | None] = ContextVar("fusee_branch", default=None)
+
+_SEALED = (
+    "{what}: a branch of ctx.all / ctx.race made a second call (at {location}). Each "
+    "branch takes its position(s) in the journal when it starts, so a branch is one call (ctx.step, ctx.sleep, ctx.wait_for, ctx.await_completion, "
+    "ctx.child, or a nested ctx.all / ctx.race); run a sequence of calls as a child "
+    "workflow."
+)
+
+
+@dataclass(eq=False)
+class _Branch:
+    """One call of a ``ctx.all`` / ``ctx.race``, run as a task of its own."""
+
+    index: int
+    siblings: list[_Branch]
+    parent: _Branch | None  # the branch the combinator itself runs in, if nested
+    ready: anyio.Event = field(default_factory=anyio.Event)
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    positions: list[tuple[int, str, str]] = field(default_factory=list)  # pos, call, name
+    steps: set[StepInfo] = field(default_factory=set)  # its running step, for s.signal
+    inner: list[_Branch] | None = None  # the branches of a combinator nested in it
+    sealed: bool = False  # started, and took its position(s)
+    idle: bool = False  # waiting, and would park the run
+    done: bool = False
+    taken: bool = False  # its end was taken, in journal order
+    won: bool = False
+    lost: bool = False  # cancelled by the combinator: journaled as call.cancelled
+    value: Any = None
+    error: Exception | None = None
+    escape: BaseException | None = None  # Parked, Evicted, Fenced...
+    replayed_cancel: ReplayedCancel | None = None
+
+    def is_idle(self) -> bool:
+        if self.done or self.idle:
+            return True
+        return self.inner is not None and all(b.is_idle() for b in self.inner)
+
+
+def _sealed(branch: _Branch | None) -> bool:
+    return branch is not None and branch.sealed
+
+
+def _label(branch: _Branch) -> str:
+    """The branch as a reason names it: its (first) call, else its place in the list."""
+    found = _positions(branch)
+    if not found:
+        return f"branch {branch.index + 1}"
+    _, call, name = found[0]
+    return repr(name) if call == "step" else f"{call} {name!r}"
+
+
+def _took_position(pos: int, call: str, name: str) -> None:
+    """Told by the Replayer as each position is handed out."""
+    branch = _BRANCH.get()
+    if branch is None:
+        return
+    # One call per branch, or a replay (where nothing suspends) would hand out other
+    # positions than the first run; await_completion's ask step comes with its wait.
+    asks = bool(branch.positions) and branch.positions[-1] == (pos - 1, "completion", name[4:])
+    if branch.sealed or (branch.positions and not (call == "step" and asks)):
+        raise FuseeError(_SEALED.format(what=f"{call} {name!r}", location=f"position {pos}"))
+    branch.positions.append((pos, call, name))
+    branch.ready.set()
+
+
+def may_park(*, idle: bool = True) -> bool:
+    """Whether a wait that found nothing may park the run: outside ``ctx.all`` /
+    ``ctx.race`` always; inside, only once every other branch waits too (a branch
+    running a step keeps the run in memory, so the wait still sees what arrives).
+    ``idle=False`` says the current branch is busy again."""
+    branch = _BRANCH.get()
+    if branch is None:
+        return True
+    branch.idle = idle
+    b: _Branch | None = branch
+    while idle and b is not None:
+        if not all(s.is_idle() for s in b.siblings if s is not b):
+            return False
+        b = b.parent
+    return idle
+
+
+def _positions(branch: _Branch) -> list[tuple[int, str, str]]:
+    found = list(branch.positions)
+    for b in branch.inner or ():
+        found.extend(_positions(b))
+    return found
+
+
+def _journaled_end(history: History, branch: _Branch) -> int | None:
+    """The journal sequence of the record that ended the branch (its last end, not
+    counting cancellations), if the journal holds one."""
+    ends = [
+        history.ends[p]
+        for p, _, _ in _positions(branch)
+        if p in history.ends and p not in history.cancelled
+    ]
+    if branch.positions and all(p in history.cancelled for p, _, _ in branch.positions):
+        return min(history.ends[p] for p, _, _ in branch.positions)
+    return max(ends) if ends else None
+
+
+def _end_seq(history: History, branch: _Branch) -> int:
+    # A branch that ended with nothing journaled ended before it awaited anything (a
+    # wrong argument): first, on replay too.
+    seq = _journaled_end(history, branch)
+    return 0 if seq is None else seq
+
+
+async def _run_branch(branch: _Branch, call: Awaitable[Any], send: Any) -> None:
+    _BRANCH.set(branch)
+    try:
+        with branch.scope:
+            try:
+                branch.value = await call
+            except ReplayedCancel as exc:
+                branch.replayed_cancel = exc
+            except Exception as exc:  # noqa: BLE001 - handed to the combinator
+                branch.error = exc
+            except anyio.get_cancelled_exc_class():
+                raise
+            except BaseException as exc:  # noqa: BLE001 - Parked, Evicted...: re-raised
+                branch.escape = exc
+    finally:
+        branch.done = True
+        branch.ready.set()
+        send.send_nowait(branch.index)
+
+
+def _close(calls: list[Awaitable[Any]]) -> None:
+    for call in calls:
+        if inspect.iscoroutine(call):
+            call.close()  # never started: no "never awaited" warning
 
 
 def _asker(ask: Callable[[Completion], Any], cb: Completion) -> Callable[[], Any]:

@@ -53,6 +53,21 @@ class RunStore(Protocol):
         """A durable timer that lands in the run's inbox at ``until``."""
         ...
 
+    # children (ctx.child): start a run, read its ends, write to another run's inbox
+    async def first_in_journal(self, eid: str) -> Stored | None: ...
+
+    async def last_in_journal(self, eid: str) -> Stored | None: ...
+
+    async def send_inbox(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
+    ) -> int:
+        """Store a message in run ``eid``'s inbox; ``msg_id`` dedupes a resend."""
+        ...
+
+    async def wake(self, partition: int, eid: str) -> None:
+        """Hint the partition's owner that the run has news (core NATS, may be lost)."""
+        ...
+
 
 class SubjectLayout(Protocol):
     """The core NATS subjects workers talk on (one namespace's, see the NATS layout doc)."""

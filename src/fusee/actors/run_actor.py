@@ -15,7 +15,15 @@ import anyio
 import msgspec
 import structlog
 
-from fusee.actors.context import Context, StepFailedError, StepInfo, error_type_name
+from fusee.actors.children import cancel_children, live_children, notify_parent
+from fusee.actors.context import (
+    Context,
+    ContinueAsNew,
+    StepFailedError,
+    StepInfo,
+    error_type_name,
+    may_park,
+)
 from fusee.actors.ports import RunStore
 from fusee.actors.registry import Registry
 from fusee.errors import (
@@ -34,6 +42,7 @@ from fusee.runtime.records import (
     AnyRecord,
     RunCancelled,
     RunCompleted,
+    RunContinued,
     RunFailed,
     RunPaused,
     WaitDone,
@@ -64,6 +73,7 @@ class RunActor:
         evict_requested: Callable[[], bool] = lambda: False,
         woken: anyio.Event | None = None,
         park_after: float = 1.0,
+        partitions: int | None = None,
     ) -> None:
         self.store = store
         self.namespace = namespace
@@ -85,7 +95,13 @@ class RunActor:
         self.inbox: list[tuple[int, dict[str, Any]]] = []  # what was read, but cancels
         self.inbox_changed: anyio.Event | None = None
         self.park_after = park_after
+        self.partitions = partitions  # the namespace's, to route messages to other runs
         self.running_steps: set[StepInfo] = set()
+        # ctx.all / ctx.race commit from concurrent branches: one append at a time, each
+        # under the fence and the link the previous one left
+        self._commit_lock = anyio.Lock()
+        self.combinators = 0  # ctx.all / ctx.race running: always_replay waits for their end
+        self._claimed: set[int] = set()  # signals a wait resolved to, committed or not yet
         self._workflow_scope: anyio.CancelScope | None = None
 
     # -- the commit ---------------------------------------------------------------
@@ -99,6 +115,14 @@ class RunActor:
         # Nothing more is journaled from a workflow whose scope was cancelled (the run is
         # being cancelled, or replayed to find its compensations).
         await anyio.lowlevel.checkpoint_if_cancelled()
+        async with self._commit_lock:
+            # shielded: a branch cancelled mid-append (a race's loser) still records what
+            # landed, so the next commit links to it under the right fence
+            with anyio.CancelScope(shield=True):
+                seq = await self._append(record)
+        return seq
+
+    async def _append(self, record: AnyRecord) -> int:
         prev, prev_hash = self.history.link()
         record = msgspec.structs.replace(record, prev=prev, prev_hash=prev_hash)
         # Values the workflow took since the last commit (ctx.now()...) ride on this
@@ -130,6 +154,7 @@ class RunActor:
         while True:
             done = self._resolve(started)
             if done is not None:
+                may_park(idle=False)  # busy again: a sibling branch must not park the run
                 await self.commit(done)
                 log.info(
                     "wait.done",
@@ -150,8 +175,10 @@ class RunActor:
                 limit = min(limit, max(0.0, started.until - self.clock()))
             with anyio.move_on_after(limit) as idle:
                 await changed.wait()
-            if idle.cancelled_caught and (
-                started.until is None or self.clock() < started.until - 0.005
+            if (
+                idle.cancelled_caught
+                and (started.until is None or self.clock() < started.until - 0.005)
+                and may_park()  # inside ctx.all / ctx.race: only once no branch is busy
             ):
                 raise Parked
 
@@ -162,7 +189,10 @@ class RunActor:
                     body.get("kind") == "signal"
                     and body.get("name") == started.name
                     and seq not in self.history.consumed
+                    and seq not in self._claimed
                 ):
+                    # taken now: a concurrent wait of the same name (ctx.all) takes the next
+                    self._claimed.add(seq)
                     payload = msgspec.json.encode(body.get("payload"))
                     return WaitDone(
                         pos=started.pos,
@@ -187,6 +217,18 @@ class RunActor:
                         value=msgspec.Raw(msgspec.json.encode(body.get("value"))),
                         inbox_seq=seq,
                     )
+        if started.wait == "child":
+            # the child's end, sent by the child (maybe more than once: any copy will do)
+            for seq, body in self.inbox:
+                if body.get("kind") == "child" and body.get("id") == started.name:
+                    fields = {k: v for k, v in body.items() if k not in ("kind", "id")}
+                    return WaitDone(
+                        pos=started.pos,
+                        name=started.name,
+                        wait=started.wait,
+                        value=msgspec.Raw(msgspec.json.encode(fields)),
+                        inbox_seq=seq,
+                    )
         if started.until is not None and (
             self.clock() >= started.until - 0.005 or self._timer_fired(started.pos)
         ):
@@ -194,7 +236,13 @@ class RunActor:
         return None
 
     def _timer_fired(self, pos: int) -> bool:
-        return any(b.get("kind") == "timer" and b.get("pos") == pos for _, b in self.inbox)
+        # a timer that fired before this generation began was for an earlier one's wait
+        # (the inbox and the journal share one stream, so their sequences compare)
+        since = self.history.started_seq
+        return any(
+            b.get("kind") == "timer" and b.get("pos") == pos and seq > since
+            for seq, b in self.inbox
+        )
 
     async def stop_workflow(self) -> None:
         """Cancel the workflow where it is (its code reached where it was stopped before)."""
@@ -204,13 +252,14 @@ class RunActor:
 
     async def maybe_evict(self) -> None:
         """Drop the in-memory copy at this step boundary when asked to (or always)."""
-        if self.always_replay or self.evict_requested():
+        if (self.always_replay and not self.combinators) or self.evict_requested():
             raise Evicted
 
     # -- activation ---------------------------------------------------------------
 
     async def _load(self) -> None:
         self.history = History(self.run_id)
+        self._claimed = set()
         self.fence = 0
         for msg in await self.store.read_journal(self.eid):
             self.fence = msg.seq
@@ -243,6 +292,7 @@ class RunActor:
                     await self._mark_index_paused(reason)
                     return "paused"
                 if self.history.ended:
+                    await self._after_end()  # again: it may not have reached its parent
                     await self._project(running=False)
                     return "ended"
                 if self.history.paused is not None:
@@ -272,7 +322,10 @@ class RunActor:
                     await self._project(running=True)
                     first = False
                 try:
-                    return await self._execute(wf)
+                    outcome = await self._execute(wf)
+                    if outcome == "continued":
+                        continue  # its next generation, read back from the journal
+                    return outcome
                 except Parked:
                     log.info("run.parked")
                     await self._project(running=False, waiting=True)
@@ -308,7 +361,7 @@ class RunActor:
             return await self._pause(paused)
         if self.cancel_reason is not None and not isinstance(record, RunCompleted | RunFailed):
             record = RunCancelled(reason=self.cancel_reason)
-        if not isinstance(record, RunCompleted):
+        if not isinstance(record, RunCompleted | RunContinued):
             # Outside the workflow's scope: neither a cancel nor the run's timeout stops them.
             try:
                 failed = await ctx._compensate()
@@ -337,17 +390,35 @@ class RunActor:
             if self.cancel_reason is not None:
                 scope.cancel()  # replayed up to where it stopped, to find its compensations
             try:
-                if wf.takes_input:
-                    arg = decode_value(bytes(started.input), wf.input_type)
-                    result = await wf.fn(ctx, arg)
-                else:
-                    result = await wf.fn(ctx)
+                continued: ContinueAsNew | None = None
+                try:
+                    if wf.takes_input:
+                        arg = decode_value(bytes(started.input), wf.input_type)
+                        result = await wf.fn(ctx, arg)
+                    else:
+                        result = await wf.fn(ctx)
+                except ContinueAsNew as exc:  # return ctx.continue_as_new(...)
+                    continued = exc
                 if replayer.broken is not None:
                     raise replayer.broken  # raised at a step, and the workflow caught it
                 replayer.check_finished(f"the return of {wf.fn.__qualname__}")
-                record = RunCompleted(
-                    result=msgspec.Raw(encode_value(result, f"the result of run {self.run_id!r}"))
-                )
+                if continued is not None:
+                    record = RunContinued(
+                        workflow=started.workflow,
+                        input=msgspec.Raw(continued.data),
+                        started_at=started.started_at,
+                        timeout=started.timeout,
+                        partition=started.partition,
+                        parent=started.parent,
+                        generation=self.history.generation + 1,
+                        continued_at=self.clock(),
+                    )
+                else:
+                    record = RunCompleted(
+                        result=msgspec.Raw(
+                            encode_value(result, f"the result of run {self.run_id!r}")
+                        )
+                    )
             except DeterminismError as exc:
                 return record, str(exc)
             except StepFailedError as exc:
@@ -410,11 +481,47 @@ class RunActor:
         return False
 
     async def _end(self, record: AnyRecord) -> Outcome:
+        if isinstance(record, RunContinued):
+            return await self._continue(record)
         await self.commit(record)
         status = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}
         log.info(f"run.{status[type(record)]}", **_end_fields(record))
+        await self._after_end()
         await self._project(running=False)
         return "ended"
+
+    async def _after_end(self) -> None:
+        """An ended run cancels the children it still waited for, and a child tells its
+        parent how it ended. Both are idempotent: an ended run activated again (its
+        worker died before they were sent) sends them again."""
+        end = self.history.end
+        if end is None:
+            return
+        if live_children(self.history):
+            why = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}
+            await cancel_children(
+                self.store,
+                self.partitions,
+                self.history,
+                f"parent {self.run_id!r} {why[type(end)]}"
+                + (f": {end.reason}" if isinstance(end, RunCancelled) else ""),
+            )
+        await notify_parent(self.store, self.partitions, self.history)
+
+    async def _continue(self, record: RunContinued) -> Outcome:
+        """End this generation and start the next in one record (a crash before it
+        lands replays this generation; after it, the next one starts from the journal)."""
+        if live_children(self.history):  # nothing in the next generation waits for them
+            await cancel_children(
+                self.store,
+                self.partitions,
+                self.history,
+                f"parent {self.run_id!r} continued as new",
+            )
+        await self.commit(record)
+        log.info("run.continued", generation=record.generation)
+        await self._project(running=True)
+        return "continued"
 
     async def _pause(self, reason: str) -> Outcome:
         log.error("run.paused", reason=reason)

@@ -395,6 +395,7 @@ class Worker:
                     clock=self.clock,
                     always_replay=self.config.always_replay,
                     evict_requested=lambda: slot.evict,
+                    partitions=self.config.partitions,
                 )
                 slot.actor = actor
                 outcome = await actor.run()

@@ -16,6 +16,8 @@ from fusee.errors import DeterminismError, JournalGap
 from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
+    CallCancelled,
+    RunContinued,
     RunPaused,
     RunStarted,
     StepCompleted,
@@ -29,12 +31,17 @@ from fusee.runtime.records import (
     record_hash,
 )
 
-__all__ = ("History", "Replayer", "Replayed", "ReplayedFailure", "Execute")
+__all__ = ("History", "Replayer", "Replayed", "ReplayedFailure", "Execute", "ReplayedCancel")
 
 
 @dataclass
 class History:
-    """The records of one run, verified link by link."""
+    """The records of one run, verified link by link.
+
+    A run that continued as new (``run.continued``) has generations: the chain is
+    checked across all of them, but only the last one is folded (its steps, waits and
+    values; ``started`` is its ``run.started`` or ``run.continued``). Inbox messages a
+    wait took stay taken across generations."""
 
     run_id: str
     started: RunStarted | None = None
@@ -44,6 +51,8 @@ class History:
     waits: dict[int, WaitStarted] = field(default_factory=dict)
     waited: dict[int, WaitDone] = field(default_factory=dict)
     consumed: set[int] = field(default_factory=set)  # inbox messages a wait took
+    cancelled: dict[int, CallCancelled] = field(default_factory=dict)  # lost a race
+    ends: dict[int, int] = field(default_factory=dict)  # pos: seq of the record ending it
     values: list[Value] = field(default_factory=list)  # ctx.now()... journaled, in order
     pending: list[Value] = field(default_factory=list)  # handed out, not journaled yet
     end: AnyRecord | None = None
@@ -51,6 +60,11 @@ class History:
     last_seq: int = 0
     last_hash: str = ""
     size: int = 0
+    generation: int = 1
+    generation_size: int = 0  # records since the last generation began, itself included
+    # per position, generation_size once its last record so far was added (journal_size()
+    # on replay: what the run had journaled when its code was there)
+    size_at: dict[int, int] = field(default_factory=dict)
 
     def feed(self, seq: int, data: bytes) -> AnyRecord:
         """Add the record stored at stream sequence ``seq``.
@@ -87,21 +101,38 @@ class History:
         self.last_seq = seq
         self.last_hash = record_hash(data)
         self.size += 1
+        self.generation_size += 1
+        pos = getattr(record, "pos", None)
+        if isinstance(pos, int):
+            self.size_at[pos] = self.generation_size
 
     def _apply(self, seq: int, record: AnyRecord) -> None:
         if isinstance(record.values, list):
             self.values.extend(record.values)
         match record:
             case RunStarted():
+                if isinstance(record, RunContinued):  # a new generation: forget the last
+                    self.outcomes, self.retries, self.waits, self.waited = {}, {}, {}, {}
+                    self.size_at = {}
+                    self.values, self.pending = [], []
+                    self.end = self.paused = None
+                    self.cancelled, self.ends = {}, {}
+                    self.generation = record.generation
                 self.started, self.started_seq = record, seq
+                self.generation_size = 0
             case StepCompleted() | StepFailed():
                 self.outcomes[record.pos] = record
+                self.ends.setdefault(record.pos, seq)
+            case CallCancelled():
+                self.cancelled[record.pos] = record
+                self.ends.setdefault(record.pos, seq)
             case StepRetrying():
                 self.retries.setdefault(record.pos, []).append(record)
             case WaitStarted():
                 self.waits[record.pos] = record
             case WaitDone():
                 self.waited[record.pos] = record
+                self.ends.setdefault(record.pos, seq)
                 if record.inbox_seq:
                     self.consumed.add(record.inbox_seq)
             case RunPaused():
@@ -152,6 +183,15 @@ class Execute:
     last_retry: StepRetrying | None
 
 
+class ReplayedCancel(BaseException):
+    """The call at this position lost a ``ctx.race`` (or was cancelled by a ``ctx.all``
+    that failed fast) in the journal: its branch is cancelled again, at once."""
+
+    def __init__(self, record: CallCancelled) -> None:
+        super().__init__(f"call {record.pos} ({record.name!r}) was cancelled: {record.reason}")
+        self.record = record
+
+
 class Replayer:
     """Hands out step positions in call order and matches them against the journal."""
 
@@ -162,6 +202,8 @@ class Replayer:
         # Once the code and the journal disagree, they stay disagreeing: every later call
         # raises the same error, so a workflow that catches it cannot carry on.
         self.broken: DeterminismError | None = None
+        # told each position as it is handed out (ctx.all / ctx.race track their branches)
+        self.on_position: Callable[[int, str, str], None] | None = None  # pos, call, name
 
     def begin_step(self, name: str, location: str) -> Replayed | ReplayedFailure | Execute:
         """Decide the fate of the code's next ``ctx.step(name, ...)``, made at ``location``.
@@ -172,6 +214,8 @@ class Replayer:
         if self.broken is not None:
             raise self.broken
         pos = self.next_pos
+        if self.on_position is not None:
+            self.on_position(pos, "step", name)  # may refuse: the position is not taken then
         self.next_pos += 1
         outcome = self.history.outcomes.get(pos)
         retries = self.history.retries.get(pos, [])
@@ -181,6 +225,9 @@ class Replayer:
         wait = self.history.waited.get(pos) or self.history.waits.get(pos)
         if wait is not None:  # the code used to wait here
             journaled_name = f"{wait.wait} {wait.name}"
+        lost = self.history.cancelled.get(pos)
+        if lost is not None and journaled_name is None:
+            journaled_name = lost.name if lost.call == "step" else f"{lost.call} {lost.name}"
         if journaled_name is not None and journaled_name != name:
             self.broken = DeterminismError(
                 f"run {self.history.run_id!r}: step {pos} is {journaled_name!r} in the journal, "
@@ -189,6 +236,8 @@ class Replayer:
                 f"new run."
             )
             raise self.broken
+        if lost is not None:
+            raise ReplayedCancel(lost)
         match outcome:
             case StepCompleted():
                 return Replayed(pos, bytes(outcome.result))
@@ -209,16 +258,21 @@ class Replayer:
         if self.broken is not None:
             raise self.broken
         pos = self.next_pos
+        if self.on_position is not None:
+            self.on_position(pos, wait, name)  # may refuse: the position is not taken then
         self.next_pos += 1
         done = self.history.waited.get(pos)
         started = self.history.waits.get(pos)
         journaled: WaitDone | WaitStarted | None = done or started
         step_name = self._step_name_at(pos)
+        lost = self.history.cancelled.get(pos)
         what = None
         if step_name is not None:
             what = f"step {step_name!r}"
         elif journaled is not None and (journaled.name, journaled.wait) != (name, wait):
             what = f"{journaled.wait} {journaled.name!r}"
+        elif lost is not None and (lost.name, lost.call) != (name, wait):
+            what = f"step {lost.name!r}" if lost.call == "step" else f"{lost.call} {lost.name!r}"
         if what is not None:
             self.broken = DeterminismError(
                 f"run {self.history.run_id!r}: call {pos} is {what} in the journal, but the "
@@ -229,6 +283,8 @@ class Replayer:
             raise self.broken
         if done is not None:
             return done
+        if lost is not None:
+            raise ReplayedCancel(lost)
         return pos, started
 
     def take_value(self, kind: str, make: Callable[[], float | str], location: str) -> float | str:

@@ -32,6 +32,7 @@ class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     error_type: str | None = None
     message: str | None = None
     step: str | None = None
+    generation: int = 1  # how many times it continued as new, plus one
 
     @property
     def ended(self) -> bool:
@@ -50,6 +51,7 @@ def info_from_history(history: History, *, now: float, running: bool = False) ->
         created_at=started.started_at,
         updated_at=now,
         steps=len(history.outcomes),
+        generation=history.generation,
     )
     end = history.end
     if isinstance(end, RunCompleted):

@@ -23,11 +23,13 @@ __all__ = (
     "Record",
     "Value",
     "RunStarted",
+    "RunContinued",
     "StepCompleted",
     "StepRetrying",
     "StepFailed",
     "WaitStarted",
     "WaitDone",
+    "CallCancelled",
     "RunCompleted",
     "RunFailed",
     "RunCancelled",
@@ -68,6 +70,21 @@ class RunStarted(Record, tag="run.started", frozen=True):
     started_at: float
     timeout: float | None = None
     partition: int = 0
+    # the run that started this one with ctx.child (omitted for a top-level run)
+    parent: str | msgspec.UnsetType = msgspec.UNSET
+    # engine.start(..., from_run=): the ended run whose finished steps this one reuses
+    from_run: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class RunContinued(RunStarted, tag="run.continued", frozen=True):
+    """The workflow returned ``ctx.continue_as_new(input)``: the generation before it
+    ends here and the run's next generation starts here, under the same run ID, with
+    ``input``. One record, so it does both at once or neither. Replay folds only the
+    records from the last ``run.started``/``run.continued`` on; ``started_at`` and
+    ``timeout`` are the first generation's (a run's timeout covers all generations)."""
+
+    generation: int = 2
+    continued_at: float = 0.0
 
 
 class StepCompleted(Record, tag="step.completed", frozen=True):
@@ -125,6 +142,18 @@ class WaitDone(Record, tag="wait.done", frozen=True):
     inbox_seq: int = 0
 
 
+class CallCancelled(Record, tag="call.cancelled", frozen=True):
+    """The call at ``pos`` lost a ``ctx.race`` (or ``ctx.all`` failed fast): it was
+    cancelled before it ended. ``call`` is ``step`` or the wait's kind (``sleep``,
+    ``signal``, ``completion``, ``child``); ``name`` the step's or the wait's name. A
+    replay raises the cancellation in that branch at once, so the same branch loses."""
+
+    pos: int
+    name: str
+    call: str = "step"
+    reason: str = ""
+
+
 class RunCompleted(Record, tag="run.completed", frozen=True):
     """The workflow returned ``result``."""
 
@@ -153,11 +182,13 @@ class RunPaused(Record, tag="run.paused", frozen=True):
 
 AnyRecord = (
     RunStarted
+    | RunContinued
     | StepCompleted
     | StepRetrying
     | StepFailed
     | WaitStarted
     | WaitDone
+    | CallCancelled
     | RunCompleted
     | RunFailed
     | RunCancelled

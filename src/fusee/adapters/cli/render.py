@@ -15,6 +15,7 @@ import msgspec
 from fusee.runtime.durations import format_duration
 from fusee.runtime.index import RunInfo
 from fusee.runtime.records import (
+    CallCancelled,
     RunCancelled,
     RunCompleted,
     RunFailed,
@@ -50,6 +51,21 @@ def clip(text: str, n: int = CLIP) -> str:
 
 def _value(raw: msgspec.Raw | bytes, n: int = CLIP) -> str:
     return clip(bytes(raw).decode(errors="replace"), n)
+
+
+def _child_end(raw: msgspec.Raw | bytes) -> str:
+    """A child's end as its parent journaled it: ``-> result``, ``failed: T: m``..."""
+    try:
+        end = msgspec.json.decode(bytes(raw))
+    except msgspec.DecodeError:
+        return f"-> {_value(raw)}"
+    if not isinstance(end, dict):
+        return f"-> {_value(raw)}"
+    if end.get("status") == "failed":
+        return clip(f"failed: {end.get('error_type')}: {end.get('message')}")
+    if end.get("status") == "cancelled":
+        return clip(f"cancelled: {end.get('reason')}")
+    return f"-> {_value(msgspec.json.encode(end.get('result')))}"
 
 
 def format_ms(ms: float) -> str:
@@ -103,8 +119,14 @@ def format_record(record: Any, name_width: int = 0) -> str:
         what = "sleep" if record.wait == "sleep" else f"{record.wait} {record.name!r}"
         if record.timed_out:
             body = f"{what}  {'woke' if record.wait == 'sleep' else 'timed out'}"
+        elif record.wait == "child":
+            body = f"{what}  {_child_end(record.value)}"
         else:
             body = f"{what}  -> {_value(record.value)}"
+    elif isinstance(record, CallCancelled):
+        what = record.name.ljust(name_width) if record.call == "step" else record.name
+        what = what if record.call == "step" else f"{record.call} {what!r}"
+        body = f"{what}  cancelled: {clip(record.reason)}".rstrip()
     elif isinstance(record, RunCompleted):
         body = f"-> {_value(record.result)}"
     elif isinstance(record, RunFailed):

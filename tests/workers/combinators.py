@@ -1,0 +1,43 @@
+"""Workflows with ctx.race, for crash tests: side effects counted like chain's."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anyio
+
+import fusee
+
+
+def record(log: str, name: str, key: str, attempt: int) -> None:
+    """One line per execution, in one O_APPEND write (as in waits.py)."""
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{name} {key} {attempt}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@fusee.workflow("racer")
+async def racer(ctx: fusee.Context, arg: dict[str, Any]) -> list[Any]:
+    def model(name: str, seconds: float) -> Any:
+        async def call(s: fusee.StepInfo) -> str:
+            record(arg["log"], name, s.key, s.attempt)
+            with anyio.move_on_after(seconds):
+                await s.signal.wait()
+                return "stopped"
+            return f"{name} answer"
+
+        return call
+
+    answer = await ctx.race(
+        [ctx.step("model:fast", model("fast", 0.3)), ctx.step("model:large", model("large", 30))]
+    )
+
+    async def after(s: fusee.StepInfo) -> str:
+        record(arg["log"], "after", s.key, s.attempt)
+        await anyio.sleep(arg["after"])
+        return "after"
+
+    return [answer, await ctx.step("after", after)]

@@ -1,0 +1,50 @@
+"""A long conversation that continues as new with a summary once its journal grows.
+
+A run's input is a dict: ``log`` (a file path), ``turns`` (the user's messages),
+``limit`` (continue as new once the generation's journal holds more records than
+this), ``delay`` (seconds each model call takes), and what a generation hands the next:
+``summary`` and ``done`` (turns answered so far). Each model call appends
+``model:<message> <s.key> <attempt>`` to ``log`` when it returns, so a test counts the
+calls that finished across processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+import fusee
+
+
+def record(log: str, name: str, key: str, attempt: int) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{name} {key} {attempt}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _model(arg: dict[str, Any], message: str) -> Callable[..., Any]:
+    async def call(s: fusee.StepInfo) -> str:
+        await anyio.sleep(arg.get("delay", 0.0))
+        record(arg["log"], f"model:{message}", s.key, s.attempt)
+        return message.upper()
+
+    return call
+
+
+@fusee.workflow("long_chat")
+async def long_chat(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    summary: str = arg.get("summary", "")
+    done: int = arg.get("done", 0)
+    turns: list[str] = arg["turns"]
+    while done < len(turns):
+        reply = await ctx.step("model", _model(arg, turns[done]))
+        summary = f"{summary}|{turns[done]}>{reply}"
+        done += 1
+        if done < len(turns) and ctx.journal_size() > arg["limit"]:
+            return ctx.continue_as_new({**arg, "summary": summary, "done": done})
+    return {"summary": summary, "turns": done}
