@@ -726,27 +726,29 @@ class Context:
     async def _call(
         self, fn: Callable[..., Any], info: StepInfo, takes_info: bool, limit: float | None
     ) -> Any:
-        with anyio.CancelScope() as scope:
-            if limit is not None:
-                scope.deadline = anyio.current_time() + limit
-            if inspect.iscoroutinefunction(fn):
-                result = fn(info) if takes_info else fn()
-            else:
-                # A plain function may block (a sync HTTP client): it runs in a thread,
-                # and a coroutine it returns (a lambda around an async call) is awaited here.
-                def call() -> Any:
-                    return fn(info) if takes_info else fn()
-
-                result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
+        if limit is None:  # no deadline: no cancel scope to pay for on every step
+            return await self._invoke(fn, info, takes_info)
+        with anyio.CancelScope(deadline=anyio.current_time() + limit):
+            return await self._invoke(fn, info, takes_info)
         info.signal.set()
-        assert limit is not None
         raise StepTimeout(
             f"step {info.name!r} attempt {info.attempt} ran past its timeout of "
             f"{format_duration(limit)}"
         )
+
+    async def _invoke(self, fn: Callable[..., Any], info: StepInfo, takes_info: bool) -> Any:
+        if inspect.iscoroutinefunction(fn):
+            result = fn(info) if takes_info else fn()
+        else:
+            # A plain function may block (a sync HTTP client): it runs in a thread,
+            # and a coroutine it returns (a lambda around an async call) is awaited here.
+            def call() -> Any:
+                return fn(info) if takes_info else fn()
+
+            result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
     async def all(
         self, aws: Iterable[Awaitable[Any]], *, return_exceptions: bool = False

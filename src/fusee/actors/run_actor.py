@@ -115,6 +115,10 @@ class RunActor:
         # Nothing more is journaled from a workflow whose scope was cancelled (the run is
         # being cancelled, or replayed to find its compensations).
         await anyio.lowlevel.checkpoint_if_cancelled()
+        if not self.combinators:
+            # one task commits at a time: no lock, no shield (each costs a trip through
+            # the event loop on every step)
+            return await self._append(record)
         async with self._commit_lock:
             # shielded: a branch cancelled mid-append (a race's loser) still records what
             # landed, so the next commit links to it under the right fence
