@@ -23,6 +23,7 @@ test: $(VENV)
 bench: $(VENV)
 	$(PY) -m bench
 	$(PY) -m bench.streams
+	$(PY) -m bench.step_cpu
 
 venv: $(VENV)
 

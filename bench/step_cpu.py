@@ -1,0 +1,100 @@
+"""Python work per step, without NATS: ``python -m bench.step_cpu``.
+
+Runs the real run actor (context, replay, commit path) over an in-memory journal with
+JetStream's fencing rule, and prints the CPU time per step. It isolates what fusee's own
+code costs per step from the server's fsync and the network, which the other benchmarks
+include.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from fusee.actors.registry import Registry, Workflow
+from fusee.actors.run_actor import RunActor
+from fusee.errors import Fenced
+from fusee.runtime.records import RunStarted, encode_record
+
+
+@dataclass
+class Stored:
+    seq: int
+    data: bytes
+
+
+@dataclass
+class MemoryJournal:
+    msgs: list[Stored] = field(default_factory=list)
+
+    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+        last = self.msgs[-1].seq if self.msgs else 0
+        if fence != last:
+            raise Fenced(f"fence {fence} != {last}")
+        self.msgs.append(Stored(last + 1, data))
+        return last + 1
+
+    async def read_journal(self, eid: str, after: int = 0) -> list[Stored]:
+        return [m for m in self.msgs if m.seq > after]
+
+    async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[Stored]:
+        return []
+
+    async def put_index(self, eid: str, value: bytes) -> None:
+        return None
+
+    async def get_index(self, eid: str) -> bytes | None:
+        return None
+
+    async def mark_active(self, partition: int, eid: str) -> None:
+        return None
+
+    async def clear_active(self, partition: int, eid: str) -> None:
+        return None
+
+
+async def _noop() -> None:
+    return None
+
+
+async def _steps(ctx: Any, n: int) -> int:
+    for i in range(n):
+        await ctx.step(f"s{i}", _noop)
+    return n
+
+
+async def main(runs: int = 40, steps: int = 50) -> None:
+    registry = Registry()
+    registry.add(Workflow("w", _steps, int, True))
+    began = time.process_time()
+    for r in range(runs):
+        store = MemoryJournal()
+        start = RunStarted(workflow="w", input=msgspec.Raw(str(steps).encode()), started_at=0.0)
+        store.msgs.append(Stored(1, encode_record(start)))
+        actor = RunActor(
+            store=store,  # type: ignore[arg-type]  # the actor needs only these methods here
+            namespace="bench",
+            eid=f"r{r}",
+            run_id=f"r{r}",
+            partition=0,
+            registry=registry,
+            clock=time.time,
+        )
+        await actor.run()
+    per_step = (time.process_time() - began) / (runs * steps) * 1e6
+    print(
+        json.dumps(
+            {"bench": "step_cpu", "steps": runs * steps, "cpu_us_per_step": round(per_step, 1)}
+        )
+    )
+
+
+if __name__ == "__main__":
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    anyio.run(main)
