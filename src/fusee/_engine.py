@@ -331,12 +331,7 @@ class Engine:
                 f"(this start: {_clip(data)})"
             )
         last = await self.store.last_in_journal(eid)
-        if last is not None and last.headers.get("Fusee-Kind") not in (
-            "run.completed",
-            "run.failed",
-            "run.cancelled",
-            "run.paused",
-        ):
+        if last is not None and last.headers.get("Fusee-Kind") not in (*_ENDED, "run.paused"):
             # A start whose marker write was lost (the starter died): restore it.
             if isinstance(started.from_run, str):
                 await self._finish_copies(run_id, eid, upto)

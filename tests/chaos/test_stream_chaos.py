@@ -23,6 +23,7 @@ import fusee
 from fusee.runtime.ids import escape
 from fusee.runtime.records import StepCompleted
 from fusee.runtime.tokens import TokenEvent
+from tests.helpers import split_attempts as _split
 from tests.workers import tokens as scripted
 from tests.workers.procs import wait_until
 
@@ -162,13 +163,3 @@ async def test_kill_worker_mid_stream(
 
 async def _grown(engine: fusee.Engine, index: int) -> bool:
     return await last_index(engine, "cont") >= index
-
-
-def _split(events: list[TokenEvent]) -> list[list[TokenEvent]]:
-    """The events per attempt: a boundary starts a new list."""
-    out: list[list[TokenEvent]] = [[]]
-    for e in events:
-        if e.kind == "attempt":
-            out.append([])
-        out[-1].append(e)
-    return out

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,9 @@ import pytest
 
 import fusee
 from fusee.adapters.jetstream.server import running_server
+from tests.helpers import cli_cmd as _cmd
+from tests.helpers import cli_env as _env
+from tests.helpers import run_cli as cli
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -48,24 +49,6 @@ WORKFLOWS = textwrap.dedent(
         return "unreachable"
     """
 )
-
-
-def _env() -> dict[str, str]:
-    # The tests say where NATS is; nothing from the developer's shell may point elsewhere.
-    return {k: v for k, v in os.environ.items() if k not in ("FUSEE_NATS_URL", "FUSEE_STORE")}
-
-
-def _cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "fusee", *args, "--log-format", "json"]
-
-
-async def cli(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    """Run ``fusee ARGS`` to its end; stdout and stderr as text."""
-    with anyio.fail_after(timeout):
-        done = await anyio.run_process(_cmd(*args), check=False, env=_env())
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
 
 
 @dataclass

@@ -8,10 +8,8 @@ IDs); the tests of token streams skip while ``Run.stream_events`` is missing.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -24,6 +22,9 @@ import httpx
 import pytest
 
 import fusee
+from tests.helpers import cli_cmd as _cmd
+from tests.helpers import cli_env as _env
+from tests.helpers import run_cli as _cli
 
 WORKFLOWS = textwrap.dedent(
     """
@@ -77,14 +78,6 @@ WORKFLOWS = textwrap.dedent(
         )
     """
 )
-
-
-def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("FUSEE_NATS_URL", "FUSEE_STORE")}
-
-
-def _cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "fusee", *args, "--log-format", "json"]
 
 
 @dataclass
@@ -353,11 +346,6 @@ async def test_errors_have_one_shape(client: httpx.AsyncClient) -> None:
 
 # -- token streams (SSE) ------------------------------------------------------------------
 
-needs_streams = pytest.mark.skipif(
-    not hasattr(fusee.Run, "stream_events"),
-    reason="token streams (Run.stream_events) have not landed yet",
-)
-
 
 @dataclass
 class Event:
@@ -400,7 +388,6 @@ def tokens_of(events: list[Event]) -> list[Event]:
 SSE = {"Accept": "text/event-stream"}
 
 
-@needs_streams
 async def test_sse_reconnect_with_last_event_id_has_no_gap_and_no_duplicate(
     client: httpx.AsyncClient, engine: fusee.Engine, api: Api
 ) -> None:
@@ -452,7 +439,6 @@ async def test_sse_reconnect_with_last_event_id_has_no_gap_and_no_duplicate(
     assert api.api.events("http.stream.disconnected")
 
 
-@needs_streams
 async def test_sse_shows_where_an_attempt_started_over(
     client: httpx.AsyncClient, engine: fusee.Engine
 ) -> None:
@@ -470,7 +456,6 @@ async def test_sse_shows_where_an_attempt_started_over(
     assert result.json()["result"] == final == "".join(f"a2t{i} " for i in range(8))
 
 
-@needs_streams
 async def test_sse_bad_input(client: httpx.AsyncClient, engine: fusee.Engine) -> None:
     run = _rid("echo")
     await engine.start("http-echo", run, "z")
@@ -491,7 +476,6 @@ async def test_sse_bad_input(client: httpx.AsyncClient, engine: fusee.Engine) ->
     assert_error(r, 400, "InvalidId")
 
 
-@needs_streams
 async def test_sse_huge_offset_waits_with_keepalives_and_honours_disconnect(
     client: httpx.AsyncClient, engine: fusee.Engine, api: Api
 ) -> None:
@@ -526,15 +510,6 @@ async def test_sse_huge_offset_waits_with_keepalives_and_honours_disconnect(
 # -- fusee streams follow -----------------------------------------------------------------
 
 
-async def _cli(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    with anyio.fail_after(timeout):
-        done = await anyio.run_process(_cmd(*args), check=False, env=_env())
-    return subprocess.CompletedProcess(
-        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
-
-
-@needs_streams
 async def test_streams_follow_prints_the_text(engine: fusee.Engine, api: Api) -> None:
     run = _rid("tokens")
     await engine.start("http-tokens", run, {"n": 20, "delay": 0.02})

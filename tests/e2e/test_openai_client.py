@@ -32,6 +32,7 @@ import fusee
 from fusee.runtime.records import StepCompleted
 from fusee.runtime.tokens import TokenEvent
 from tests.fakes.openai_server import FakeOpenAI, Request, tokenize
+from tests.helpers import split_attempts
 from tests.workers import procs as worker_lib
 from tests.workers.procs import wait_until
 
@@ -72,16 +73,6 @@ def agent_input(fake: FakeOpenAI, *, prefill: bool) -> dict[str, Any]:
 
 def texts(events: list[TokenEvent]) -> list[str]:
     return [e.text for e in events if e.kind == "token"]
-
-
-def split_attempts(events: list[TokenEvent]) -> list[list[TokenEvent]]:
-    """The events per attempt: a boundary starts a new list."""
-    out: list[list[TokenEvent]] = [[]]
-    for e in events:
-        if e.kind == "attempt":
-            out.append([])
-        out[-1].append(e)
-    return out
 
 
 def assert_well_formed(truth: list[TokenEvent]) -> None:

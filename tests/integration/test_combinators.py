@@ -16,19 +16,14 @@ import anyio
 import pytest
 
 import fusee
-from fusee.actors.registry import Registry, Workflow
+from fusee.actors.registry import Workflow
 from fusee.runtime.records import CallCancelled, StepCompleted, StepFailed, WaitDone
+from tests.helpers import registry_of as _registry
 from tests.workers.procs import assert_chained, execution_lines, wait_until
 
 COMBINATORS = Path(__file__).resolve().parent.parent / "workers" / "combinators.py"
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _registry(fn: Any, name: str) -> Registry:
-    registry = Registry()
-    registry.add(Workflow(name, fn, Any, True))
-    return registry
 
 
 async def _journal(run: Any) -> list[Any]:

@@ -16,19 +16,13 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.records import StepCompleted, WaitDone, WaitStarted
+from tests.helpers import registry_of as _registry
 from tests.workers.procs import assert_chained, executions, wait_until
 
 COMPLETIONS = Path(__file__).resolve().parent.parent / "workers" / "completions.py"
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _registry(fn: Any, name: str) -> Registry:
-    registry = Registry()
-    registry.add(Workflow(name, fn, Any, True))
-    return registry
 
 
 def _token(url: str) -> str:

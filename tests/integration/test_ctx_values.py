@@ -15,19 +15,13 @@ from uuid import UUID
 import pytest
 
 import fusee
-from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.records import RunCompleted, StepCompleted, Value, WaitStarted
+from tests.helpers import registry_of as _registry
 from tests.workers.procs import assert_chained, wait_until
 
 VALUES = Path(__file__).resolve().parent.parent / "workers" / "values.py"
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _registry(fn: Any, name: str) -> Registry:
-    registry = Registry()
-    registry.add(Workflow(name, fn, Any, True))
-    return registry
 
 
 async def test_values_are_journaled_and_the_same_after_the_run_parks_and_replays(

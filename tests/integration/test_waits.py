@@ -13,20 +13,14 @@ import anyio
 import pytest
 
 import fusee
-from fusee.actors.registry import Registry, Workflow
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.runtime.records import StepCompleted, WaitDone, WaitStarted
+from tests.helpers import registry_of as _registry
 from tests.workers.procs import assert_chained, executions, wait_until
 
 WAITS = Path(__file__).resolve().parent.parent / "workers" / "waits.py"
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def _registry(fn: Any, name: str) -> Registry:
-    registry = Registry()
-    registry.add(Workflow(name, fn, Any, True))
-    return registry
 
 
 async def test_signals_sent_before_the_wait_are_kept_in_order(engine: fusee.Engine) -> None:

@@ -17,7 +17,10 @@ import fusee
 
 
 def record(log: str, name: str, key: str, attempt: int) -> None:
-    """One line per execution, in one O_APPEND write, so processes never interleave."""
+    """One line per execution, in one O_APPEND write, so processes never interleave.
+
+    Kept here, not imported from ``tests.workers.effects``: ``fusee worker`` (the CLI,
+    see test_logs.py) also loads this file, without the repository root on sys.path."""
     fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, f"{name} {key} {attempt}\n".encode())

@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import anyio
 
 import fusee
-
-
-def record(log: str, name: str, key: str, attempt: int) -> None:
-    """One line per execution, in one O_APPEND write (as in waits.py)."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{name} {key} {attempt}\n".encode())
-    finally:
-        os.close(fd)
+from tests.workers.effects import record
 
 
 @fusee.workflow("racer")

@@ -9,25 +9,15 @@ always fails, or absent). Every effect that happened appends ``<effect> <s.key>
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 import fusee
+from tests.workers.effects import record
 
 UNDO_RETRY = fusee.Retry(attempts=2, initial=0.05, max=0.1)
-
-
-def record(log: str, name: str, key: str, attempt: int) -> None:
-    """One line per effect, in one O_APPEND write (launched as a script, this module
-    cannot import its sibling chain.py)."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{name} {key} {attempt}\n".encode())
-    finally:
-        os.close(fd)
 
 
 def _book(arg: dict[str, Any], name: str, result: Any) -> Callable[..., Any]:

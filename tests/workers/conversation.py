@@ -10,21 +10,13 @@ calls that finished across processes.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from typing import Any
 
 import anyio
 
 import fusee
-
-
-def record(log: str, name: str, key: str, attempt: int) -> None:
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{name} {key} {attempt}\n".encode())
-    finally:
-        os.close(fd)
+from tests.workers.effects import record
 
 
 def _model(arg: dict[str, Any], message: str) -> Callable[..., Any]:

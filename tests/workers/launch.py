@@ -20,6 +20,12 @@ import structlog
 
 import fusee
 
+# Worker modules import shared helpers as ``tests.workers.effects``: run as a script,
+# this file only has its own folder on sys.path, so put the repository root there too.
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
 
 def _import_file(path: str) -> None:
     file = Path(path).resolve()

@@ -9,7 +9,6 @@ file path). Token ``i`` is ``"w<i> "``. Every call of the source appends
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,15 +16,7 @@ import anyio
 
 import fusee
 from fusee.ai import model_call
-
-
-def record_line(log: str, line: str) -> None:
-    """One O_APPEND write per line, so processes never interleave."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-    finally:
-        os.close(fd)
+from tests.workers.effects import record_line
 
 
 def token(i: int) -> str:

@@ -3,20 +3,10 @@ kill its worker while it waits, and the values after the restart must be the sam
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import fusee
-
-
-def record(log: str, line: str) -> None:
-    """One line per execution, in one O_APPEND write (launched as a script, this module
-    cannot import its siblings)."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{line}\n".encode())
-    finally:
-        os.close(fd)
+from tests.workers.effects import record_line as record
 
 
 @fusee.workflow("values")

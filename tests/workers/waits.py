@@ -2,20 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import fusee
-
-
-def record(log: str, name: str, key: str, attempt: int) -> None:
-    """One line per execution, in one O_APPEND write (as in chain.py: launched as a
-    script, this module cannot import its sibling)."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{name} {key} {attempt}\n".encode())
-    finally:
-        os.close(fd)
+from tests.workers.effects import record
 
 
 @fusee.workflow("sleeper")

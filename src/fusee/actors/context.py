@@ -277,10 +277,7 @@ class Context:
                 asking = self._replayer.begin_step(ask_step, location)
             if started is None:
                 until = actor.clock() + seconds if seconds is not None else None
-                await actor.commit(WaitStarted(pos=pos, name=name, wait="completion", until=until))
-                log.info("wait.started", pos=pos, wait="completion", name=name)
-                await actor.maybe_evict()
-                started = actor.history.waits[pos]
+                started = await self._start_wait(pos, name, "completion", until)
             if isinstance(asking, ReplayedFailure):
                 rec = asking.record
                 raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
@@ -357,10 +354,7 @@ class Context:
                 top = actor.history.started
                 assert top is not None
                 until = top.started_at + top.timeout + 0.05 if top.timeout is not None else None
-                await actor.commit(WaitStarted(pos=pos, name=child_id, wait="child", until=until))
-                log.info("wait.started", pos=pos, wait="child", name=child_id)
-                await actor.maybe_evict()
-                started = actor.history.waits[pos]
+                started = await self._start_wait(pos, child_id, "child", until)
             if actor.partitions is None:
                 raise FuseeError("ctx.child needs a worker that knows the namespace's partitions")
             # After wait.started: a parent that dies in between starts it again, which
@@ -406,11 +400,16 @@ class Context:
         actor = self._actor
         if started is None:
             until = actor.clock() + seconds if seconds is not None else None
-            await actor.commit(WaitStarted(pos=pos, name=name, wait=wait, until=until))
-            log.info("wait.started", pos=pos, wait=wait, name=name)
-            await actor.maybe_evict()
-            started = actor.history.waits[pos]
+            started = await self._start_wait(pos, name, wait, until)
         return await actor.wait_out(started)
+
+    async def _start_wait(self, pos: int, name: str, wait: str, until: float | None) -> WaitStarted:
+        """Journal ``wait.started`` at ``pos``; returns the record as journaled."""
+        actor = self._actor
+        await actor.commit(WaitStarted(pos=pos, name=name, wait=wait, until=until))
+        log.info("wait.started", pos=pos, wait=wait, name=name)
+        await actor.maybe_evict()
+        return actor.history.waits[pos]
 
     def compensate(
         self,

@@ -488,8 +488,7 @@ class RunActor:
         if isinstance(record, RunContinued):
             return await self._continue(record)
         await self.commit(record)
-        status = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}
-        log.info(f"run.{status[type(record)]}", **_end_fields(record))
+        log.info(f"run.{_END_STATUS[type(record)]}", **_end_fields(record))
         await self._after_end()
         await self._project(running=False)
         return "ended"
@@ -502,12 +501,11 @@ class RunActor:
         if end is None:
             return
         if live_children(self.history):
-            why = {RunCompleted: "completed", RunFailed: "failed", RunCancelled: "cancelled"}
             await cancel_children(
                 self.store,
                 self.partitions,
                 self.history,
-                f"parent {self.run_id!r} {why[type(end)]}"
+                f"parent {self.run_id!r} {_END_STATUS[type(end)]}"
                 + (f": {end.reason}" if isinstance(end, RunCancelled) else ""),
             )
         await notify_parent(self.store, self.partitions, self.history)
@@ -559,6 +557,13 @@ class RunActor:
         elif waiting and not info.ended:
             info.status = "waiting"
         await self.store.put_index(self.eid, encode_info(info))
+
+
+_END_STATUS: dict[type, str] = {
+    RunCompleted: "completed",
+    RunFailed: "failed",
+    RunCancelled: "cancelled",
+}
 
 
 def _end_fields(record: AnyRecord) -> dict[str, Any]:

@@ -211,17 +211,10 @@ class Replayer:
         Raises:
             DeterminismError: the journal holds another step at this position.
         """
-        if self.broken is not None:
-            raise self.broken
-        pos = self.next_pos
-        if self.on_position is not None:
-            self.on_position(pos, "step", name)  # may refuse: the position is not taken then
-        self.next_pos += 1
+        pos = self._next_position("step", name)
         outcome = self.history.outcomes.get(pos)
         retries = self.history.retries.get(pos, [])
-        journaled_name = (
-            outcome.name if outcome is not None else (retries[0].name if retries else None)
-        )
+        journaled_name = self._step_name_at(pos)
         wait = self.history.waited.get(pos) or self.history.waits.get(pos)
         if wait is not None:  # the code used to wait here
             journaled_name = f"{wait.wait} {wait.name}"
@@ -255,12 +248,7 @@ class Replayer:
         Raises:
             DeterminismError: the journal holds another call at this position.
         """
-        if self.broken is not None:
-            raise self.broken
-        pos = self.next_pos
-        if self.on_position is not None:
-            self.on_position(pos, wait, name)  # may refuse: the position is not taken then
-        self.next_pos += 1
+        pos = self._next_position(wait, name)
         done = self.history.waited.get(pos)
         started = self.history.waits.get(pos)
         journaled: WaitDone | WaitStarted | None = done or started
@@ -286,6 +274,16 @@ class Replayer:
         if lost is not None:
             raise ReplayedCancel(lost)
         return pos, started
+
+    def _next_position(self, call: str, name: str) -> int:
+        """Hand out the next position to ``call`` (``step`` or a wait's kind) ``name``."""
+        if self.broken is not None:
+            raise self.broken
+        pos = self.next_pos
+        if self.on_position is not None:
+            self.on_position(pos, call, name)  # may refuse: the position is not taken then
+        self.next_pos += 1
+        return pos
 
     def take_value(self, kind: str, make: Callable[[], float | str], location: str) -> float | str:
         """The code's next ``ctx.now()`` / ``random()`` / ``uuid()`` (``kind``): the

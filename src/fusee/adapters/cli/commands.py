@@ -330,12 +330,9 @@ async def streams_follow(opts: GlobalOptions, run_id: str, name: str, *, offset:
     out = sys.stdout
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         run = engine.run(run_id)
-        stream_events = getattr(run, "stream_events", None)
-        if stream_events is None:
-            raise CliError("this fusee has no token streams (Run.stream_events is missing)")
         await run.describe()  # an unknown run fails at once, not after a wait
         last = ""
-        async for ev in stream_events(name, offset=offset):
+        async for ev in run.stream_events(name, offset=offset):
             if ev.kind == "token":
                 out.write(ev.text)
                 out.flush()

@@ -27,13 +27,14 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
+    PubAck,
     StorageType,
     StreamConfig,
 )
 from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
-from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
+from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
 from fusee.errors import Fenced, FuseeError
 
 T = TypeVar("T")
@@ -301,24 +302,25 @@ class NatsStore:
     ) -> int:
         """Store a message in the run's inbox (outside its fence); returns its sequence.
         A ``msg_id`` makes a retry within the dedupe window (2 min) store nothing new."""
-        headers = {KIND: kind}
-        if msg_id is not None:
-            headers[MSG_ID] = msg_id
-        ack = await self._retrying(
-            self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, headers
-        )
-        return ack.seq
+        return (await self._publish_inbox(partition, eid, kind, body, msg_id)).seq
 
     async def send_inbox_once(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str
     ) -> tuple[int, bool]:
         """Like :meth:`send_inbox`, and says whether the server took it for a duplicate of
         an earlier message with ``msg_id`` (then the sequence is the earlier one's)."""
-        headers = {KIND: kind, MSG_ID: msg_id}
-        ack = await self._retrying(
+        ack = await self._publish_inbox(partition, eid, kind, body, msg_id)
+        return ack.seq, bool(ack.duplicate)
+
+    async def _publish_inbox(
+        self, partition: int, eid: str, kind: str, body: bytes, msg_id: str | None
+    ) -> PubAck:
+        headers = {KIND: kind}
+        if msg_id is not None:
+            headers[MSG_ID] = msg_id
+        return await self._retrying(
             self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, headers
         )
-        return ack.seq, bool(ack.duplicate)
 
     async def load_secret(self, key: str = "config.secret") -> bytes:
         """The namespace's secret (32 random bytes, base64url in the work bucket), made by
@@ -434,48 +436,11 @@ class NatsStore:
             seq = page[-1].seq + 1
 
     async def _direct_page(self, subject: str, start: int, batch: int) -> list[StoredMsg]:
-        inbox = self.nc.new_inbox()
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        out: list[StoredMsg] = []
-
-        async def collect(msg: Msg) -> None:
-            headers = dict(msg.headers or {})
-            status = headers.get("Status")
-            if status is None:
-                out.append(
-                    StoredMsg(
-                        int(headers.get("Nats-Sequence", "0")),
-                        headers.get("Nats-Subject", subject),
-                        msg.data,
-                        headers,
-                    )
-                )
-                return
-            if not done.done():
-                if status in ("204", "404"):  # end of batch / nothing there
-                    done.set_result(None)
-                else:
-                    done.set_exception(
-                        FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
-                    )
-
-        sub = await self.nc.subscribe(inbox, cb=collect)
-        try:
-            request = {"seq": start, "next_by_subj": subject, "batch": batch}
-            await self.nc.publish(
-                f"$JS.API.DIRECT.GET.{self.layout.stream}",
-                json.dumps(request).encode(),
-                reply=inbox,
-            )
-            async with asyncio.timeout(5.0):
-                await done
-        except TimeoutError:
-            raise nats.errors.TimeoutError from None
-        finally:
-            with contextlib.suppress(nats.errors.ConnectionClosedError):
-                await sub.unsubscribe()
-        return out
+        api = f"$JS.API.DIRECT.GET.{self.layout.stream}"
+        return [
+            StoredMsg(seq, headers.get("Nats-Subject", subject), data, headers)
+            async for seq, headers, data in direct_page(self.nc, api, subject, start, batch)
+        ]
 
     async def follow_journal(self, eid: str, after: int) -> AsyncIterator[StoredMsg]:
         """Records appended after sequence ``after``, as they are stored (ordered consumer)."""
@@ -524,8 +489,7 @@ class NatsStore:
 
     async def mark_active(self, partition: int, eid: str) -> None:
         await self._retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
-        with contextlib.suppress(nats.errors.ConnectionClosedError):
-            await self.nc.publish(self.layout.wake(partition), eid.encode())
+        await self.wake(partition, eid)
 
     async def wake(self, partition: int, eid: str) -> None:
         """Tell the partition's owner (core NATS, a hint) that the run has news."""

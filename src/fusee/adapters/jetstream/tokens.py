@@ -39,6 +39,8 @@ from fusee.runtime.tokens import (
 )
 
 if TYPE_CHECKING:
+    from nats.aio.client import Client
+
     from fusee.adapters.jetstream.store import NatsStore
 
 __all__ = ("TokenStore", "TokenWriter", "DEFAULT_MAX_AGE")
@@ -300,14 +302,7 @@ class TokenStore:
         return await self._get(self._direct, payload)
 
     async def _get(self, api: str, payload: bytes) -> TokenEvent | None:
-        delay = 0.05
-        while True:
-            try:
-                msg = await self.nc.request(api, payload, timeout=2.0)
-                break
-            except (nats.errors.TimeoutError, nats.errors.NoRespondersError):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        msg = await self.store._retrying(self.nc.request, api, payload, 2.0)
         headers = dict(msg.headers or {})
         status = headers.get("Status")
         if status == "404":
@@ -325,7 +320,9 @@ class TokenStore:
         seq = start
         while True:
             got = 0
-            async for stored_seq, headers, data in self._page(subject, seq, batch):
+            async for stored_seq, headers, data in direct_page(
+                self.nc, self._direct, subject, seq, batch
+            ):
                 got += 1
                 seq = stored_seq + 1
                 event = event_from(stored_seq, headers, data)
@@ -335,36 +332,42 @@ class TokenStore:
                 return
             batch = PAGE
 
-    async def _page(
-        self, subject: str, start: int, batch: int
-    ) -> AsyncIterator[tuple[int, dict[str, str], bytes]]:
-        queue: asyncio.Queue[Msg] = asyncio.Queue()
 
-        async def collect(msg: Msg) -> None:
-            queue.put_nowait(msg)
+async def direct_page(
+    nc: Client, api: str, subject: str, start: int, batch: int
+) -> AsyncIterator[tuple[int, dict[str, str], bytes]]:
+    """One batched Direct Get (nats-py has no API for it) on ``api``
+    (``$JS.API.DIRECT.GET.<stream>``): up to ``batch`` messages of ``subject`` from
+    sequence ``start``, as ``(sequence, headers, data)``, yielded as they arrive, ending
+    on the server's EOB. Shared by the journal reads (``store.py``) and the token streams.
+    """
+    queue: asyncio.Queue[Msg] = asyncio.Queue()
 
-        inbox = self.nc.new_inbox()
-        sub = await self.nc.subscribe(inbox, cb=collect)
-        try:
-            request = {"seq": start, "next_by_subj": subject, "batch": batch}
-            await self.nc.publish(self._direct, json.dumps(request).encode(), reply=inbox)
-            while True:
-                try:
-                    async with asyncio.timeout(5.0):
-                        msg = await queue.get()
-                except TimeoutError:
-                    raise nats.errors.TimeoutError from None
-                headers = dict(msg.headers or {})
-                status = headers.get("Status")
-                if status is None:
-                    yield int(headers["Nats-Sequence"]), headers, msg.data
-                    continue
-                if status in ("204", "404"):  # end of batch / nothing there
-                    return
-                raise FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+    async def collect(msg: Msg) -> None:
+        queue.put_nowait(msg)
+
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox, cb=collect)
+    try:
+        request = {"seq": start, "next_by_subj": subject, "batch": batch}
+        await nc.publish(api, json.dumps(request).encode(), reply=inbox)
+        while True:
+            try:
+                async with asyncio.timeout(5.0):
+                    msg = await queue.get()
+            except TimeoutError:
+                raise nats.errors.TimeoutError from None
+            headers = dict(msg.headers or {})
+            status = headers.get("Status")
+            if status is None:
+                yield int(headers["Nats-Sequence"]), headers, msg.data
+                continue
+            if status in ("204", "404"):  # end of batch / nothing there
+                return
+            raise FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
 
 
 class TokenWriter:

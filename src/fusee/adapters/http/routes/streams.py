@@ -42,15 +42,12 @@ async def follow(request: Request) -> Response:
             f"this endpoint answers with text/event-stream, not {request.headers['accept']!r}",
         )
     offset = resume_offset(request.query_params.get("from"), request.headers.get("last-event-id"))
-    stream_events = getattr(run, "stream_events", None)
-    if stream_events is None:
-        raise ApiError(501, "this fusee has no token streams (Run.stream_events is missing)")
     # An unknown run is a 404 before any byte of the stream, however long a reader waits.
     info = await run.describe()
     over = info.ended or info.status == "paused"
 
     def open_events() -> AsyncIterator[TokenEventLike]:
-        events: AsyncIterator[TokenEventLike] = stream_events(name, offset=offset)
+        events: AsyncIterator[TokenEventLike] = run.stream_events(name, offset=offset)
         return events
 
     return TokenEventStream(
