@@ -177,6 +177,13 @@ async def test_conflicting_starts_leave_the_stored_run_intact(engine: fusee.Engi
         assert await run.result(timeout=10) == {"who": "first"}
     journal_before = [(seq, type(r).__name__) for seq, r in await run.journal()]
     messages_before = await _stored_messages(engine)
+
+    async def indexed() -> bool:  # the run index is written just after the end record
+        return [(i.run_id, i.status) for i in await engine.list_runs()] == [
+            ("r-taken", "completed")
+        ]
+
+    await wait_until(indexed, timeout=10, what="the run index to show the completed run")
     listed_before = await engine.list_runs()
 
     with pytest.raises(fusee.RunExists, match=r"run 'r-taken' exists with another input"):
