@@ -7,15 +7,23 @@ running, and nothing that finished runs again.
 from fusee._engine import Engine as Engine
 from fusee._engine import Run as Run
 from fusee._engine import connect as connect
+from fusee._objects import ObjectInfo as ObjectInfo
+from fusee._objects import ObjectKey as ObjectKey
 from fusee.actors.context import Context as Context
 from fusee.actors.context import StepFailedError as StepFailedError
 from fusee.actors.context import StepInfo as StepInfo
+from fusee.actors.registry import ObjectType as ObjectType
 from fusee.actors.registry import Workflow as Workflow
+from fusee.actors.registry import exclusive as exclusive
+from fusee.actors.registry import object as object  # noqa: A004 - fusee.object
+from fusee.actors.registry import shared as shared
 from fusee.actors.registry import workflow as workflow
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import DeterminismError as DeterminismError
 from fusee.errors import FatalError as FatalError
 from fusee.errors import FuseeError as FuseeError
+from fusee.errors import HandlerCancelled as HandlerCancelled
+from fusee.errors import HandlerFailed as HandlerFailed
 from fusee.errors import InvalidArgument as InvalidArgument
 from fusee.errors import InvalidId as InvalidId
 from fusee.errors import InvalidToken as InvalidToken
@@ -38,6 +46,14 @@ __all__ = (
     "RunInfo",
     "workflow",
     "Workflow",
+    "object",
+    "shared",
+    "exclusive",
+    "ObjectType",
+    "ObjectKey",
+    "ObjectInfo",
+    "HandlerFailed",
+    "HandlerCancelled",
     "Context",
     "StepInfo",
     "Retry",

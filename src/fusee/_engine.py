@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import secrets
@@ -15,13 +16,15 @@ import anyio
 import msgspec
 import structlog
 
+from fusee._objects import ObjectKey, Replies
 from fusee.actors.context import COMPENSATE
-from fusee.actors.registry import REGISTRY, Registry, Workflow
+from fusee.actors.registry import REGISTRY, ObjectType, Registry, Workflow
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
     Fenced,
+    FuseeError,
     InvalidArgument,
     InvalidToken,
     JournalGap,
@@ -37,6 +40,7 @@ from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name, validate_namespace
 from fusee.runtime.index import RunInfo, decode_info, encode_info, info_from_history
+from fusee.runtime.objects import check_run_id, decode_state, object_id
 from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
@@ -116,7 +120,28 @@ async def connect(
         if server is not None:
             server.stop()
         raise
-    return Engine(store, url=url, server=server, partitions=count)
+    engine = Engine(store, url=url, server=server, partitions=count)
+    global _current
+    _current = engine
+    return engine
+
+
+_current: Engine | None = None
+
+
+def current_engine() -> Engine:
+    """The engine ``fusee.connect()`` made last (and not closed): what ``chats.key(k)``
+    uses when it is given no engine.
+
+    Raises:
+        FuseeError: there is none.
+    """
+    if _current is None:
+        raise FuseeError(
+            "no engine: call `engine = await fusee.connect()` first, or pass "
+            "engine= to the object's key()"
+        )
+    return _current
 
 
 async def _partition_count(store: NatsStore, wanted: int | None) -> int:
@@ -160,15 +185,44 @@ class Engine:
         self.server = server
         self.partitions = partitions
         self.namespace = store.layout.namespace
+        self._reply_box: Replies | None = None
+
+    def _replies(self) -> Replies:
+        if self._reply_box is None:
+            self._reply_box = Replies(self)
+        return self._reply_box
+
+    def object(self, obj: ObjectType | str, key: str) -> ObjectKey:
+        """The object ``key`` of type ``obj`` (an ``fusee.object`` or its name), on
+        this engine.
+
+        Example:
+            ``await engine.object(chats, "user-7").call("say", "hi")``
+        """
+        return ObjectKey(obj, key, self)
+
+    async def list_objects(self, obj: ObjectType | str) -> list[tuple[str, dict[str, Any]]]:
+        """Every key of an object type that has state, with its state, sorted by key."""
+        name = obj.name if isinstance(obj, ObjectType) else validate_name(obj, "object type")
+        object_id(name, "k")
+        out = []
+        for key, msg in await self.store.list_states(name):
+            out.append(
+                (key, {k: msgspec.json.decode(v) for k, v in decode_state(msg.data).items()})
+            )
+        return sorted(out)
 
     async def __aenter__(self) -> Engine:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: builtins.object) -> None:
         await self.close()
 
     async def close(self) -> None:
         """Close the connection, and stop the embedded server if this engine started it."""
+        global _current
+        if _current is self:
+            _current = None
         await self.store.close()
         if self.server is not None:
             await anyio.to_thread.run_sync(self.server.stop)
@@ -215,7 +269,7 @@ class Engine:
             if isinstance(workflow, Workflow)
             else validate_name(workflow, "workflow name")
         )
-        run_id = validate_id(run_id, "run ID")
+        run_id = check_run_id(validate_id(run_id, "run ID"))
         seconds = parse_duration(timeout, "timeout") if timeout is not None else None
         if seconds is not None and seconds <= 0:
             raise InvalidArgument(f"timeout={timeout!r}: a run's timeout must be positive")

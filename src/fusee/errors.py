@@ -96,6 +96,28 @@ class RunCancelled(RunFailed):
         self.reason = reason
 
 
+class HandlerFailed(FuseeError):
+    """An object handler's invocation ended with an error (``error_type`` and
+    ``message`` are the handler's own; ``fusee.Timeout`` when it ran out of time)."""
+
+    def __init__(self, where: str, handler: str, error_type: str, message: str) -> None:
+        super().__init__(f"{where}: handler {handler!r} failed: {error_type}: {message}")
+        self.handler = handler
+        self.error_type = error_type
+        self.message = message
+
+
+class HandlerCancelled(HandlerFailed):
+    """An object handler's invocation was cancelled (``fusee objects cancel``)."""
+
+    def __init__(self, where: str, handler: str, reason: str) -> None:
+        FuseeError.__init__(self, f"{where}: handler {handler!r} was cancelled: {reason}")
+        self.handler = handler
+        self.error_type = "fusee.Cancelled"
+        self.message = reason
+        self.reason = reason
+
+
 class StreamNotFound(FuseeError, LookupError):
     """The run is over and never had a token stream of this name (or it expired)."""
 

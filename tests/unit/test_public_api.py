@@ -15,6 +15,14 @@ PUBLIC = (
     "RunInfo",
     "workflow",
     "Workflow",
+    "object",
+    "shared",
+    "exclusive",
+    "ObjectType",
+    "ObjectKey",
+    "ObjectInfo",
+    "HandlerFailed",
+    "HandlerCancelled",
     "Context",
     "StepInfo",
     "Retry",
@@ -67,7 +75,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 16
+    assert len(errors) == 18
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

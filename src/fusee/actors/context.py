@@ -41,6 +41,7 @@ from fusee.runtime.history import (
     Replayer,
 )
 from fusee.runtime.ids import validate_id, validate_name
+from fusee.runtime.objects import ReadOnlyState, check_run_id
 from fusee.runtime.records import (
     CallCancelled,
     StepCompleted,
@@ -182,6 +183,26 @@ class Context:
         assert started is not None
         self.workflow = started.workflow
         self._compensations: list[_Compensation] = []  # ctx.compensate, oldest first
+        # object handlers: the object's type and key, and the state view (ObjectActor)
+        self.object_type: str | None = None
+        self.key: str | None = None
+        self._state: ReadOnlyState | None = None
+
+    @property
+    def state(self) -> ReadOnlyState:
+        """An object handler's state: ``get(name)``, ``set(name, value)``, ``delete``,
+        ``clear``, ``keys``. Changes apply when the exclusive handler returns, all at
+        once, and not at all when it fails.
+
+        Raises:
+            FuseeError: this is a run, not an object handler.
+        """
+        if self._state is None:
+            raise FuseeError(
+                f"ctx.state in run {self.run_id!r}: state belongs to keyed objects "
+                f"(fusee.object); a run keeps its data in its steps' results"
+            )
+        return self._state
 
     async def sleep(self, duration: str | float | timedelta, *, name: str = "sleep") -> None:
         """Wait ``duration``, durably: the run leaves memory while it sleeps and a timer
@@ -337,7 +358,7 @@ class Context:
         if not isinstance(name, str):
             raise FuseeError(f"ctx.child: {workflow!r} is not a workflow (at {location})")
         name = validate_name(name, "workflow name")
-        child_id = validate_id(child_id, "child run ID")
+        child_id = check_run_id(validate_id(child_id, "child run ID"), "child run ID")
         if child_id == self.run_id:
             raise FuseeError(f"ctx.child: a run cannot be its own child (at {location})")
         seconds = parse_duration(timeout, "timeout of ctx.child") if timeout is not None else None

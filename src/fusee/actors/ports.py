@@ -49,7 +49,9 @@ class RunStore(Protocol):
         """The messages others sent the run (``<ns>.in.<p>.<eid>``) above ``after``."""
         ...
 
-    async def schedule_timer(self, eid: str, partition: int, pos: int, until: float) -> None:
+    async def schedule_timer(
+        self, eid: str, partition: int, pos: int, until: float, *, start: int = 0
+    ) -> None:
         """A durable timer that lands in the run's inbox at ``until``."""
         ...
 
@@ -68,6 +70,22 @@ class RunStore(Protocol):
         """Hint the partition's owner that the run has news (core NATS, may be lost)."""
         ...
 
+    async def publish_core(self, subject: str, data: bytes) -> None:
+        """Fire and forget on core NATS (a lost message is fine: nothing durable rides it)."""
+        ...
+
+    # keyed objects: the state projection in the objects bucket
+    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
+        """``(state JSON, journal sequence it was made at, KV revision)``, or None."""
+        ...
+
+    async def put_state(
+        self, object_type: str, key: str, data: bytes, *, journal_seq: int, cursor: int, last: int
+    ) -> int | None:
+        """Write the projection if its KV revision is still ``last`` (0: absent); the
+        new revision, or None when another writer moved it."""
+        ...
+
 
 class SubjectLayout(Protocol):
     """The core NATS subjects workers talk on (one namespace's, see the NATS layout doc)."""
@@ -84,6 +102,10 @@ class SubjectLayout(Protocol):
         """Where a partition's owner is told of new work; the partition is the last token."""
         ...
 
+    def shared_calls(self, object_type: str) -> str:
+        """Where workers answer shared handler calls of ``object_type`` (a queue group)."""
+        ...
+
 
 CoreHandler: TypeAlias = Callable[[str, bytes, str | None], Awaitable[None]]
 """A core NATS message handler: ``handler(subject, data, reply)``."""
@@ -98,13 +120,10 @@ class ClusterStore(RunStore, Protocol):
     def layout(self) -> SubjectLayout: ...
 
     async def subscribe_core(
-        self, subject: str, handler: CoreHandler
+        self, subject: str, handler: CoreHandler, *, queue: str = ""
     ) -> Callable[[], Awaitable[None]]:
-        """Subscribe ``handler`` to ``subject`` (wildcards allowed); returns the unsubscribe."""
-        ...
-
-    async def publish_core(self, subject: str, data: bytes) -> None:
-        """Fire and forget on core NATS (a lost message is fine: nothing durable rides it)."""
+        """Subscribe ``handler`` to ``subject`` (wildcards allowed; in queue group
+        ``queue`` when given: one member gets each message); returns the unsubscribe."""
         ...
 
     async def ping(self, subject: str, timeout: float) -> bytes | None:

@@ -103,6 +103,9 @@ class RunActor:
         self.combinators = 0  # ctx.all / ctx.race running: always_replay waits for their end
         self._claimed: set[int] = set()  # signals a wait resolved to, committed or not yet
         self._workflow_scope: anyio.CancelScope | None = None
+        # signals at or below this inbox sequence are not for the running code (an
+        # object's invocation takes those sent after it was queued)
+        self.signal_floor = 0
 
     # -- the commit ---------------------------------------------------------------
 
@@ -133,6 +136,9 @@ class RunActor:
         # record, whatever it is: nothing was done with them durably before it.
         if pending := self.history.take_pending():
             record = msgspec.structs.replace(record, values=pending)
+        # An object handler's invocation rides on its first record (see ObjectActor).
+        if (invocation := self.history.take_invocation()) is not None:
+            record = msgspec.structs.replace(record, invoked=invocation)
         data = encode_record(record)
         # The ID names this writer too: when a reply is lost and the fence refuses the
         # retry, the last record's ID tells our landed write from another writer's.
@@ -170,7 +176,9 @@ class RunActor:
                 await self.maybe_evict()
                 return self.history.waited[pos]
             if started.until is not None and not timer_set and not self._timer_fired(pos):
-                await self.store.schedule_timer(self.eid, self.partition, pos, started.until)
+                await self.store.schedule_timer(
+                    self.eid, self.partition, pos, started.until, start=self.history.started_seq
+                )
                 timer_set = True
             assert self.inbox_changed is not None
             changed = self.inbox_changed
@@ -194,6 +202,7 @@ class RunActor:
                     and body.get("name") == started.name
                     and seq not in self.history.consumed
                     and seq not in self._claimed
+                    and seq > self.signal_floor
                 ):
                     # taken now: a concurrent wait of the same name (ctx.all) takes the next
                     self._claimed.add(seq)
@@ -240,11 +249,14 @@ class RunActor:
         return None
 
     def _timer_fired(self, pos: int) -> bool:
-        # a timer that fired before this generation began was for an earlier one's wait
-        # (the inbox and the journal share one stream, so their sequences compare)
+        # A timer names the generation that set it; an older timer (without "start")
+        # counts when it fired after this generation began (the inbox and the journal
+        # share one stream, so their sequences compare).
         since = self.history.started_seq
         return any(
-            b.get("kind") == "timer" and b.get("pos") == pos and seq > since
+            b.get("kind") == "timer"
+            and b.get("pos") == pos
+            and (b["start"] == since if "start" in b else seq > since)
             for seq, b in self.inbox
         )
 

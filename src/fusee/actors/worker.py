@@ -20,16 +20,20 @@ import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import anyio.abc
 import structlog
 
+from fusee.actors.object_actor import ObjectActor
 from fusee.actors.ports import ClusterStore, SubjectLayout
 from fusee.actors.registry import Registry
 from fusee.actors.run_actor import RunActor
+from fusee.actors.shared import serve_shared_call
 from fusee.errors import Evicted, Fenced
 from fusee.runtime.ids import unescape
+from fusee.runtime.objects import parse_object_id
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
 
@@ -134,6 +138,12 @@ class Worker:
                     await self.store.subscribe_core(_any_partition(lay), self._on_wake),
                     await self.store.subscribe_inbox(self._on_inbox),
                 ]
+                for name in self.registry.object_names():  # shared handlers, any worker
+                    unsubscribe.append(
+                        await self.store.subscribe_core(
+                            lay.shared_calls(name), self._on_shared, queue="fusee-shared"
+                        )
+                    )
                 try:
                     await tg.start(self._host_actors)
                     await self._publish_heartbeat()
@@ -353,6 +363,11 @@ class Worker:
             except anyio.WouldBlock:
                 pass  # the next reconcile finds it
 
+    async def _on_shared(self, _subject: str, data: bytes, reply: str | None) -> None:
+        # a shared handler call: answered concurrently, off the subscription's task
+        if reply and self._tg is not None and not self._stopping:
+            self._tg.start_soon(serve_shared_call, self.store, self.registry, data, reply)
+
     async def _on_inbox(self, partition: int, eid: str) -> None:
         # a message was stored in a run's inbox (a signal, a cancel, a fired timer)
         try:
@@ -383,23 +398,38 @@ class Worker:
 
     async def _actor_task(self, slot: _Slot, eid: str) -> None:
         p = slot.partition
+        again = False
         try:
             with slot.scope:
-                actor = RunActor(
-                    store=self.store,
-                    namespace=self.namespace,
-                    eid=eid,
-                    run_id=unescape(eid),
-                    partition=p,
-                    registry=self.registry,
-                    clock=self.clock,
-                    always_replay=self.config.always_replay,
-                    evict_requested=lambda: slot.evict,
-                    partitions=self.config.partitions,
-                )
+                run_id = unescape(eid)
+                common: dict[str, Any] = {
+                    "store": self.store,
+                    "namespace": self.namespace,
+                    "eid": eid,
+                    "run_id": run_id,
+                    "partition": p,
+                    "registry": self.registry,
+                    "clock": self.clock,
+                    "always_replay": self.config.always_replay,
+                    "evict_requested": lambda: slot.evict,
+                    "partitions": self.config.partitions,
+                }
+                named = parse_object_id(run_id)
+                if named is not None:
+                    actor: RunActor = ObjectActor(object_type=named[0], key=named[1], **common)
+                else:
+                    actor = RunActor(**common)
                 slot.actor = actor
                 outcome = await actor.run()
-                if outcome == "unrunnable":
+                if outcome == "idle":
+                    # An object with nothing queued: its marker goes, then its inbox is
+                    # read once more, so an invocation queued meanwhile (whose caller saw
+                    # the marker still there) is not left without one.
+                    await self.store.clear_active(p, eid)
+                    if await self.store.read_inbox(p, eid, actor.inbox_seen):
+                        await self.store.mark_active(p, eid)
+                        again = True
+                elif outcome == "unrunnable":
                     self.unrunnable.add(eid)
                 elif outcome == "parked":
                     # waits for its inbox: the marker stays (a new owner activates it),
@@ -418,3 +448,5 @@ class Worker:
         finally:
             self.actors.pop(eid, None)
             slot.done.set()
+        if again:
+            self._ensure_actor(p, eid)

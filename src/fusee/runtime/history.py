@@ -17,6 +17,8 @@ from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
     CallCancelled,
+    Invocation,
+    ObjectDone,
     RunContinued,
     RunPaused,
     RunStarted,
@@ -65,9 +67,16 @@ class History:
     # per position, generation_size once its last record so far was added (journal_size()
     # on replay: what the run had journaled when its code was there)
     size_at: dict[int, int] = field(default_factory=dict)
+    # objects: the invocation running (its generation), and the last one that ended
+    invocation: Invocation | None = None
+    pending_invocation: Invocation | None = None  # begun, not journaled yet
+    done: ObjectDone | None = None
 
-    def feed(self, seq: int, data: bytes) -> AnyRecord:
-        """Add the record stored at stream sequence ``seq``.
+    def feed(self, seq: int, data: bytes, *, anchor: bool = False) -> AnyRecord:
+        """Add the record stored at stream sequence ``seq``. An ``anchor`` is the first
+        record read of a journal read from the middle (an object's, from the record its
+        state projection was made at): it is taken as it is, and what follows must link
+        to it.
 
         Raises:
             JournalGap: the record does not name the previous record as its predecessor,
@@ -79,6 +88,9 @@ class History:
             raise JournalGap(
                 f"run {self.run_id!r}: the journal record at sequence {seq} cannot be read ({exc})"
             ) from None
+        if anchor:
+            self.add(seq, record, data)
+            return record
         if self.size > 0 and (record.prev != self.last_seq or record.prev_hash != self.last_hash):
             raise JournalGap(
                 f"run {self.run_id!r}: the journal record at sequence {seq} ({kind_of(record)}) "
@@ -86,7 +98,7 @@ class History:
                 f"predecessor, but the one before it is sequence {self.last_seq} "
                 f"(hash {self.last_hash}): a record is missing or was replaced"
             )
-        if self.size == 0 and not isinstance(record, RunStarted):
+        if self.size == 0 and not isinstance(record, RunStarted) and not record.invoked:
             raise JournalGap(
                 f"run {self.run_id!r}: the journal starts with {kind_of(record)} at sequence {seq}, "
                 f"not run.started"
@@ -106,20 +118,59 @@ class History:
         if isinstance(pos, int):
             self.size_at[pos] = self.generation_size
 
+    def begin(self, invocation: Invocation, partition: int = 0) -> None:
+        """Start an object handler's invocation in memory: a new generation whose first
+        record (whatever it is) will carry ``invocation`` (see :meth:`take_invocation`)."""
+        self._start_invocation(invocation, partition)
+        self.pending_invocation = invocation
+
+    def take_invocation(self) -> Invocation | None:
+        """The invocation begun and not journaled yet, for the next record to carry."""
+        taken, self.pending_invocation = self.pending_invocation, None
+        return taken
+
+    def _start_invocation(self, inv: Invocation, partition: int) -> None:
+        self._new_generation(self.generation + 1)
+        # The invocation's inbox sequence names it everywhere a run uses the sequence of
+        # its first record (step keys, timers, completion tokens, Msg-IDs): it is known
+        # before anything is journaled, so it is the same before and after a crash.
+        self.started = RunStarted(
+            workflow=inv.handler,
+            input=inv.input,
+            started_at=inv.started_at,
+            timeout=inv.timeout,
+            partition=partition,
+        )
+        self.started_seq = inv.inbox_seq
+        self.invocation = inv
+        self.done = None
+
+    def _new_generation(self, generation: int) -> None:
+        self.outcomes, self.retries, self.waits, self.waited = {}, {}, {}, {}
+        self.size_at = {}
+        self.values = []
+        self.end = self.paused = None
+        self.cancelled, self.ends = {}, {}
+        self.generation = generation
+        self.generation_size = 0
+
     def _apply(self, seq: int, record: AnyRecord) -> None:
+        invoked = record.invoked
+        if invoked and (self.invocation is None or self.invocation.inbox_seq != invoked.inbox_seq):
+            # the first record of an invocation, read back (one this process began has
+            # started its generation already, in begin())
+            self._start_invocation(invoked, self.started.partition if self.started else 0)
         if isinstance(record.values, list):
             self.values.extend(record.values)
         match record:
             case RunStarted():
                 if isinstance(record, RunContinued):  # a new generation: forget the last
-                    self.outcomes, self.retries, self.waits, self.waited = {}, {}, {}, {}
-                    self.size_at = {}
-                    self.values, self.pending = [], []
-                    self.end = self.paused = None
-                    self.cancelled, self.ends = {}, {}
-                    self.generation = record.generation
+                    self._new_generation(record.generation)
+                    self.pending = []
                 self.started, self.started_seq = record, seq
                 self.generation_size = 0
+            case ObjectDone():
+                self.end = self.done = record
             case StepCompleted() | StepFailed():
                 self.outcomes[record.pos] = record
                 self.ends.setdefault(record.pos, seq)

@@ -34,6 +34,8 @@ __all__ = (
     "RunFailed",
     "RunCancelled",
     "RunPaused",
+    "Invocation",
+    "ObjectDone",
     "AnyRecord",
     "TERMINAL",
     "encode_record",
@@ -52,14 +54,32 @@ class Value(msgspec.Struct, frozen=True, array_like=True):
     value: float | str
 
 
+class Invocation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """An object handler's invocation, taken from the object's inbox at ``inbox_seq``.
+
+    It rides on the first record the invocation journals (``invoked``), whatever that
+    record is: a handler that only changes state costs one journal write. Until then
+    nothing of it is durable, and a crash runs it again from the start (as it should:
+    nothing it did was journaled)."""
+
+    handler: str
+    input: msgspec.Raw
+    inbox_seq: int
+    started_at: float
+    timeout: float | None = None
+    reply: str = ""  # the core NATS subject the caller waits on ("" for a send)
+
+
 class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     """Fields every record carries: the link to its predecessor, and the values the
     workflow took (``ctx.now()``, ...) since the previous record, in call order. A record
-    without values omits the field (``UNSET``), so older records keep their bytes."""
+    without values omits the field (``UNSET``), so older records keep their bytes.
+    ``invoked`` marks the first record of an object handler's invocation."""
 
     prev: int = 0
     prev_hash: str = ""
     values: list[Value] | msgspec.UnsetType = msgspec.UNSET
+    invoked: Invocation | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunStarted(Record, tag="run.started", frozen=True):
@@ -180,6 +200,27 @@ class RunPaused(Record, tag="run.paused", frozen=True):
     reason: str
 
 
+class ObjectDone(Record, tag="obj.done", frozen=True):
+    """An object handler's invocation ended: its ``result`` or its error, and the state
+    changes it made (applied to the object's state in this one record, so exactly once).
+    A failed or cancelled invocation changes nothing. The object's state is the fold of
+    the changes of its ``obj.done`` records; the KV bucket holds that fold."""
+
+    inbox_seq: int
+    handler: str
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error_type: str | msgspec.UnsetType = msgspec.UNSET
+    message: str | msgspec.UnsetType = msgspec.UNSET
+    state_set: dict[str, msgspec.Raw] | msgspec.UnsetType = msgspec.UNSET
+    state_deleted: list[str] | msgspec.UnsetType = msgspec.UNSET
+    state_cleared: bool = False
+    duration_ms: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error_type is msgspec.UNSET
+
+
 AnyRecord = (
     RunStarted
     | RunContinued
@@ -193,6 +234,7 @@ AnyRecord = (
     | RunFailed
     | RunCancelled
     | RunPaused
+    | ObjectDone
 )
 
 TERMINAL: Final = (RunCompleted, RunFailed, RunCancelled)

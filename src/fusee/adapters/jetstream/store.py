@@ -36,19 +36,27 @@ from nats.js.kv import KeyValue
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
 from fusee.errors import Fenced, FuseeError
+from fusee.runtime.ids import escape
+from fusee.runtime.objects import state_key
 
 T = TypeVar("T")
 
-__all__ = ("NatsStore", "Layout", "StoredMsg", "ConnectionLost")
+__all__ = ("NatsStore", "Layout", "StoredMsg", "ConnectionLost", "NobodyListens")
 
 # Headers the server reads; nats-py has no constant for the subtree fence.
 EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 MSG_ID = "Nats-Msg-Id"
 KIND = "Fusee-Kind"
+JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
+CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
 
 WRONG_LAST_SEQUENCE = 10071
 BATCH_DUPLICATE = 10201
+
+
+class NobodyListens(FuseeError):
+    """A core NATS request found no subscriber."""
 
 
 class ConnectionLost(FuseeError):
@@ -80,6 +88,18 @@ class Layout:
     @property
     def work_bucket(self) -> str:
         return f"{self.namespace}_work"
+
+    @property
+    def objects_bucket(self) -> str:
+        return f"{self.namespace}_objects"
+
+    def shared_calls(self, object_type: str) -> str:
+        # core NATS request/reply, answered by one worker of the queue group
+        return f"_fusee.{self.namespace}.shared.{escape(object_type)}"
+
+    def replies(self, token: str) -> str:
+        # core NATS: where one client's callers wait for their invocations' replies
+        return f"_fusee.{self.namespace}.reply.{token}"
 
     def journal(self, eid: str) -> str:
         return f"{self.namespace}.run.{eid}.j"
@@ -128,6 +148,7 @@ class NatsStore:
         self.replicas = replicas
         self._runs: KeyValue | None = None
         self._work: KeyValue | None = None
+        self._objects: KeyValue | None = None
         self.committer = GroupCommitter(nc, self.js, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
         self.tokens = TokenStore(self, max_age=tokens_max_age)
@@ -205,6 +226,7 @@ class NatsStore:
                 await self.js.add_stream(config)  # a concurrent creator may have won
         self._runs = await self._bucket(lay.runs_bucket, "the run index")
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
+        self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
         await self.tokens.ensure()  # token streams: <NS>_TOKENS (see tokens.py)
 
     async def _bucket(self, name: str, what: str) -> KeyValue:
@@ -337,9 +359,12 @@ class NatsStore:
             raise FuseeError(f"{key} in {self.layout.work_bucket} holds fewer than 32 bytes")
         return value
 
-    async def schedule_timer(self, eid: str, partition: int, pos: int, until: float) -> None:
+    async def schedule_timer(
+        self, eid: str, partition: int, pos: int, until: float, *, start: int = 0
+    ) -> None:
         """A durable timer: a message schedule on ``<ns>.in.<p>.<eid>.t<pos>`` whose message
-        lands in the run's inbox at ``until``. Publishing it again replaces it.
+        lands in the run's inbox at ``until``. Publishing it again replaces it. ``start``
+        is the sequence that names the waiting generation (``History.started_seq``).
 
         It sits outside the run's fenced subtree on purpose: the server writes to the
         schedule's subject when it fires, which would move the owner's fence. Unfenced is
@@ -354,7 +379,8 @@ class NatsStore:
             "Nats-Schedule": f"@at {at}",
             "Nats-Schedule-Target": lay.inbox(partition, eid),
         }
-        body = json.dumps({"kind": "timer", "pos": pos}).encode()
+        # "start" names the generation (or object invocation) whose wait set it
+        body = json.dumps({"kind": "timer", "pos": pos, "start": start}).encode()
         await self._retrying(
             self.js.publish, f"{lay.inbox(partition, eid)}.t{pos}", body, 5.0, None, headers
         )
@@ -462,6 +488,92 @@ class NatsStore:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
+    # -- keyed objects: the state projection -----------------------------------------
+
+    @property
+    def objects(self) -> KeyValue:
+        assert self._objects is not None, "ensure_layout() first"
+        return self._objects
+
+    def _state_subject(self, object_type: str, key: str) -> str:
+        return f"$KV.{self.layout.objects_bucket}.{state_key(object_type, key)}"
+
+    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
+        """The object's state as projected: ``(JSON, journal sequence, KV revision)``.
+        A value without the journal header (written by hand) has sequence 0."""
+        found = await self.get_state_msg(object_type, key)
+        if found is None:
+            return None
+        try:
+            seq = int(found.headers.get(JOURNAL_SEQ, "0"))
+        except ValueError:
+            seq = 0
+        return found.data, seq, found.seq
+
+    async def get_state_msg(self, object_type: str, key: str) -> StoredMsg | None:
+        subject = self._state_subject(object_type, key)
+        try:
+            raw = await self._retrying(
+                self.js.get_last_msg, f"KV_{self.layout.objects_bucket}", subject, True
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        headers = dict(raw.headers or {})
+        if headers.get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        return StoredMsg(raw.seq or 0, subject, raw.data or b"", headers)
+
+    async def put_state(
+        self, object_type: str, key: str, data: bytes, *, journal_seq: int, cursor: int, last: int
+    ) -> int | None:
+        """Write the projection, compare-and-set on its revision ``last`` (0: absent),
+        tagged with the journal record it was made at. None: another writer moved it."""
+        headers = {
+            JOURNAL_SEQ: str(journal_seq),
+            CURSOR: str(cursor),
+            EXPECTED_SEQ: str(last),
+        }
+        try:
+            ack = await self._retrying(
+                self.js.publish, self._state_subject(object_type, key), data, 5.0, None, headers
+            )
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            # a lost reply to our own write looks the same: read it back
+            found = await self.get_state_msg(object_type, key)
+            if found is not None and found.headers.get(JOURNAL_SEQ) == str(journal_seq):
+                return found.seq
+            return None
+        return ack.seq
+
+    async def list_states(self, object_type: str) -> list[tuple[str, StoredMsg]]:
+        """Every key of ``object_type`` with a state, and its projection."""
+        from fusee.runtime.ids import unescape
+
+        out: list[tuple[str, StoredMsg]] = []
+        prefix = f"{escape(object_type)}."
+        watcher = await self.objects.watch(f"{prefix}>", ignore_deletes=True)
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                key = unescape(entry.key[len(prefix) :])
+                out.append((key, StoredMsg(entry.revision or 0, entry.key, entry.value or b"", {})))
+        finally:
+            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped here
+        return out
+
+    async def ensure_active(self, partition: int, eid: str) -> None:
+        """Make sure the actor has its active marker (a caller that queued work for an
+        object that may have gone idle), then hint its owner."""
+        try:
+            await self.work.get(Layout.active_key(partition, eid))
+        except nats.js.errors.KeyNotFoundError:
+            await self.mark_active(partition, eid)
+            return
+        await self.wake(partition, eid)
+
     # -- run index and active markers ------------------------------------------------
 
     async def put_index(self, eid: str, value: bytes) -> None:
@@ -548,14 +660,18 @@ class NatsStore:
     # -- core NATS: membership and wake-ups ------------------------------------------
 
     async def subscribe_core(
-        self, subject: str, handler: Callable[[str, bytes, str | None], Awaitable[None]]
+        self,
+        subject: str,
+        handler: Callable[[str, bytes, str | None], Awaitable[None]],
+        *,
+        queue: str = "",
     ) -> Callable[[], Awaitable[None]]:
         """Subscribe ``handler(subject, data, reply)``; returns the unsubscribe call."""
 
         async def cb(msg: Msg) -> None:
             await handler(msg.subject, msg.data, msg.reply or None)
 
-        sub = await self.nc.subscribe(subject, cb=cb)
+        sub = await self.nc.subscribe(subject, queue=queue, cb=cb)
 
         async def unsubscribe() -> None:
             with contextlib.suppress(Exception):
@@ -568,6 +684,20 @@ class NatsStore:
             nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError
         ):
             await self.nc.publish(subject, data)
+
+    async def request_core(self, subject: str, data: bytes, timeout: float) -> bytes | None:
+        """Request/reply on core NATS: the reply, or None when no answer came in time.
+
+        Raises:
+            NobodyListens: no subscriber at all (no worker serves the subject).
+        """
+        try:
+            msg = await self.nc.request(subject, data, timeout=timeout)
+        except nats.errors.NoRespondersError:
+            raise NobodyListens(subject) from None
+        except nats.errors.TimeoutError:
+            return None
+        return msg.data
 
     async def ping(self, subject: str, timeout: float) -> bytes | None:
         """Request/reply on core NATS: the reply, or None when nobody listens (a worker

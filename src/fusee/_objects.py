@@ -1,0 +1,466 @@
+"""Keyed objects from the caller's side: ``chats.key("user-7").call("say", text)``.
+
+An exclusive call is a message in the object's inbox (durable once the publish is
+acknowledged). The caller then waits for the reply the object's actor publishes on core
+NATS once the invocation is journaled and its state projected; if no reply comes within
+a second (the worker died, the reply was lost), it looks in the object's journal for the
+invocation's ``obj.done`` and keeps looking until it is there.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from fusee.actors.registry import ObjectType
+from fusee.adapters.jetstream.store import NobodyListens
+from fusee.errors import (
+    HandlerCancelled,
+    HandlerFailed,
+    InvalidArgument,
+    Timeout,
+)
+from fusee.runtime.codec import canonical, decode_value
+from fusee.runtime.durations import parse_duration
+from fusee.runtime.history import History
+from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
+from fusee.runtime.objects import EDIT, decode_state, edit_changes, object_id
+from fusee.runtime.records import ObjectDone, decode_record
+
+if TYPE_CHECKING:
+    from fusee._engine import Engine
+
+__all__ = ("ObjectKey", "ObjectInfo", "QueuedInvocation", "Replies")
+
+DurationLike = str | float | int
+
+
+class Replies:
+    """One subscription per engine for the replies its callers wait on."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.prefix = engine.store.layout.replies(secrets.token_hex(8))
+        self.waiting: dict[str, anyio.Event] = {}
+        self.got: dict[str, bytes] = {}
+        self._sub: Any = None
+        self._n = 0
+
+    async def open(self) -> None:
+        if self._sub is not None:
+            return
+
+        async def on_reply(subject: str, data: bytes, _reply: str | None) -> None:
+            event = self.waiting.get(subject)
+            if event is not None:
+                self.got[subject] = data
+                event.set()
+
+        self._sub = await self.engine.store.subscribe_core(f"{self.prefix}.*", on_reply)
+
+    def new(self) -> str:
+        self._n += 1
+        subject = f"{self.prefix}.{self._n}"
+        self.waiting[subject] = anyio.Event()
+        return subject
+
+    async def wait(self, subject: str, timeout: float) -> bytes | None:
+        event = self.waiting[subject]
+        with anyio.move_on_after(timeout):
+            await event.wait()
+        return self.got.get(subject)
+
+    def drop(self, subject: str) -> None:
+        self.waiting.pop(subject, None)
+        self.got.pop(subject, None)
+
+
+@dataclass
+class QueuedInvocation:
+    """An invocation in an object's queue (``ObjectKey.show``)."""
+
+    seq: int  # its inbox sequence: the ID ``cancel`` takes
+    handler: str
+    queued_at: float | None = None
+    running_since: float | None = None
+    cancelling: bool = False
+
+
+@dataclass
+class ObjectInfo:
+    """What ``fusee objects show`` prints: the state and the queue."""
+
+    object_type: str
+    key: str
+    state: dict[str, Any]
+    running: QueuedInvocation | None = None
+    waiting: list[QueuedInvocation] = field(default_factory=list)
+    last: dict[str, Any] | None = None  # the last invocation that ended
+
+
+class ObjectKey:
+    """One object: ``call`` and ``send`` invoke its handlers; ``state``, ``show``,
+    ``edit``, ``clear`` and ``cancel`` are for operators and scripts."""
+
+    def __init__(self, obj: ObjectType | str, key: str, engine: Engine | None = None) -> None:
+        self.type = obj if isinstance(obj, ObjectType) else None
+        self.object_type = (
+            obj.name if isinstance(obj, ObjectType) else validate_name(obj, "object type")
+        )
+        self.actor_id = object_id(self.object_type, key)
+        self.key = validate_id(key, f"key of object {self.object_type!r}")
+        self.eid = escape(self.actor_id)
+        self._engine = engine
+
+    def __repr__(self) -> str:
+        return f"ObjectKey({self.object_type!r}, {self.key!r})"
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            from fusee._engine import current_engine
+
+            self._engine = current_engine()
+        return self._engine
+
+    @property
+    def _partition(self) -> int:
+        return partition_of(self.actor_id, self.engine.partitions)
+
+    # -- invocations ------------------------------------------------------------------
+
+    async def call(
+        self,
+        handler: str,
+        arg: Any = None,
+        *,
+        idempotency_key: str | None = None,
+        timeout: DurationLike | None = None,
+        type: Any = None,  # noqa: A002 - reads well at the call site
+    ) -> Any:
+        """Invoke ``handler`` with ``arg`` and return its result (or raise its error).
+
+        An exclusive handler waits its turn behind the invocations queued before it;
+        a shared one runs at once on any worker. ``idempotency_key`` makes a retried
+        call (within 2 minutes) get the first call's result instead of running again.
+
+        Raises:
+            HandlerFailed: the handler raised (``error_type`` and ``message`` are its own).
+            HandlerCancelled: the invocation was cancelled.
+            Timeout: ``timeout`` passed first (the invocation stays queued or running).
+            InvalidArgument: the type has no handler of that name.
+
+        Example:
+            ``reply = await chats.key("user-7").call("say", "Where is my order?")``
+        """
+        limit = parse_duration(timeout, "timeout") if timeout is not None else None
+        if self._is_shared(handler):
+            return await self._call_shared(handler, arg, limit, type)
+        seq, subject, duplicate = await self._enqueue(handler, arg, idempotency_key, reply=True)
+        deadline = time.monotonic() + limit if limit is not None else float("inf")
+        try:
+            body = await self._outcome(seq, subject, duplicate, deadline)
+        finally:
+            if subject:
+                self.engine._replies().drop(subject)
+        if body is None:
+            raise Timeout(f"{self!r}.call({handler!r}) got no result within {timeout}")
+        return self._result(handler, body, type)
+
+    async def send(
+        self, handler: str, arg: Any = None, *, idempotency_key: str | None = None
+    ) -> int:
+        """Queue an invocation of the exclusive ``handler`` and return once it is stored
+        (durable: it runs even if this process and every worker die now). Returns its
+        sequence, the ID ``result`` and ``cancel`` take.
+
+        Example:
+            ``await chats.key("user-7").send("say", "And the refund?")``
+        """
+        if self._is_shared(handler):
+            raise InvalidArgument(
+                f"{self!r}.send({handler!r}): {handler!r} is a shared handler; call it"
+            )
+        seq, _, _ = await self._enqueue(handler, arg, idempotency_key, reply=False)
+        return seq
+
+    async def result(
+        self,
+        seq: int,
+        *,
+        timeout: DurationLike | None = None,
+        type: Any = None,  # noqa: A002 - reads well at the call site
+    ) -> Any:
+        """Wait for the invocation ``seq`` (what ``send`` returned) and return its result."""
+        limit = parse_duration(timeout, "timeout") if timeout is not None else None
+        deadline = time.monotonic() + limit if limit is not None else float("inf")
+        body = await self._outcome(seq, "", True, deadline)
+        if body is None:
+            raise Timeout(f"{self!r}: invocation {seq} did not end within {timeout}")
+        return self._result(str(body.get("handler", "")), body, type)
+
+    def _is_shared(self, handler: str) -> bool:
+        handler = validate_name(handler, "handler name")
+        if self.type is None:
+            return False  # by name only (CLI, HTTP): the worker decides
+        found = self.type.handlers.get(handler)
+        if found is None:
+            raise InvalidArgument(
+                f"object {self.object_type!r} has no handler {handler!r} "
+                f"(it has: {', '.join(sorted(self.type.handlers))})"
+            )
+        return found.shared
+
+    async def _enqueue(
+        self, handler: str, arg: Any, idempotency_key: str | None, *, reply: bool
+    ) -> tuple[int, str, bool]:
+        data = canonical(arg, f"the input of {self!r}.{handler}")
+        return await self._enqueue_raw(handler, data, idempotency_key, reply=reply)
+
+    async def _enqueue_raw(
+        self, handler: str, data: bytes, idempotency_key: str | None, *, reply: bool
+    ) -> tuple[int, str, bool]:
+        engine = self.engine
+        subject = ""
+        if reply:
+            replies = engine._replies()
+            await replies.open()
+            subject = replies.new()
+        body: dict[str, Any] = {"kind": "invoke", "handler": handler, "input": msgspec.Raw(data)}
+        if subject:
+            body["reply"] = subject
+        store, p = engine.store, self._partition
+        if idempotency_key is not None:
+            msg_id = f"{self.eid}:invoke:{validate_id(idempotency_key, 'idempotency key')}"
+            seq, duplicate = await store.send_inbox_once(
+                p, self.eid, "invoke", msgspec.json.encode(body), msg_id=msg_id
+            )
+        else:
+            seq = await store.send_inbox(p, self.eid, "invoke", msgspec.json.encode(body))
+            duplicate = False
+        # The object may have gone idle (no active marker): give it one. The worker's
+        # inbox consumer has seen the message too; this covers a worker that was down.
+        await store.ensure_active(p, self.eid)
+        return seq, subject, duplicate
+
+    async def _outcome(
+        self, seq: int, subject: str, duplicate: bool, deadline: float
+    ) -> dict[str, Any] | None:
+        """The reply for invocation ``seq``: from core NATS, else from the journal."""
+        replies = self.engine._replies()
+        searched = seq  # the journal is read from here on, a page at a time
+        wait = 1.0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            if subject and not duplicate:
+                data = await replies.wait(subject, min(wait, left))
+                if data is not None:
+                    body: dict[str, Any] = msgspec.json.decode(data)
+                    return body
+            found, searched = await self._find_done(seq, searched)
+            if found is not None:
+                return found
+            if not subject or duplicate:
+                await anyio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+            await self.engine.store.ensure_active(self._partition, self.eid)
+
+    async def _find_done(self, seq: int, after: int) -> tuple[dict[str, Any] | None, int]:
+        for msg in await self.engine.store.read_journal(self.eid, after):
+            after = msg.seq
+            if msg.headers.get("Fusee-Kind") != "obj.done":
+                continue
+            record = decode_record(msg.data)
+            if isinstance(record, ObjectDone) and record.inbox_seq == seq:
+                body: dict[str, Any] = {"seq": seq, "handler": record.handler}
+                if record.ok:
+                    body["result"] = msgspec.json.decode(bytes(record.result))  # type: ignore[arg-type]
+                else:
+                    body["error_type"], body["message"] = record.error_type, record.message
+                return body, after
+        return None, after
+
+    def _result(self, handler: str, body: dict[str, Any], type: Any) -> Any:  # noqa: A002
+        if "error_type" in body:
+            error_type, message = str(body["error_type"]), str(body.get("message", ""))
+            where = f"{self.object_type}/{self.key}"
+            if error_type == "fusee.Cancelled":
+                raise HandlerCancelled(where, handler, message)
+            raise HandlerFailed(where, handler, error_type, message)
+        result = body.get("result")
+        if type is None:
+            return result
+        return decode_value(msgspec.json.encode(result), type)
+
+    async def _call_shared(self, handler: str, arg: Any, limit: float | None, type: Any) -> Any:  # noqa: A002
+        data = msgspec.json.encode(
+            {
+                "type": self.object_type,
+                "key": self.key,
+                "handler": handler,
+                "input": msgspec.Raw(canonical(arg, f"the input of {self!r}.{handler}")),
+            }
+        )
+        store = self.engine.store
+        subject = store.layout.shared_calls(self.object_type)
+        deadline = time.monotonic() + (limit if limit is not None else 30.0)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Timeout(f"{self!r}.call({handler!r}): no worker answered in time")
+            try:
+                answer = await store.request_core(subject, data, min(left, 5.0))
+            except NobodyListens:
+                if limit is None:
+                    raise InvalidArgument(
+                        f"{self!r}.call({handler!r}): no worker serves object type "
+                        f"{self.object_type!r} (start one: fusee worker <module>)"
+                    ) from None
+                await anyio.sleep(0.2)
+                continue
+            if answer is not None:
+                return self._result(handler, msgspec.json.decode(answer), type)
+
+    # -- state and queue --------------------------------------------------------------
+
+    async def state(self) -> dict[str, Any]:
+        """The state as projected in KV (what ``nats kv get`` shows): as of the last
+        finished exclusive invocation."""
+        found = await self.engine.store.get_state(self.object_type, self.key)
+        if found is None:
+            return {}
+        return {k: msgspec.json.decode(v) for k, v in decode_state(found[0]).items()}
+
+    async def edit(
+        self,
+        *,
+        set: dict[str, Any] | None = None,  # noqa: A002 - the operation's name
+        delete: list[str] | None = None,
+        state: dict[str, Any] | None = None,
+        clear: bool = False,
+        timeout: DurationLike | None = None,
+    ) -> dict[str, Any]:
+        """Change the state from outside, as an exclusive invocation: it waits its turn
+        behind what is queued, and no handler that began before it overwrites it.
+        ``state`` replaces the whole state; ``set``/``delete``/``clear`` change keys.
+        Returns the state after the edit.
+
+        Raises:
+            InvalidArgument: the edit is malformed (nothing is queued then).
+            NotEncodable: a value is not JSON-encodable (nothing is queued then).
+        """
+        edit: dict[str, Any] = {}
+        if state is not None:
+            edit["state"] = state
+        if set:
+            edit["set"] = set
+        if delete:
+            edit["delete"] = delete
+        if clear:
+            edit["clear"] = True
+        if not edit:
+            raise InvalidArgument("an edit needs state=, set=, delete= or clear=True")
+        edit_changes(edit, f"edit of {self!r}")  # checked here: a bad edit is never queued
+        limit = parse_duration(timeout, "timeout") if timeout is not None else None
+        data = canonical(edit, f"the edit of {self!r}")
+        seq, subject, _ = await self._enqueue_raw(EDIT, data, None, reply=True)
+        deadline = time.monotonic() + limit if limit is not None else float("inf")
+        try:
+            body = await self._outcome(seq, subject, False, deadline)
+        finally:
+            self.engine._replies().drop(subject)
+        if body is None:
+            raise Timeout(f"the edit of {self!r} did not run within {timeout}")
+        self._result(EDIT, body, None)
+        return await self.state()
+
+    async def clear(self, *, timeout: DurationLike | None = None) -> None:
+        """Remove every key of the state (an exclusive invocation, in its turn)."""
+        await self.edit(clear=True, timeout=timeout)
+
+    async def cancel(self, seq: int | None = None, reason: str = "cancelled") -> None:
+        """Cancel invocation ``seq`` (from ``show`` or ``send``), or the running one:
+        a running handler's step sees ``s.signal`` and is cancelled, a queued one never
+        runs; either ends ``fusee.Cancelled`` with its state changes dropped."""
+        if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
+            raise InvalidArgument(f"seq={seq!r}: an invocation's sequence, from objects show")
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason={reason!r}: must be a str")
+        body: dict[str, Any] = {"kind": "cancel", "reason": reason}
+        if seq is not None:
+            body["target"] = seq
+        store, p = self.engine.store, self._partition
+        await store.send_inbox(p, self.eid, "cancel", msgspec.json.encode(body))
+        await store.ensure_active(p, self.eid)
+
+    async def signal(self, name: str, payload: Any = None) -> None:
+        """Send the running (or next) invocation's ``ctx.wait_for(name)`` a signal."""
+        name = validate_name(name, "signal name")
+        body = msgspec.json.encode(
+            {"kind": "signal", "name": name, "payload": msgspec.Raw(canonical(payload, "payload"))}
+        )
+        store, p = self.engine.store, self._partition
+        await store.send_inbox(p, self.eid, "signal", body)
+        await store.ensure_active(p, self.eid)
+
+    async def show(self) -> ObjectInfo:
+        """The state, the invocation running (and since when) and those waiting, in order."""
+        store = self.engine.store
+        projection = await store.get_state(self.object_type, self.key)
+        anchor = projection[1] if projection is not None else 0
+        history = History(self.actor_id)
+        cursor = 0
+        last: dict[str, Any] | None = None
+        records = await store.read_journal(self.eid, max(0, anchor - 1))
+        for i, msg in enumerate(records):
+            record = history.feed(msg.seq, msg.data, anchor=bool(anchor) and i == 0)
+            if isinstance(record, ObjectDone):
+                cursor = record.inbox_seq
+                last = {"seq": record.inbox_seq, "handler": record.handler, "ok": record.ok}
+                if not record.ok:
+                    last["error"] = f"{record.error_type}: {record.message}"
+        info = ObjectInfo(self.object_type, self.key, await self.state(), last=last)
+        running = history.invocation if history.done is None else None
+        cancelled: set[int] = set()
+        for msg in await store.read_inbox(self._partition, self.eid, cursor):
+            body = msgspec.json.decode(msg.data)
+            if not isinstance(body, dict):
+                continue
+            if body.get("kind") == "cancel":
+                target = body.get("target")
+                cancelled.add(
+                    target if isinstance(target, int) else (running.inbox_seq if running else -1)
+                )
+            elif body.get("kind") == "invoke":
+                stamp = _stamp(msg.headers.get("Nats-Time-Stamp"))
+                entry = QueuedInvocation(msg.seq, str(body.get("handler")), queued_at=stamp)
+                if running is not None and msg.seq == running.inbox_seq:
+                    entry.running_since = running.started_at
+                    info.running = entry
+                else:
+                    info.waiting.append(entry)
+        for entry in [*([info.running] if info.running else []), *info.waiting]:
+            if entry.seq in cancelled:
+                entry.cancelling = True
+        return info
+
+
+def _stamp(value: str | None) -> float | None:
+    if not value:
+        return None
+    from datetime import datetime
+
+    try:
+        text = value.rstrip("Z")
+        if "." in text:
+            head, frac = text.split(".", 1)
+            text = f"{head}.{frac[:6]}"
+        return datetime.fromisoformat(text + "+00:00").timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,448 @@
+"""A keyed object as a single-writer actor: one key's exclusive invocations, one at a
+time, in the order they arrived in its inbox, each journaled like a run's generation.
+
+The object's journal is a sequence of invocations. An invocation's first record carries
+it (``invoked``); its steps, waits and children are journaled as a run's are; its
+``obj.done`` record holds its result or error and the state changes it made. The last
+``obj.done`` names the inbox sequence of its invocation: the cursor. Everything in the
+inbox after the cursor is still to do, in order, so arrival order survives any crash.
+
+The state is the fold of the ``obj.done`` changes. The KV bucket ``<ns>_objects`` holds
+that fold as a projection, written after the record that made it (never ahead of the
+journal) and tagged with that record's sequence (``Fusee-Journal-Seq``). Activation
+reads the projection, then the journal from that record on, and folds what came after
+it: a projection left behind by a crash is caught up, and a change is never applied
+twice, because the projection is the whole state, not a delta.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from fusee.actors.context import (
+    Context,
+    ContinueAsNew,
+    StepFailedError,
+    error_type_name,
+)
+from fusee.actors.registry import Handler, ObjectType
+from fusee.actors.run_actor import Outcome, RunActor
+from fusee.errors import (
+    DeterminismError,
+    Evicted,
+    FatalError,
+    Fenced,
+    JournalGap,
+    NotEncodable,
+    Parked,
+)
+from fusee.runtime.codec import decode_value, encode_value
+from fusee.runtime.durations import format_duration
+from fusee.runtime.history import History, Replayer
+from fusee.runtime.objects import (
+    EDIT,
+    ReadOnlyState,
+    State,
+    StateView,
+    decode_state,
+    edit_changes,
+    encode_state,
+    fold,
+)
+from fusee.runtime.records import Invocation, ObjectDone
+
+__all__ = ("ObjectActor", "REPROJECT_AFTER")
+
+log = structlog.get_logger("fusee")
+
+# The projection is rewritten after this many journal records even when the state did
+# not change, so an activation never reads more than about this many records.
+REPROJECT_AFTER = 64
+
+
+class ObjectActor(RunActor):
+    def __init__(self, *, object_type: str, key: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.object_type = object_type
+        self.key = key
+        self.state: State = {}
+        self.cursor = 0  # inbox sequence of the last invocation that ended
+        self.queue: list[tuple[int, dict[str, Any]]] = []  # invocations read, not begun
+        self.cancels: dict[int, str] = {}  # a queued invocation's sequence: why it is off
+        self.projected_seq = 0  # the journal record the KV projection was made at
+        self.projection_rev = 0  # its KV revision (compare-and-set), 0: none
+        self.running: Invocation | None = None
+        self._projected_size = 0  # history.size when the projection was written
+        # invocations that ended after the projection was made (read at activation)
+        self._unprojected: list[tuple[Invocation, ObjectDone]] = []
+
+    # -- activation -------------------------------------------------------------------
+
+    async def _load(self) -> None:
+        self.history = History(self.run_id)
+        self._claimed = set()
+        self.fence = 0
+        self.state, self.cursor = {}, 0
+        self.projected_seq = self.projection_rev = self._projected_size = 0
+        self._unprojected = []
+        projection = await self.store.get_state(self.object_type, self.key)
+        anchor = 0
+        if projection is not None:
+            data, anchor, revision = projection
+            self.projection_rev = revision
+            try:
+                self.state = decode_state(data)
+            except Exception:  # noqa: BLE001 - written by hand: rebuilt from the journal
+                log.warning("object.projection_unreadable", revision=revision)
+                anchor, self.state = 0, {}
+            self.projected_seq = anchor
+        records = await self.store.read_journal(self.eid, max(0, anchor - 1))
+        if anchor and (not records or records[0].seq != anchor):
+            raise JournalGap(
+                f"object {self.run_id!r}: its state in KV was made at journal sequence "
+                f"{anchor}, which is not in its journal (the journal was purged or the "
+                f"state was written by hand)"
+            )
+        for i, msg in enumerate(records):
+            record = self.history.feed(msg.seq, msg.data, anchor=bool(anchor) and i == 0)
+            self.fence = msg.seq
+            if isinstance(record, ObjectDone):
+                self.cursor = record.inbox_seq
+                if msg.seq > anchor:
+                    self.state = fold(self.state, record)
+                    if self.history.invocation is not None:
+                        self._unprojected.append((self.history.invocation, record))
+        self._projected_size = 1 if anchor else 0
+
+    async def run(self) -> Outcome:
+        """Activate, run what is queued, and say how it left: ``idle`` (nothing queued
+        for ``park_after`` seconds), ``parked`` (an invocation waits), ``unrunnable``."""
+        if self.woken is None:
+            self.woken = anyio.Event()
+        self.inbox_changed = anyio.Event()
+        with structlog.contextvars.bound_contextvars(object=self.object_type, key=self.key):
+            while True:
+                try:
+                    await self._load()
+                except JournalGap as gap:
+                    log.error("object.paused", reason=str(gap))
+                    return "paused"
+                self.inbox_seen, self.queue, self.inbox, self.cancels = self.cursor, [], [], {}
+                self.cancel_reason = None
+                try:
+                    await self._catch_up()
+                    return await self._serve()
+                except Parked:
+                    log.info(
+                        "object.parked", inbox_seq=self.running.inbox_seq if self.running else 0
+                    )
+                    return "parked"
+                except Evicted:
+                    if not self.always_replay:
+                        raise
+                    continue  # replay from the journal, as a new worker would
+
+    async def _catch_up(self) -> None:
+        """A projection behind the journal (its writer died between the two) is written
+        now, and the callers of the invocations it missed get their replies again."""
+        if not self._unprojected:
+            return
+        log.info("object.projection_caught_up", invocations=len(self._unprojected))
+        await self._project_state(force=True)
+        for inv, done in self._unprojected:
+            await self._reply(inv, done)
+        self._unprojected = []
+
+    # -- the queue --------------------------------------------------------------------
+
+    async def _serve(self) -> Outcome:
+        while True:
+            await self._read_inbox()
+            invocation = self._next()
+            if invocation is None:
+                if self.evict_requested():
+                    raise Evicted
+                assert self.woken is not None
+                woken = self.woken
+                with anyio.move_on_after(self.park_after) as idle:
+                    await woken.wait()
+                if idle.cancelled_caught:
+                    return "idle"
+                self.woken = anyio.Event()
+                continue
+            obj = self.registry.get_object(self.object_type)
+            if obj is None and invocation.handler != EDIT:
+                reason = (
+                    f"no object type named {self.object_type!r} is registered at this worker "
+                    f"(it has: {', '.join(self.registry.object_names()) or 'none'})"
+                )
+                log.error("object.unrunnable", reason=reason)
+                return "unrunnable"
+            await self._invoke(obj, invocation)
+            await self.maybe_evict()
+
+    def _next(self) -> Invocation | None:
+        """The invocation to run: the one the journal shows begun, else the oldest queued."""
+        history = self.history
+        if history.invocation is not None and history.done is None:
+            return history.invocation  # begun before a crash or an eviction: resume it
+        while self.queue:
+            seq, body = self.queue.pop(0)
+            if seq <= self.cursor:
+                continue
+            handler = body.get("handler")
+            obj = self.registry.get_object(self.object_type)
+            timeout = obj.timeout if obj is not None else None
+            if obj is not None and isinstance(handler, str) and handler in obj.handlers:
+                timeout = obj.handler_timeout(obj.handlers[handler])
+            return Invocation(
+                handler=str(handler),
+                input=msgspec.Raw(msgspec.json.encode(body.get("input"))),
+                inbox_seq=seq,
+                started_at=self.clock(),
+                timeout=timeout,
+                reply=str(body.get("reply") or ""),
+            )
+        return None
+
+    async def _read_inbox(self) -> bool:
+        """Sort what arrived: invocations queue up, a cancel marks its target (True when
+        that is the running invocation), the rest is for the running invocation's waits."""
+        running = self.history.invocation if self.history.done is None else None
+        cancel_running = False
+        for msg in await self.store.read_inbox(self.partition, self.eid, self.inbox_seen):
+            self.inbox_seen = msg.seq
+            try:
+                body = msgspec.json.decode(msg.data)
+            except msgspec.DecodeError:
+                log.warning("inbox.unreadable", seq=msg.seq)
+                continue
+            if not isinstance(body, dict):
+                continue
+            kind = body.get("kind")
+            if kind == "invoke":
+                self.queue.append((msg.seq, body))
+            elif kind == "cancel":
+                target = body.get("target")
+                reason = str(body.get("reason") or "cancelled")
+                if running is not None and target in (None, running.inbox_seq):
+                    if self.cancel_reason is None:
+                        self.cancel_reason = reason
+                        log.info(
+                            "invocation.cancelling", inbox_seq=running.inbox_seq, reason=reason
+                        )
+                        cancel_running = True
+                elif isinstance(target, int) and target > self.cursor:
+                    self.cancels[target] = reason
+            else:
+                self.inbox.append((msg.seq, body))
+                if self.inbox_changed is not None:
+                    self.inbox_changed.set()
+                    self.inbox_changed = anyio.Event()
+        return cancel_running
+
+    # -- one invocation ---------------------------------------------------------------
+
+    async def _invoke(self, obj: ObjectType | None, inv: Invocation) -> None:
+        history = self.history
+        if history.invocation is not inv:
+            history.begin(inv, self.partition)
+        self.running = inv
+        self.signal_floor = inv.inbox_seq
+        if inv.inbox_seq in self.cancels:
+            self.cancel_reason = self.cancels.pop(inv.inbox_seq)
+        began = self.clock()
+        handler = obj.handlers.get(inv.handler) if obj is not None else None
+        ctx = Context(self, Replayer(history))
+        ctx.object_type, ctx.key = self.object_type, self.key
+        view = (
+            ReadOnlyState(self.state, self.object_type)
+            if handler and handler.shared
+            else StateView(self.state, self.object_type)
+        )
+        ctx._state = view
+        log.debug("invocation.started", handler=inv.handler, inbox_seq=inv.inbox_seq)
+        fields: dict[str, Any]
+        if self.cancel_reason is not None and history.generation_size == 0:
+            fields = _error("fusee.Cancelled", self.cancel_reason)  # cancelled while queued
+        elif inv.handler == EDIT:
+            fields = self._edit(inv)
+        elif handler is None:
+            assert obj is not None
+            fields = _error(
+                "fusee.UnknownHandler",
+                f"object {self.object_type!r} has no handler {inv.handler!r} "
+                f"(it has: {', '.join(sorted(obj.handlers))})",
+            )
+        else:
+            fields = await self._run(handler, ctx, view, inv)
+        if "error_type" in fields and ctx._compensations:
+            failed = await ctx._compensate()  # outside the handler's scope, like a run's
+            if failed:
+                log.warning("invocation.compensations_failed", steps=[f.step for f in failed])
+        done = ObjectDone(
+            inbox_seq=inv.inbox_seq,
+            handler=inv.handler,
+            duration_ms=round((self.clock() - began) * 1000, 3),
+            **fields,
+        )
+        await self.commit(done)
+        self.state = fold(self.state, done)
+        self.cursor = inv.inbox_seq
+        if done.ok:
+            log.info("invocation.completed", handler=inv.handler, inbox_seq=inv.inbox_seq)
+        else:
+            log.info(
+                "invocation.failed",
+                handler=inv.handler,
+                inbox_seq=inv.inbox_seq,
+                error=f"{done.error_type}: {done.message}",
+            )
+        await self._project_state(
+            force=bool(fields.keys() & {"state_set", "state_deleted", "state_cleared"})
+        )
+        await self._reply(inv, done)
+        # the next invocation starts clean
+        self.running = None
+        self.cancel_reason = None
+        self._workflow_scope = None
+        self.running_steps.clear()
+        self._claimed = set()
+        self.inbox = [(s, b) for s, b in self.inbox if s > self.cursor]
+
+    def _edit(self, inv: Invocation) -> dict[str, Any]:
+        """``objects edit / set / clear``: an exclusive invocation like any other, so it
+        waits its turn and no handler that began before it overwrites it."""
+        try:
+            changes = edit_changes(msgspec.json.decode(bytes(inv.input)), "objects edit")
+            return {"result": msgspec.Raw(b"null"), **changes}
+        except Exception as exc:  # noqa: BLE001 - a bad edit fails alone, state untouched
+            return _error(error_type_name(exc), str(exc))
+
+    async def _run(
+        self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation
+    ) -> dict[str, Any]:
+        """Run the handler under its timeout, with the inbox watched for a cancel."""
+        timeout = inv.timeout
+        deadline = float("inf")
+        if timeout is not None:
+            deadline = anyio.current_time() + max(0.0, inv.started_at + timeout - self.clock())
+        escaped: BaseException | None = None
+        fields: dict[str, Any] = {}
+        async with anyio.create_task_group() as watch:
+            watch.start_soon(self._watch_inbox)
+            try:
+                fields = await self._call(handler, ctx, view, inv, deadline)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, outside the group
+                escaped = exc
+            watch.cancel_scope.cancel()
+        if escaped is not None:
+            raise escaped
+        return fields
+
+    async def _call(
+        self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation, deadline: float
+    ) -> dict[str, Any]:
+        replayer = ctx._replayer
+        where = f"handler {inv.handler!r} of object {self.run_id!r}"
+        with anyio.CancelScope(deadline=deadline) as scope:
+            self._workflow_scope = scope
+            if self.cancel_reason is not None:
+                scope.cancel()
+            try:
+                if handler.takes_input:
+                    result = handler.fn(ctx, decode_value(bytes(inv.input), handler.input_type))
+                else:
+                    result = handler.fn(ctx)
+                if inspect.isawaitable(result):
+                    result = await result
+                if replayer.broken is not None:
+                    raise replayer.broken
+                replayer.check_finished(f"the return of {where}")
+                fields: dict[str, Any] = {
+                    "result": msgspec.Raw(encode_value(result, f"the result of {where}"))
+                }
+                if isinstance(view, StateView):
+                    fields.update(view.changes())
+                return fields
+            except DeterminismError as exc:
+                # The key must not stay held by code that no longer matches its journal:
+                # the invocation fails (state unchanged) and the next one runs.
+                log.error("invocation.nondeterministic", error=str(exc))
+                return _error("fusee.DeterminismError", str(exc))
+            except StepFailedError as exc:
+                if replayer.broken is not None:
+                    return _error("fusee.DeterminismError", str(replayer.broken))
+                return _error(exc.error_type, exc.message)
+            except ContinueAsNew:
+                return _error(
+                    "fusee.InvalidArgument",
+                    f"{where}: ctx.continue_as_new is for runs; an object keeps going as is",
+                )
+            except (FatalError, NotEncodable) as exc:
+                return _error(error_type_name(exc), str(exc))
+            except msgspec.ValidationError as exc:
+                return _error("fusee.InvalidInput", f"the input of {where} does not fit: {exc}")
+            except Exception as exc:  # noqa: BLE001 - the handler's own error, journaled
+                if replayer.broken is not None:
+                    return _error("fusee.DeterminismError", str(replayer.broken))
+                return _error(error_type_name(exc), str(exc) or repr(exc))
+        if self.cancel_reason is not None:
+            return _error("fusee.Cancelled", self.cancel_reason)
+        assert inv.timeout is not None
+        return _error(
+            "fusee.Timeout",
+            f"{where} took longer than its timeout of {format_duration(inv.timeout)} "
+            f"(set it with fusee.object(..., timeout=) or fusee.exclusive(fn, timeout=))",
+        )
+
+    # -- after an invocation ----------------------------------------------------------
+
+    async def _project_state(self, *, force: bool) -> None:
+        """Write the state to KV, tagged with the journal record it was made at (after
+        that record landed: the projection is never ahead of the journal). Without
+        changes it is rewritten only every ``REPROJECT_AFTER`` records, to keep the
+        journal an activation reads short."""
+        if (
+            not force
+            and self.projection_rev
+            and self.history.size - self._projected_size < REPROJECT_AFTER
+        ):
+            return
+        revision = await self.store.put_state(
+            self.object_type,
+            self.key,
+            encode_state(self.state),
+            journal_seq=self.fence,
+            cursor=self.cursor,
+            last=self.projection_rev,
+        )
+        if revision is None:
+            # another writer projected since: this copy is stale (a newer owner exists)
+            raise Fenced(f"the state of object {self.run_id!r} was written by another worker")
+        self.projection_rev, self.projected_seq = revision, self.fence
+        self._projected_size = self.history.size
+
+    async def _reply(self, inv: Invocation, done: ObjectDone) -> None:
+        if not inv.reply:
+            return
+        await self.store.publish_core(inv.reply, reply_body(done))
+
+
+def _error(error_type: str, message: str) -> dict[str, Any]:
+    return {"error_type": error_type, "message": message}
+
+
+def reply_body(done: ObjectDone) -> bytes:
+    """What a caller gets: the invocation's result or error (see ``_objects.py``)."""
+    body: dict[str, Any] = {"seq": done.inbox_seq}
+    if done.ok:
+        body["result"] = done.result
+    else:
+        body["error_type"], body["message"] = done.error_type, done.message
+    return msgspec.json.encode(body)

@@ -1,0 +1,90 @@
+"""Shared handlers: run at once, on whichever worker of the queue group gets the call,
+concurrently with anything, reading the state as projected in KV (as of the last
+finished exclusive invocation). Nothing is journaled: a shared handler reads, so running
+it again is harmless, and its caller retries it when no answer comes.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, NoReturn
+
+import anyio
+import msgspec
+import structlog
+
+from fusee.actors.context import error_type_name
+from fusee.actors.ports import ClusterStore
+from fusee.actors.registry import Registry
+from fusee.errors import FuseeError
+from fusee.runtime.codec import decode_value, encode_value
+from fusee.runtime.durations import format_duration
+from fusee.runtime.objects import ReadOnlyState, decode_state, object_id
+
+__all__ = ("SharedContext", "serve_shared_call")
+
+log = structlog.get_logger("fusee")
+
+
+class SharedContext:
+    """``ctx`` in a shared handler: the object's type and key, and ``ctx.state`` to
+    read. The journaled calls of ``Context`` (steps, waits, children) are not here."""
+
+    def __init__(self, object_type: str, key: str, handler: str, state: ReadOnlyState) -> None:
+        self.object_type = object_type
+        self.key = key
+        self.handler = handler
+        self.state = state
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise FuseeError(
+            f"ctx.{name} in shared handler {self.handler!r} of object {self.object_type!r}: "
+            f"shared handlers are not journaled and only read the state; make it an "
+            f"exclusive handler to use ctx.{name}"
+        )
+
+
+def _reply(body: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(body)
+
+
+async def serve_shared_call(
+    store: ClusterStore, registry: Registry, data: bytes, reply: str
+) -> None:
+    """Answer one shared handler call: ``{"type", "key", "handler", "input"}`` in,
+    ``{"result"}`` or ``{"error_type", "message"}`` out."""
+    try:
+        body = msgspec.json.decode(data)
+        object_type, key, name = body["type"], body["key"], body["handler"]
+        object_id(object_type, key)
+        obj = registry.get_object(object_type)
+        handler = obj.handlers.get(name) if obj is not None else None
+        if obj is None or handler is None or not handler.shared:
+            has = ", ".join(sorted(h for h, v in obj.handlers.items() if v.shared)) if obj else ""
+            raise FuseeError(
+                f"object {object_type!r} has no shared handler {name!r} at this worker "
+                f"(shared handlers here: {has or 'none'})"
+            )
+        projected = await store.get_state(object_type, key)
+        state = decode_state(projected[0]) if projected is not None else {}
+        ctx = SharedContext(object_type, key, name, ReadOnlyState(state, object_type))
+        timeout = obj.handler_timeout(handler)
+        with anyio.fail_after(timeout):
+            if handler.takes_input:
+                raw = msgspec.json.encode(body.get("input"))
+                result = handler.fn(ctx, decode_value(raw, handler.input_type))
+            else:
+                result = handler.fn(ctx)
+            if inspect.isawaitable(result):
+                result = await result
+        out = _reply({"result": msgspec.Raw(encode_value(result, f"the result of {name!r}"))})
+    except TimeoutError:
+        out = _reply(
+            {
+                "error_type": "fusee.Timeout",
+                "message": f"the shared handler took longer than {format_duration(timeout)}",
+            }
+        )
+    except Exception as exc:  # noqa: BLE001 - the handler's error goes back to its caller
+        out = _reply({"error_type": error_type_name(exc), "message": str(exc) or repr(exc)})
+    await store.publish_core(reply, out)
