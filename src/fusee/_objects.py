@@ -9,8 +9,10 @@ invocation's ``obj.done`` and keeps looking until it is there.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +33,7 @@ from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
 from fusee.runtime.objects import EDIT, decode_state, edit_changes, object_id
 from fusee.runtime.records import ObjectDone, decode_record
+from fusee.runtime.tokens import invocation_stream
 
 if TYPE_CHECKING:
     from fusee._engine import Engine
@@ -326,6 +329,24 @@ class ObjectKey:
                 continue
             if answer is not None:
                 return self._result(handler, msgspec.json.decode(answer), type)
+
+    # -- token streams ----------------------------------------------------------------
+
+    async def stream(self, seq: int, name: str, offset: int = 0) -> AsyncGenerator[str, None]:
+        """The text of ``model_call(ctx, name)`` in invocation ``seq`` (what ``send``
+        returned), from token index ``offset``, while it runs and after: as
+        ``Run.stream`` for a run.
+
+        Example:
+            ``async for token in chat.stream(seq, "reply"): print(token, end="")``
+        """
+        from fusee._engine import Run
+
+        async with contextlib.aclosing(
+            Run(self.engine, self.actor_id).stream(invocation_stream(seq, name), offset)
+        ) as tokens:
+            async for token in tokens:
+                yield token
 
     # -- state and queue --------------------------------------------------------------
 

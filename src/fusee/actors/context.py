@@ -44,6 +44,7 @@ from fusee.runtime.ids import validate_id, validate_name
 from fusee.runtime.objects import ReadOnlyState, check_run_id
 from fusee.runtime.records import (
     CallCancelled,
+    ObjectStarted,
     StepCompleted,
     StepFailed,
     StepRetrying,
@@ -654,6 +655,10 @@ class Context:
         # here, or it is replayed to find its compensations) runs nothing new.
         await anyio.lowlevel.checkpoint_if_cancelled()
         actor = self._actor
+        if actor.history.pending_invocation is not None:
+            # an object's invocation is journaled before its first step runs, so it
+            # shows as running (and its start time survives a crash)
+            await actor.commit(ObjectStarted())
         key = self._step_key(decision.pos)
         attempt = decision.attempt
         if decision.last_retry is not None:

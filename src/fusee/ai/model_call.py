@@ -29,6 +29,7 @@ from fusee.actors.context import Context, StepInfo
 from fusee.errors import FuseeError, InvalidArgument, NotEncodable
 from fusee.runtime.ids import validate_name
 from fusee.runtime.retry import Retry
+from fusee.runtime.tokens import invocation_stream
 
 if TYPE_CHECKING:
     from fusee.runtime.tokens import StoredState
@@ -107,8 +108,12 @@ async def model_call(
     if sink is None:
         raise FuseeError("model_call: this engine's store has no token streams")
 
+    stream = name
+    if ctx.object_type is not None:  # one stream per invocation of an object's handler
+        stream = invocation_stream(replayer.history.started_seq, name)
+
     async def attempt(s: StepInfo) -> str:
-        writer = await sink.open(actor.eid, name)
+        writer = await sink.open(actor.eid, stream)
         try:
             return await _attempt(writer, fn, prefill)
         except BaseException:

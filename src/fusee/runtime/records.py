@@ -35,6 +35,7 @@ __all__ = (
     "RunCancelled",
     "RunPaused",
     "Invocation",
+    "ObjectStarted",
     "ObjectDone",
     "AnyRecord",
     "TERMINAL",
@@ -200,6 +201,11 @@ class RunPaused(Record, tag="run.paused", frozen=True):
     reason: str
 
 
+class ObjectStarted(Record, tag="obj.started", frozen=True):
+    """An object's invocation began (it carries ``invoked``): written before its first
+    step runs, so the running invocation and its start time are in the journal."""
+
+
 class ObjectDone(Record, tag="obj.done", frozen=True):
     """An object handler's invocation ended: its ``result`` or its error, and the state
     changes it made (applied to the object's state in this one record, so exactly once).
@@ -234,6 +240,7 @@ AnyRecord = (
     | RunFailed
     | RunCancelled
     | RunPaused
+    | ObjectStarted
     | ObjectDone
 )
 

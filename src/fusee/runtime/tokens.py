@@ -23,7 +23,14 @@ from typing import Final, Literal
 
 import msgspec
 
-from fusee.runtime.records import TERMINAL, AnyRecord, RunPaused, StepCompleted, StepFailed
+from fusee.runtime.records import (
+    TERMINAL,
+    AnyRecord,
+    ObjectDone,
+    RunPaused,
+    StepCompleted,
+    StepFailed,
+)
 
 __all__ = (
     "TokenEvent",
@@ -34,6 +41,8 @@ __all__ = (
     "event_from",
     "StoredState",
     "StreamEnd",
+    "invocation_stream",
+    "parse_invocation_stream",
 )
 
 TokenKind = Literal["token", "attempt", "end"]
@@ -137,9 +146,23 @@ class StreamEnd:
     completed: bool = False
     failed: bool = False
     run_over: bool = False
+    # an object's invocation (its inbox sequence): only its records count, and its
+    # obj.done ends the stream (see ``invocation_stream``)
+    invocation: int = 0
+    _inside: bool = field(default=False, repr=False)
 
     def feed(self, record: AnyRecord) -> None:
         self.started = True
+        if self.invocation:
+            if record.invoked:
+                self._inside = record.invoked.inbox_seq == self.invocation
+            if isinstance(record, ObjectDone):
+                if record.inbox_seq == self.invocation:
+                    self.run_over = True
+                self._inside = False
+                return
+            if not self._inside:
+                return
         if isinstance(record, StepCompleted) and record.name == self.name:
             self.completed = True
         elif isinstance(record, StepFailed) and record.name == self.name:
@@ -149,3 +172,17 @@ class StreamEnd:
 
     def is_over(self) -> bool:
         return self.completed or self.failed or self.run_over
+
+
+def invocation_stream(inbox_seq: int, name: str) -> str:
+    """The token stream name of ``model_call(ctx, name)`` in an object's invocation:
+    ``<inbox seq>/<name>``, so each invocation of a handler has its own stream."""
+    return f"{inbox_seq}/{name}"
+
+
+def parse_invocation_stream(name: str) -> tuple[int, str] | None:
+    """``(inbox seq, step name)`` of an invocation's stream name, else None."""
+    head, sep, rest = name.partition("/")
+    if sep and head.isdigit() and rest:
+        return int(head), rest
+    return None

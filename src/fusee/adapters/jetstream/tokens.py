@@ -36,6 +36,7 @@ from fusee.runtime.tokens import (
     StreamEnd,
     TokenEvent,
     event_from,
+    parse_invocation_stream,
 )
 
 if TYPE_CHECKING:
@@ -167,16 +168,22 @@ class TokenStore:
             raise ValueError("offset must be >= 0")
         subject = self.subject(eid, name)
         watch = StreamEnd(name)
+        after = 0
+        invocation = parse_invocation_stream(name) if unescape(eid).startswith("@") else None
+        if invocation is not None:
+            # an object invocation's stream: its records come after its inbox message
+            after = invocation[0]
+            watch = StreamEnd(invocation[1], started=True, invocation=after)
         # Both first: the journal must be read before the catch-up (see below), and
         # neither waits for the other, so the first token comes one round trip sooner.
         journal, (start, exists) = await asyncio.gather(
-            self.store.read_journal(eid), self._seek(subject, offset)
+            self.store.read_journal(eid, after), self._seek(subject, offset)
         )
         for msg in journal:
             watch.feed(decode_record(msg.data))
         if not watch.started:
             raise RunNotFound(f"no run {unescape(eid)!r} in namespace {self.namespace!r}")
-        journal_last = journal[-1].seq
+        journal_last = journal[-1].seq if journal else after
         last = start - 1
         async for event in self._catch_up(subject, start):
             last = event.cursor

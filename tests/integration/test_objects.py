@@ -1,0 +1,354 @@
+"""Keyed objects (issue 4): one actor per key, exclusive handlers one at a time in
+arrival order, shared handlers at once, state in KV as a projection of the journal.
+
+The object types are in ``tests/workers/objects.py``; a worker process loads them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+import fusee
+from fusee.runtime.objects import object_id
+from fusee.runtime.records import ObjectDone
+from tests.workers.objects import chats, counters
+from tests.workers.procs import Workers
+
+OBJECTS = Path(__file__).resolve().parent.parent / "workers" / "objects.py"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def _workers(worker_procs: Any) -> Workers:
+    workers: Workers = worker_procs(partitions=4)
+    workers.module = OBJECTS
+    await workers.start()
+    return workers
+
+
+async def _dones(engine: fusee.Engine, type_name: str, key: str) -> list[ObjectDone]:
+    """The object's ``obj.done`` records, in journal order."""
+    run = fusee.Run(engine, object_id(type_name, key))
+    return [r for _, r in await run.journal() if isinstance(r, ObjectDone)]
+
+
+async def test_the_issue_example_chat(engine: fusee.Engine, worker_procs: Any) -> None:
+    await _workers(worker_procs)
+    chat = chats.key("user-7", engine=engine)
+    assert await chat.call("say", "Where is my order?") == "echo: Where is my order?"
+    seq = await chat.send("say", "And the refund?")
+    assert await chat.result(seq, timeout=20) == "echo: And the refund?"
+    history = await chat.call("history")
+    assert [m["content"] for m in history] == [
+        "Where is my order?",
+        "echo: Where is my order?",
+        "And the refund?",
+        "echo: And the refund?",
+    ]
+    # the KV projection, as `nats kv get <ns>_objects chat.user-7` shows it
+    entry = await engine.store.objects.get("chat.user-7")
+    assert msgspec.json.decode(entry.value or b"") == {"history": history}
+    assert await engine.list_objects("chat") == [("user-7", {"history": history})]
+
+
+async def test_200_calls_from_10_clients_never_overlap_and_keep_arrival_order(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("shared-counter", engine=engine)
+    marker = str(tmp_path / "running")  # O_EXCL file: a second handler inside fails
+    results: dict[int, list[int]] = {c: [] for c in range(10)}
+
+    async def client(c: int) -> None:
+        for n in range(20):
+            got = await counter.call("add", {"client": c, "n": n, "marker": marker}, timeout=60)
+            results[c].append(got)
+
+    async with anyio.create_task_group() as tg:
+        for c in range(10):
+            tg.start_soon(client, c)
+
+    returned = sorted(v for vs in results.values() for v in vs)
+    assert returned == list(range(1, 201))  # each call saw the one before it: no overlap
+    for c, values in results.items():
+        assert values == sorted(values), f"client {c} saw its calls run out of order"
+    state = await counter.state()
+    assert state["count"] == 200
+    for c in range(10):
+        mine = [s for s in state["seen"] if s.startswith(f"{c}:")]
+        assert mine == [f"{c}:{n}" for n in range(20)]
+    dones = await _dones(engine, "counter", "shared-counter")
+    assert len(dones) == 200
+    assert all(d.ok for d in dones)
+    seqs = [d.inbox_seq for d in dones]
+    assert seqs == sorted(set(seqs)), "invocations ran out of arrival order"
+    assert not os.path.exists(marker)
+
+
+async def test_a_failed_handler_leaves_the_state_and_the_next_one_runs(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("fails", engine=engine)
+    assert await counter.call("add", {}) == 1
+    with pytest.raises(fusee.HandlerFailed) as failed:
+        await counter.call("fail", {"message": "boom"}, timeout=20)
+    assert failed.value.error_type == "ValueError"
+    assert failed.value.message == "boom"
+    assert await counter.state() == {"count": 1, "seen": ["None:None"]}
+    assert await counter.call("add", {}, timeout=20) == 2
+
+
+async def test_a_stuck_handler_times_out_and_frees_the_key(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("stuck", engine=engine)
+    behind = await counter.send("add", {})
+    first = anyio.current_time()
+    with pytest.raises(fusee.HandlerFailed) as failed:
+        await counter.call("stall", {"seconds": 30}, timeout=25)  # its timeout is 2s
+    assert failed.value.error_type == "fusee.Timeout"
+    assert "2s" in failed.value.message
+    assert anyio.current_time() - first < 15
+    assert await counter.result(behind, timeout=20) == 1
+    assert "stalled" not in await counter.state()
+
+
+async def test_show_lists_the_queue_and_cancel_takes_an_invocation_out(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("queue", engine=engine)
+    holding = await counter.send("stall", {"seconds": 1.5})
+    a = await counter.send("add", {"client": "a"})
+    b = await counter.send("add", {"client": "b"})
+
+    async def running() -> fusee.ObjectInfo | None:
+        info = await counter.show()
+        return info if info.running is not None else None
+
+    info = await _until(running, "the stall to show as running")
+    assert info.running is not None
+    assert info.running.seq == holding
+    assert info.running.handler == "stall"
+    assert info.running.running_since
+    assert [(w.seq, w.handler) for w in info.waiting] == [(a, "add"), (b, "add")]
+
+    await counter.cancel(a, reason="not wanted")
+    with pytest.raises(fusee.HandlerCancelled, match="not wanted"):
+        await counter.result(a, timeout=20)
+    assert await counter.result(holding, timeout=20) == "held"
+    assert await counter.result(b, timeout=20) == 1
+    state = await counter.state()
+    assert state["seen"] == ["b:None"]
+    assert state["stalled"] is True
+    after = await counter.show()
+    assert after.running is None
+    assert after.waiting == []
+
+
+async def test_cancel_stops_the_running_handler_and_drops_its_changes(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("cancel-running", engine=engine)
+    log = tmp_path / "effects.log"
+    holding = await counter.send("stall", {"seconds": 10, "log": str(log)})
+    await _until(lambda: log.exists(), "the stall step to start")
+    await counter.cancel(reason="operator")
+    with pytest.raises(fusee.HandlerCancelled, match="operator"):
+        await counter.result(holding, timeout=20)
+    assert "stalled" not in await counter.state()
+    assert await counter.call("add", {}, timeout=20) == 1
+
+
+async def test_an_edit_waits_its_turn_and_no_earlier_handler_overwrites_it(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("edited", engine=engine)
+    await counter.send("stall", {"seconds": 1.0})  # holds the key while the rest queue
+    before = [await counter.send("add", {"client": "before", "n": n}) for n in range(3)]
+
+    async def edit() -> dict[str, Any]:
+        return await counter.edit(set={"count": 100, "note": "fixed by hand"}, timeout=30)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(edit)
+        await anyio.sleep(0.2)  # the edit is queued behind the three adds
+        after = [await counter.send("add", {"client": "after", "n": n}) for n in range(2)]
+    assert [await counter.result(s, timeout=20) for s in before] == [1, 2, 3]
+    assert [await counter.result(s, timeout=20) for s in after] == [101, 102]
+    state = await counter.state()
+    assert state["count"] == 102
+    assert state["note"] == "fixed by hand"
+    handlers = [d.handler for d in await _dones(engine, "counter", "edited")]
+    assert handlers == ["stall", "add", "add", "add", "fusee.edit", "add", "add"]
+
+
+async def test_shared_handlers_run_at_once_and_read_the_last_finished_state(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("reader", engine=engine)
+    assert await counter.call("add", {}) == 1
+    holding = await counter.send("stall", {"seconds": 1.5})
+    with anyio.fail_after(1.0):  # not queued behind the stall
+        assert await counter.call("peek") == {"count": 1, "keys": ["count", "seen"]}
+    assert await counter.result(holding, timeout=20) == "held"
+    assert (await counter.call("peek"))["keys"] == ["count", "seen", "stalled"]
+    with pytest.raises(fusee.InvalidArgument, match="shared handler"):
+        await counter.send("peek")
+
+
+async def test_an_idempotency_key_makes_a_retry_return_the_first_result(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("idem", engine=engine)
+    first = await counter.call("add", {}, idempotency_key="order-1")
+    again = await counter.call("add", {}, idempotency_key="order-1")
+    assert first == again == 1
+    assert await counter.call("add", {}) == 2
+    assert len(await _dones(engine, "counter", "idem")) == 2
+
+
+async def test_send_is_durable_before_any_worker_runs(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    counter = counters.key("offline", engine=engine)
+    seqs = [await counter.send("add", {"client": "x", "n": n}) for n in range(3)]
+    await _workers(worker_procs)
+    assert [await counter.result(s, timeout=30) for s in seqs] == [1, 2, 3]
+
+
+async def test_a_handler_sleeps_durably_holding_its_key(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("napper", engine=engine)
+    napping = await counter.send("nap", {"seconds": 1.5})
+    behind = await counter.send("add", {})
+    assert await counter.result(napping, timeout=30) == 1
+    assert await counter.result(behind, timeout=30) == 2
+
+
+async def test_a_handler_waits_for_a_signal_to_its_key(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("approval", engine=engine)
+    waiting = await counter.send("approve", {"timeout": "20s"})
+    await anyio.sleep(0.3)
+    await counter.signal("approval", {"ok": True})
+    assert await counter.result(waiting, timeout=30) == {"ok": True}
+    assert (await counter.state())["approved"] == {"ok": True}
+
+
+async def test_a_handler_streams_a_model_call_and_starts_a_child(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("streamer", engine=engine)
+    first = await counter.send("stream_say", "one two three")
+    second = await counter.send("stream_say", "four five")
+    tokens = [t async for t in counter.stream(second, "reply")]
+    assert "".join(tokens) == "four five "
+    assert "".join([t async for t in counter.stream(first, "reply")]) == "one two three "
+    assert "".join([t async for t in counter.stream(first, "reply", offset=1)]) == "two three "
+    assert await counter.result(second, timeout=20) == "four five "
+    assert await counter.call("spawn", 21, timeout=30) == 42
+    assert await engine.run("double-streamer-21").result(timeout=10) == 42
+    assert (await counter.state())["doubled"] == 42
+
+
+async def test_an_idle_object_lets_go_of_its_marker_and_comes_back_on_the_next_call(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("idle", engine=engine)
+    assert await counter.call("add", {}) == 1
+    eid = counter.eid
+
+    async def marker_gone() -> bool:
+        active = await engine.store.list_active(set(range(engine.partitions)))
+        return all(e != eid for _, e in active)
+
+    await _until(marker_gone, "the idle object's active marker to go", timeout=10)
+    assert await counter.call("add", {}, timeout=20) == 2
+
+
+async def test_bad_input_gets_clear_errors_and_changes_nothing(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("bad", engine=engine)
+    assert await counter.call("add", {}) == 1
+    with pytest.raises(fusee.InvalidId, match="object type"):
+        fusee.object("a/b", {"x": lambda ctx: None})
+    with pytest.raises(fusee.InvalidId, match="must not be empty"):
+        counters.key("", engine=engine)
+    with pytest.raises(fusee.InvalidId, match="control characters"):
+        counters.key("a\x00b", engine=engine)
+    with pytest.raises(fusee.InvalidId, match="at most 256"):
+        counters.key("k" * 300, engine=engine)
+    with pytest.raises(fusee.InvalidId, match="reserved for objects"):
+        await engine.start("chain", "@counter/bad", None)
+    with pytest.raises(fusee.InvalidArgument, match=r"no handler .nope.*add"):
+        await counter.call("nope")
+    with pytest.raises(fusee.NotEncodable, match="input"):
+        await counter.call("add", {"x": object()})
+    with pytest.raises(fusee.NotEncodable):
+        await counter.edit(set={"count": object()})
+    with pytest.raises(fusee.InvalidArgument, match="'state' must be a JSON object"):
+        await counter.edit(state="x")  # type: ignore[arg-type]
+    with pytest.raises(fusee.InvalidArgument, match="needs"):
+        await counter.edit()
+    by_name = engine.object("counter", "bad")
+    with pytest.raises(fusee.HandlerFailed, match="no handler 'nope'"):
+        await by_name.call("nope", timeout=20)
+    assert await counter.state() == {"count": 1, "seen": ["None:None"]}
+    assert await counter.call("add", {}) == 2
+
+
+async def test_state_that_is_not_json_fails_the_handler_and_keeps_the_state(
+    engine: fusee.Engine,
+) -> None:
+    async def bad(ctx: Any) -> None:
+        ctx.state.set("fine", 1)
+        ctx.state.set("broken", object())
+
+    async def ok(ctx: Any) -> int:
+        ctx.state.set("fine", 2)
+        return 2
+
+    registry = fusee.actors.registry.Registry()
+    weird = fusee.object("weird", {"bad": bad, "ok": ok})
+    registry.add_object(weird)
+    async with engine.worker(registry=registry):
+        key = weird.key("k", engine=engine)
+        with pytest.raises(fusee.HandlerFailed, match="not JSON-encodable") as failed:
+            await key.call("bad", timeout=20)
+        assert failed.value.error_type == "fusee.NotEncodable"
+        assert await key.state() == {}
+        assert await key.call("ok", timeout=20) == 2
+        assert await key.state() == {"fine": 2}
+
+
+async def _until(check: Any, what: str, timeout: float = 20.0) -> Any:
+    with anyio.move_on_after(timeout):
+        while True:
+            value = check()
+            if hasattr(value, "__await__"):
+                value = await value
+            if value:
+                return value
+            await anyio.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
