@@ -246,15 +246,24 @@ class ObjectKey:
         else:
             seq = await store.send_inbox(p, self.eid, "invoke", msgspec.json.encode(body))
             duplicate = False
-        # The object may have gone idle (no active marker): give it one. The worker's
-        # inbox consumer has seen the message too; this covers a worker that was down.
-        await store.ensure_active(p, self.eid)
+        if not reply:
+            await store.ensure_active(p, self.eid)  # a caller that waits does it meanwhile
         return seq, subject, duplicate
 
     async def _outcome(
         self, seq: int, subject: str, duplicate: bool, deadline: float
     ) -> dict[str, Any] | None:
         """The reply for invocation ``seq``: from core NATS, else from the journal."""
+        # The object may have gone idle (no active marker): give it one, while the
+        # reply is awaited. The worker's inbox consumer has seen the message already;
+        # the marker covers a worker that was down, and a new owner.
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.engine.store.ensure_active, self._partition, self.eid)
+            return await self._await_outcome(seq, subject, duplicate, deadline)
+
+    async def _await_outcome(
+        self, seq: int, subject: str, duplicate: bool, deadline: float
+    ) -> dict[str, Any] | None:
         replies = self.engine._replies()
         searched = seq  # the journal is read from here on, a page at a time
         wait = 1.0
