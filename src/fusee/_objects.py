@@ -257,9 +257,11 @@ class ObjectKey:
         # The object may have gone idle (no active marker): give it one, while the
         # reply is awaited. The worker's inbox consumer has seen the message already;
         # the marker covers a worker that was down, and a new owner.
+        body: dict[str, Any] | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.engine.store.ensure_active, self._partition, self.eid)
-            return await self._await_outcome(seq, subject, duplicate, deadline)
+            body = await self._await_outcome(seq, subject, duplicate, deadline)
+        return body
 
     async def _await_outcome(
         self, seq: int, subject: str, duplicate: bool, deadline: float

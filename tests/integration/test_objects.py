@@ -352,3 +352,38 @@ async def _until(check: Any, what: str, timeout: float = 20.0) -> Any:
                 return value
             await anyio.sleep(0.05)
     pytest.fail(f"timed out waiting for {what}")
+
+
+async def test_a_failed_invocation_runs_its_compensations_and_cancels_its_children(
+    engine: fusee.Engine,
+) -> None:
+    undone: list[str] = []
+
+    async def slow(ctx: fusee.Context, _arg: Any) -> str:
+        await ctx.sleep("30s")
+        return "late"
+
+    async def book(ctx: Any, arg: dict[str, Any]) -> str:
+        booking = await ctx.step("book", lambda: "B-1")
+        ctx.compensate("unbook", lambda: undone.append(booking))
+        ctx.state.set("booking", booking)
+        if arg.get("child"):
+            return str(await ctx.child("slow", f"slow-{ctx.key}", None))
+        raise ValueError("payment declined")
+
+    registry = fusee.actors.registry.Registry()
+    registry.add(fusee.Workflow("slow", slow, Any, True))
+    trips = fusee.object("trip", {"book": fusee.exclusive(book, timeout="1s")})
+    registry.add_object(trips)
+    async with engine.worker(registry=registry):
+        key = trips.key("t-1", engine=engine)
+        with pytest.raises(fusee.HandlerFailed, match="payment declined"):
+            await key.call("book", {}, timeout=20)
+        assert undone == ["B-1"]
+        with pytest.raises(fusee.HandlerFailed) as timed_out:
+            await key.call("book", {"child": True}, timeout=20)
+        assert timed_out.value.error_type == "fusee.Timeout"
+        assert undone == ["B-1", "B-1"]
+        with pytest.raises(fusee.RunCancelled):
+            await engine.run("slow-t-1").result(timeout=20)
+        assert await key.state() == {}

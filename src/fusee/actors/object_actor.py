@@ -24,6 +24,7 @@ import anyio
 import msgspec
 import structlog
 
+from fusee.actors.children import cancel_children, live_children
 from fusee.actors.context import (
     Context,
     ContinueAsNew,
@@ -292,6 +293,13 @@ class ObjectActor(RunActor):
             **fields,
         )
         await self.commit(done)
+        if live_children(history):  # what the ended invocation still waited for
+            await cancel_children(
+                self.store,
+                self.partitions,
+                history,
+                f"invocation {inv.inbox_seq} ({inv.handler}) of object {self.run_id!r} ended",
+            )
         self.state = fold(self.state, done)
         self.cursor = inv.inbox_seq
         if done.ok:
