@@ -186,6 +186,9 @@ class Engine:
         self.partitions = partitions
         self.namespace = store.layout.namespace
         self._reply_box: Replies | None = None
+        # per object (eid): the journal sequence of the last invocation this engine was
+        # answered for; its reads of that object's state reflect at least that much
+        self._objects_seen: dict[str, int] = {}
 
     def _replies(self) -> Replies:
         if self._reply_box is None:

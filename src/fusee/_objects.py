@@ -20,6 +20,7 @@ import anyio
 import msgspec
 
 from fusee.actors.registry import ObjectType
+from fusee.actors.shared import current_state
 from fusee.adapters.jetstream.store import NobodyListens
 from fusee.errors import (
     HandlerCancelled,
@@ -31,7 +32,7 @@ from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.durations import parse_duration
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
-from fusee.runtime.objects import EDIT, decode_state, edit_changes, object_id
+from fusee.runtime.objects import EDIT, edit_changes, object_id
 from fusee.runtime.records import ObjectDone, decode_record
 from fusee.runtime.tokens import invocation_stream
 
@@ -173,6 +174,7 @@ class ObjectKey:
                 self.engine._replies().drop(subject)
         if body is None:
             raise Timeout(f"{self!r}.call({handler!r}) got no result within {timeout}")
+        self._saw(body)
         return self._result(handler, body, type)
 
     async def send(
@@ -205,6 +207,7 @@ class ObjectKey:
         body = await self._outcome(seq, "", True, deadline)
         if body is None:
             raise Timeout(f"{self!r}: invocation {seq} did not end within {timeout}")
+        self._saw(body)
         return self._result(str(body.get("handler", "")), body, type)
 
     def _is_shared(self, handler: str) -> bool:
@@ -257,11 +260,10 @@ class ObjectKey:
         # The object may have gone idle (no active marker): give it one, while the
         # reply is awaited. The worker's inbox consumer has seen the message already;
         # the marker covers a worker that was down, and a new owner.
-        body: dict[str, Any] | None = None
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.engine.store.ensure_active, self._partition, self.eid)
-            body = await self._await_outcome(seq, subject, duplicate, deadline)
-        return body
+            return await self._await_outcome(seq, subject, duplicate, deadline)
+        raise AssertionError("unreachable: the task group re-raises")  # for mypy
 
     async def _await_outcome(
         self, seq: int, subject: str, duplicate: bool, deadline: float
@@ -292,13 +294,21 @@ class ObjectKey:
                 continue
             record = decode_record(msg.data)
             if isinstance(record, ObjectDone) and record.inbox_seq == seq:
-                body: dict[str, Any] = {"seq": seq, "handler": record.handler}
+                body: dict[str, Any] = {"seq": seq, "handler": record.handler, "at": msg.seq}
                 if record.ok:
                     body["result"] = msgspec.json.decode(bytes(record.result))  # type: ignore[arg-type]
                 else:
                     body["error_type"], body["message"] = record.error_type, record.message
                 return body, after
         return None, after
+
+    def _saw(self, body: dict[str, Any]) -> None:
+        """Remember the journal sequence of an invocation this engine was answered for:
+        its later reads of the state (``state()``, shared calls) reflect it."""
+        at = body.get("at")
+        if isinstance(at, int):
+            seen = self.engine._objects_seen
+            seen[self.eid] = max(at, seen.get(self.eid, 0))
 
     def _result(self, handler: str, body: dict[str, Any], type: Any) -> Any:  # noqa: A002
         if "error_type" in body:
@@ -319,6 +329,7 @@ class ObjectKey:
                 "key": self.key,
                 "handler": handler,
                 "input": msgspec.Raw(canonical(arg, f"the input of {self!r}.{handler}")),
+                "at": self.engine._objects_seen.get(self.eid, 0),
             }
         )
         store = self.engine.store
@@ -364,10 +375,9 @@ class ObjectKey:
     async def state(self) -> dict[str, Any]:
         """The state as projected in KV (what ``nats kv get`` shows): as of the last
         finished exclusive invocation."""
-        found = await self.engine.store.get_state(self.object_type, self.key)
-        if found is None:
-            return {}
-        return {k: msgspec.json.decode(v) for k, v in decode_state(found[0]).items()}
+        at = self.engine._objects_seen.get(self.eid, 0)
+        state = await current_state(self.engine.store, self.object_type, self.key, at)
+        return {k: msgspec.json.decode(state[k]) for k in sorted(state)}
 
     async def edit(
         self,
@@ -409,6 +419,7 @@ class ObjectKey:
             self.engine._replies().drop(subject)
         if body is None:
             raise Timeout(f"the edit of {self!r} did not run within {timeout}")
+        self._saw(body)
         self._result(EDIT, body, None)
         return await self.state()
 

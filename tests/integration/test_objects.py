@@ -51,9 +51,15 @@ async def test_the_issue_example_chat(engine: fusee.Engine, worker_procs: Any) -
         "And the refund?",
         "echo: And the refund?",
     ]
-    # the KV projection, as `nats kv get <ns>_objects chat.user-7` shows it
-    entry = await engine.store.objects.get("chat.user-7")
-    assert msgspec.json.decode(entry.value or b"") == {"history": history}
+    assert await chat.state() == {"history": history}
+
+    # the KV projection, as `nats kv get <ns>_objects chat.user-7` shows it: written just
+    # after the reply, so it may lag the call by a moment
+    async def projected() -> bool:
+        entry = await engine.store.objects.get("chat.user-7")
+        return bool(msgspec.json.decode(entry.value or b"") == {"history": history})
+
+    await _until(projected, "the projection to catch up", timeout=5)
     assert await engine.list_objects("chat") == [("user-7", {"history": history})]
 
 

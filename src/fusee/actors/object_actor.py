@@ -21,6 +21,7 @@ import inspect
 from typing import Any
 
 import anyio
+import anyio.abc
 import msgspec
 import structlog
 
@@ -80,7 +81,10 @@ class ObjectActor(RunActor):
         self.running: Invocation | None = None
         self._projected_size = 0  # history.size when the projection was written
         # invocations that ended after the projection was made (read at activation)
-        self._unprojected: list[tuple[Invocation, ObjectDone]] = []
+        self._unprojected: list[tuple[Invocation, ObjectDone, int]] = []
+        self._background: anyio.abc.TaskGroup | None = None
+        self._projecting: anyio.Event | None = None  # set once the put in flight is done
+        self._projection_error: BaseException | None = None
 
     # -- activation -------------------------------------------------------------------
 
@@ -117,7 +121,7 @@ class ObjectActor(RunActor):
                 if msg.seq > anchor:
                     self.state = fold(self.state, record)
                     if self.history.invocation is not None:
-                        self._unprojected.append((self.history.invocation, record))
+                        self._unprojected.append((self.history.invocation, record, msg.seq))
         self._projected_size = 1 if anchor else 0
 
     async def run(self) -> Outcome:
@@ -155,13 +159,31 @@ class ObjectActor(RunActor):
             return
         log.info("object.projection_caught_up", invocations=len(self._unprojected))
         await self._project_state(force=True)
-        for inv, done in self._unprojected:
-            await self._reply(inv, done)
+        for inv, done, at in self._unprojected:
+            await self._reply(inv, done, at)
         self._unprojected = []
 
     # -- the queue --------------------------------------------------------------------
 
     async def _serve(self) -> Outcome:
+        # The projection is written in the background (see _project_later): the reply
+        # goes out once obj.done landed. Leaving (idle, parked, evicted) waits for it.
+        escaped: BaseException | None = None
+        outcome: Outcome = "idle"
+        async with anyio.create_task_group() as background:
+            self._background = background
+            try:
+                outcome = await self._serve_queue()
+            except BaseException as exc:  # noqa: BLE001 - re-raised below, ungrouped
+                escaped = exc  # (Parked, Evicted, Fenced: the worker tells them apart)
+            finally:
+                self._background = None
+        self._raise_projection_error()
+        if escaped is not None:
+            raise escaped
+        return outcome
+
+    async def _serve_queue(self) -> Outcome:
         while True:
             await self._read_inbox()
             invocation = self._next()
@@ -311,10 +333,10 @@ class ObjectActor(RunActor):
                 inbox_seq=inv.inbox_seq,
                 error=f"{done.error_type}: {done.message}",
             )
-        await self._project_state(
+        await self._reply(inv, done, self.fence)
+        self._project_later(
             force=bool(fields.keys() & {"state_set", "state_deleted", "state_cleared"})
         )
-        await self._reply(inv, done)
         # the next invocation starts clean
         self.running = None
         self.cancel_reason = None
@@ -411,44 +433,83 @@ class ObjectActor(RunActor):
 
     # -- after an invocation ----------------------------------------------------------
 
-    async def _project_state(self, *, force: bool) -> None:
-        """Write the state to KV, tagged with the journal record it was made at (after
-        that record landed: the projection is never ahead of the journal). Without
-        changes it is rewritten only every ``REPROJECT_AFTER`` records, to keep the
-        journal an activation reads short."""
+    def _project_later(self, *, force: bool) -> None:
+        """Write the projection in the background, after the reply: the next invocation
+        does not wait for it. Readers that must see an invocation they were answered
+        for (shared handlers, ``state()``) fold the journal past a projection that is
+        behind (``current_state``); puts stay in order, each after the one before."""
+        if self._background is None:
+            raise RuntimeError("_project_later outside _serve")
+        self._raise_projection_error()
         if (
             not force
             and self.projection_rev
             and self.history.size - self._projected_size < REPROJECT_AFTER
         ):
             return
+        self._projected_size = self.history.size
+        before, done = self._projecting, anyio.Event()
+        self._projecting = done
+        data, seq, cursor = encode_state(self.state), self.fence, self.cursor
+        self._background.start_soon(self._put_after, before, done, data, seq, cursor)
+
+    async def _put_after(
+        self, before: anyio.Event | None, done: anyio.Event, data: bytes, seq: int, cursor: int
+    ) -> None:
+        with anyio.CancelScope(shield=True):  # a put begun is finished, even on eviction
+            try:
+                if before is not None:
+                    await before.wait()
+                if self._projection_error is None:
+                    await self._put(data, seq, cursor)
+            except BaseException as exc:  # noqa: BLE001 - raised in the actor's own flow
+                self._projection_error = exc
+            finally:
+                done.set()
+
+    def _raise_projection_error(self) -> None:
+        if self._projection_error is not None:
+            error, self._projection_error = self._projection_error, None
+            raise error
+
+    async def _project_state(self, *, force: bool) -> None:
+        """Write the state to KV now (activation's catch-up)."""
+        if force or not self.projection_rev:
+            await self._put(encode_state(self.state), self.fence, self.cursor)
+            self._projected_size = self.history.size
+
+    async def _put(self, data: bytes, seq: int, cursor: int) -> None:
+        """Write the state to KV, tagged with the journal record it was made at (after
+        that record landed: the projection is never ahead of the journal). Without
+        changes it is rewritten only every ``REPROJECT_AFTER`` records, to keep the
+        journal an activation reads short."""
         revision = await self.store.put_state(
             self.object_type,
             self.key,
-            encode_state(self.state),
-            journal_seq=self.fence,
-            cursor=self.cursor,
+            data,
+            journal_seq=seq,
+            cursor=cursor,
             last=self.projection_rev,
         )
         if revision is None:
             # another writer projected since: this copy is stale (a newer owner exists)
             raise Fenced(f"the state of object {self.run_id!r} was written by another worker")
-        self.projection_rev, self.projected_seq = revision, self.fence
-        self._projected_size = self.history.size
+        self.projection_rev, self.projected_seq = revision, seq
 
-    async def _reply(self, inv: Invocation, done: ObjectDone) -> None:
+    async def _reply(self, inv: Invocation, done: ObjectDone, at: int) -> None:
         if not inv.reply:
             return
-        await self.store.publish_core(inv.reply, reply_body(done))
+        await self.store.publish_core(inv.reply, reply_body(done, at))
 
 
 def _error(error_type: str, message: str) -> dict[str, Any]:
     return {"error_type": error_type, "message": message}
 
 
-def reply_body(done: ObjectDone) -> bytes:
-    """What a caller gets: the invocation's result or error (see ``_objects.py``)."""
-    body: dict[str, Any] = {"seq": done.inbox_seq}
+def reply_body(done: ObjectDone, at: int) -> bytes:
+    """What a caller gets: the invocation's result or error, and ``at``, the journal
+    sequence of its ``obj.done`` (what the caller's later reads must reflect)."""
+    body: dict[str, Any] = {"seq": done.inbox_seq, "at": at}
     if done.ok:
         body["result"] = done.result
     else:
