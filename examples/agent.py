@@ -68,6 +68,26 @@ async def agent(ctx: fusee.Context, question: str) -> str:
     return await ctx.step("answer", lambda: answer(question, order))
 
 
+# -- a conversation: one keyed object per user ---------------------------------------------
+
+
+async def ask(ctx: Any, question: str) -> str:
+    # Exclusive: one turn at a time per user, in the order the messages came. Each turn
+    # is an agent run (a child): its steps are durable, and so is the history below.
+    history = ctx.state.get("history") or []
+    turn = len(history) // 2 + 1
+    reply = await ctx.child(agent, f"chat-{ctx.key}-turn-{turn}", question)
+    history += [{"role": "user", "content": question}, {"role": "assistant", "content": reply}]
+    ctx.state.set("history", history)
+    return str(reply)
+
+
+chats = fusee.object(
+    "support-chat",
+    {"ask": ask, "history": fusee.shared(lambda ctx: ctx.state.get("history") or [])},
+)
+
+
 # -- what `fusee dev` runs ----------------------------------------------------------------
 
 
@@ -86,3 +106,10 @@ async def main(engine: fusee.Engine) -> None:
         f"\n  {command_hint('runs', 'show', run_id)}"
         f"\n  {command_hint('runs', 'list')}\n"
     )
+
+    chat = chats.key("user-7", engine=engine)
+    question = "Is order 7 on its way?"
+    print(f"  Q (chat user-7): {question}\n  A: {await chat.call('ask', question)}\n")
+    turns = await chat.call("history")
+    print(f"The chat of user-7 holds {len(turns)} messages, in KV and in its journal:")
+    print(f"  {command_hint('objects', 'show', 'support-chat', 'user-7')}\n")

@@ -233,6 +233,8 @@ async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> N
     assert done.returncode == 0, done.stderr
     assert "A: Order 1042 has shipped with DHL" in done.stdout
     assert "step.retrying   tool:lookup_order" in done.stdout
+    assert "A: I could not find order 7" in done.stdout  # a turn of the chat object
+    assert "The chat of user-7 holds 2 messages" in done.stdout
     hint = next(line for line in done.stdout.splitlines() if "fusee runs show" in line)
     assert running_server(store) is None  # dev stopped the server it started
 
