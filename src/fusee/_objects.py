@@ -427,20 +427,29 @@ class ObjectKey:
         """Remove every key of the state (an exclusive invocation, in its turn)."""
         await self.edit(clear=True, timeout=timeout)
 
-    async def cancel(self, seq: int | None = None, reason: str = "cancelled") -> None:
-        """Cancel invocation ``seq`` (from ``show`` or ``send``), or the running one:
-        a running handler's step sees ``s.signal`` and is cancelled, a queued one never
-        runs; either ends ``fusee.Cancelled`` with its state changes dropped."""
+    async def cancel(self, seq: int | None = None, reason: str = "cancelled") -> int | None:
+        """Cancel invocation ``seq`` (from ``show`` or ``send``), or with no ``seq`` the
+        running one (else the next to run): a running handler's step sees ``s.signal``
+        and is cancelled, a queued one never runs; it ends ``fusee.Cancelled``, its
+        state changes dropped. Durable once it returns. Returns the sequence of the
+        invocation it cancels (None: nothing was queued)."""
         if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
             raise InvalidArgument(f"seq={seq!r}: an invocation's sequence, from objects show")
         if not isinstance(reason, str):
             raise InvalidArgument(f"reason={reason!r}: must be a str")
-        body: dict[str, Any] = {"kind": "cancel", "reason": reason}
-        if seq is not None:
-            body["target"] = seq
+        if seq is None:
+            # named, so a cancel read again later cannot hit an invocation begun after it
+            info = await self.show()
+            queued = [*([info.running] if info.running else []), *info.waiting]
+            head = next((q for q in queued if not q.cancelling), None)
+            if head is None:
+                return None
+            seq = head.seq
+        body = {"kind": "cancel", "reason": reason, "target": seq}
         store, p = self.engine.store, self._partition
         await store.send_inbox(p, self.eid, "cancel", msgspec.json.encode(body))
         await store.ensure_active(p, self.eid)
+        return seq
 
     async def signal(self, name: str, payload: Any = None) -> None:
         """Send the running (or next) invocation's ``ctx.wait_for(name)`` a signal."""
@@ -477,9 +486,10 @@ class ObjectKey:
                 continue
             if body.get("kind") == "cancel":
                 target = body.get("target")
-                cancelled.add(
-                    target if isinstance(target, int) else (running.inbox_seq if running else -1)
-                )
+                if target is None and running is not None and 0 < history.invocation_at < msg.seq:
+                    target = running.inbox_seq  # a cancel of "the running one" (no target)
+                if isinstance(target, int):
+                    cancelled.add(target)
             elif body.get("kind") == "invoke":
                 stamp = _stamp(msg.headers.get("Nats-Time-Stamp"))
                 entry = QueuedInvocation(msg.seq, str(body.get("handler")), queued_at=stamp)

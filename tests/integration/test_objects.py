@@ -393,3 +393,29 @@ async def test_a_failed_invocation_runs_its_compensations_and_cancels_its_childr
         with pytest.raises(fusee.RunCancelled):
             await engine.run("slow-t-1").result(timeout=20)
         assert await key.state() == {}
+
+
+async def test_a_cancel_of_the_running_one_never_hits_a_later_invocation(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("cancel-once", engine=engine)
+    first = await counter.send("approve", {"timeout": "20s"})
+
+    async def running(seq: int) -> bool:
+        info = await counter.show()
+        return info.running is not None and info.running.seq == seq
+
+    await _until(lambda: running(first), "the first approval to run")
+    assert await counter.cancel(reason="meant for the first") == first
+    with pytest.raises(fusee.HandlerCancelled, match="meant for the first"):
+        await counter.result(first, timeout=20)
+    second = await counter.send("approve", {"timeout": "20s"})
+    await _until(lambda: running(second), "the second approval to run")
+    info = await counter.show()
+    assert info.running is not None
+    assert not info.running.cancelling
+    await anyio.sleep(1.5)  # parked meanwhile: its activation reads the inbox again
+    await counter.signal("approval", "yes")
+    assert await counter.result(second, timeout=20) == "yes"
+    assert await counter.cancel() is None  # nothing left to cancel

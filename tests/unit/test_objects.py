@@ -135,7 +135,9 @@ def _inv(seq: int, handler: str = "say") -> Invocation:
 def test_history_folds_invocations_as_generations_and_reads_from_an_anchor() -> None:
     stored = _chain(
         [
-            ObjectDone(inbox_seq=1, handler="add", result=msgspec.Raw(b"1"), invoked=_inv(1, "add")),
+            ObjectDone(
+                inbox_seq=1, handler="add", result=msgspec.Raw(b"1"), invoked=_inv(1, "add")
+            ),
             ObjectStarted(invoked=_inv(4)),
             StepCompleted(pos=1, name="reply", result=msgspec.Raw(b'"x"')),
             ObjectDone(inbox_seq=4, handler="say", result=msgspec.Raw(b'"x"')),
@@ -146,7 +148,8 @@ def test_history_folds_invocations_as_generations_and_reads_from_an_anchor() -> 
     for seq, data in stored:
         history.feed(seq, data)
     # the last invocation is running: one step done, its generation named by inbox seq 7
-    assert history.invocation is not None and history.invocation.inbox_seq == 7
+    assert history.invocation is not None
+    assert history.invocation.inbox_seq == 7
     assert history.done is None
     assert history.started_seq == 7
     assert list(history.outcomes) == [1]
@@ -156,7 +159,8 @@ def test_history_folds_invocations_as_generations_and_reads_from_an_anchor() -> 
     tail = History("@chat/k")
     for i, (seq, data) in enumerate(stored[3:]):
         tail.feed(seq, data, anchor=i == 0)
-    assert tail.invocation is not None and tail.invocation.inbox_seq == 7
+    assert tail.invocation is not None
+    assert tail.invocation.inbox_seq == 7
 
     # a record missing after the anchor is found
     broken = History("@chat/k")

@@ -253,7 +253,14 @@ class ObjectActor(RunActor):
             elif kind == "cancel":
                 target = body.get("target")
                 reason = str(body.get("reason") or "cancelled")
-                if running is not None and target in (None, running.inbox_seq):
+                # no target: "the running one", the one running when it was stored
+                if (
+                    target is None
+                    and running is not None
+                    and (self.running is running or 0 < self.history.invocation_at < msg.seq)
+                ):
+                    target = running.inbox_seq
+                if running is not None and target == running.inbox_seq:
                     if self.cancel_reason is None:
                         self.cancel_reason = reason
                         log.info(

@@ -70,6 +70,7 @@ class History:
     # objects: the invocation running (its generation), and the last one that ended
     invocation: Invocation | None = None
     pending_invocation: Invocation | None = None  # begun, not journaled yet
+    invocation_at: int = 0  # the sequence of its first journaled record (0: none yet)
     done: ObjectDone | None = None
 
     def feed(self, seq: int, data: bytes, *, anchor: bool = False) -> AnyRecord:
@@ -143,6 +144,7 @@ class History:
         )
         self.started_seq = inv.inbox_seq
         self.invocation = inv
+        self.invocation_at = 0
         self.done = None
 
     def _new_generation(self, generation: int) -> None:
@@ -160,6 +162,8 @@ class History:
             # the first record of an invocation, read back (one this process began has
             # started its generation already, in begin())
             self._start_invocation(invoked, self.started.partition if self.started else 0)
+        if invoked:
+            self.invocation_at = seq
         if isinstance(record.values, list):
             self.values.extend(record.values)
         match record:
