@@ -315,12 +315,18 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/v1/runs/{run_id}",
         "/v1/runs/{run_id}/result",
         "/v1/runs/{run_id}/streams/{name}",
+        "/v1/objects/{type}",
+        "/v1/objects/{type}/{key}",
+        "/v1/objects/{type}/{key}/state",
+        "/v1/objects/{type}/{key}/call/{handler}",
+        "/v1/objects/{type}/{key}/send/{handler}",
+        "/v1/objects/{type}/{key}/cancel",
     }
     for path, item in doc["paths"].items():
-        op = item["get"]
-        assert op["responses"], path
-        declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
-        assert declared == set(path.replace("}", "{").split("{")[1::2]), path
+        for op in item.values():
+            assert op["responses"], path
+            declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            assert declared == set(path.replace("}", "{").split("{")[1::2]), path
     result = doc["paths"]["/v1/runs/{run_id}/result"]["get"]
     assert {"200", "202", "400", "404"} <= set(result["responses"])
     assert "timeout" in {p["name"] for p in result["parameters"]}

@@ -9,9 +9,18 @@
     fusee runs signal RUN_ID NAME [JSON] [--key K]
     fusee runs cancel RUN_ID [--reason TEXT]
     fusee streams follow RUN_ID NAME [--from N]
+    fusee objects ls TYPE [--json]
+    fusee objects get TYPE KEY
+    fusee objects show TYPE KEY [--json]
+    fusee objects edit TYPE KEY [--set K=JSON]... [--delete K]... [--file PATH|-]
+    fusee objects clear TYPE KEY
+    fusee objects cancel TYPE KEY [SEQ] [--reason TEXT]
+    fusee objects call TYPE KEY HANDLER [JSON] [--timeout 30s] [--idempotency-key K]
+    fusee objects send TYPE KEY HANDLER [JSON] [--idempotency-key K]
 
 Exit codes: 0 done; 1 an error (bad input, unknown run, a failed or cancelled run);
 2 a usage error, or a run with no result yet (``runs result`` timed out, or it is paused).
+``objects`` commands exit 2 on bad input (type, key, JSON) without sending anything.
 """
 
 from __future__ import annotations
@@ -20,12 +29,12 @@ import argparse
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 import anyio
 
 from fusee._logging import LEVELS, LogFormat, configure_logging
-from fusee.adapters.cli import commands
+from fusee.adapters.cli import commands, objects
 from fusee.adapters.cli.commands import CliError
 from fusee.adapters.cli.loader import LoadError
 from fusee.adapters.cli.options import CURRENT, DEFAULT_NAMESPACE, DEFAULT_STORE, GlobalOptions
@@ -224,13 +233,153 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="the index of the first token to print (default: 0)",
     )
+    _objects_parser(sub, common)
     return parser
+
+
+def _objects_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    objs = sub.add_parser(
+        "objects",
+        help="look at and change keyed objects",
+        description=(
+            "Look at keyed objects (fusee.object) and change their state. Exit 2 on bad "
+            "input (an invalid type, key or JSON), with nothing sent."
+        ),
+    )
+    objs_sub = objs.add_subparsers(dest="objects_command", metavar="COMMAND", required=True)
+
+    def command(name: str, help_: str, description: str, *, key: bool = True) -> Any:
+        p = objs_sub.add_parser(name, parents=[common], help=help_, description=description)
+        p.add_argument("type", metavar="TYPE", help="the object type (its fusee.object name)")
+        if key:
+            p.add_argument("key", metavar="KEY", help="the object's key")
+        return p
+
+    ls = command(
+        "ls",
+        "the keys of a type that have state",
+        "One line per key: the key and its state.",
+        key=False,
+    )
+    ls.add_argument("--json", action="store_true", help="print JSON instead of text")
+    command("get", "print a key's state as JSON", "Print the state (`{}` for a key never used).")
+    show = command(
+        "show",
+        "a key's state and queue",
+        "Print the state, the invocation running, those waiting (in order) and the last one "
+        "that ended.",
+    )
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    edit = command(
+        "edit",
+        "change a key's state (in $EDITOR, or with --set/--delete/--file)",
+        "Without flags, open the state as JSON in $VISUAL or $EDITOR (default: vi) and apply "
+        "what you save. The change is an exclusive invocation: it waits for the invocations "
+        "queued before it. Prints the new state.",
+    )
+    edit.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="set a state key to a JSON value (repeatable)",
+    )
+    edit.add_argument(
+        "--delete",
+        dest="deletes",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove a state key (repeatable)",
+    )
+    edit.add_argument(
+        "--file", metavar="PATH", help="a JSON object that replaces the whole state; - is stdin"
+    )
+    command(
+        "clear",
+        "remove every key of a key's state",
+        "Remove every key of the state, as an exclusive invocation (it waits its turn).",
+    )
+    cancel = command(
+        "cancel",
+        "cancel an invocation (by its number), or the running one",
+        "Cancel invocation SEQ (from `objects show` or `objects send`), or without SEQ the "
+        "running one (else the next to run). It ends fusee.Cancelled and its state changes "
+        "are dropped. Exit 1 when nothing is queued.",
+    )
+    cancel.add_argument("seq", metavar="SEQ", type=int, nargs="?", help="the invocation's number")
+    cancel.add_argument("--reason", default="cancelled from the CLI", help="why (its error)")
+    for name, help_, description in (
+        (
+            "call",
+            "invoke a handler and print its result as JSON",
+            "Invoke HANDLER with the JSON input and print its result. Every handler is "
+            "queued as an exclusive invocation (this client does not know which are "
+            "shared). Exit 1 if the handler failed or was cancelled, 2 if it did not end "
+            "within --timeout (it stays queued).",
+        ),
+        (
+            "send",
+            "queue an invocation and print its number",
+            "Queue an invocation of HANDLER with the JSON input and print its number (for "
+            "`objects cancel`) once it is stored.",
+        ),
+    ):
+        p = command(name, help_, description)
+        p.add_argument("handler", metavar="HANDLER")
+        p.add_argument("input", metavar="JSON", nargs="?", default="null", help="default: null")
+        p.add_argument(
+            "--idempotency-key",
+            metavar="K",
+            help="a retry with the same key (within 2 minutes) does not run it again",
+        )
+        if name == "call":
+            p.add_argument(
+                "--timeout",
+                default="30s",
+                metavar="DURATION",
+                help="how long to wait (default: 30s)",
+            )
+
+
+def _objects_command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awaitable[int]]:
+    name = args.objects_command
+    if name == "ls":
+        return lambda: objects.objects_ls(opts, args.type, as_json=args.json)
+    if name == "get":
+        return lambda: objects.objects_get(opts, args.type, args.key)
+    if name == "show":
+        return lambda: objects.objects_show(opts, args.type, args.key, as_json=args.json)
+    if name == "edit":
+        return lambda: objects.objects_edit(
+            opts, args.type, args.key, sets=args.sets, deletes=args.deletes, file=args.file
+        )
+    if name == "clear":
+        return lambda: objects.objects_clear(opts, args.type, args.key)
+    if name == "cancel":
+        return lambda: objects.objects_cancel(
+            opts, args.type, args.key, args.seq, reason=args.reason
+        )
+    if name == "call":
+        return lambda: objects.objects_call(
+            opts,
+            args.type,
+            args.key,
+            args.handler,
+            args.input,
+            timeout=args.timeout,
+            idempotency_key=args.idempotency_key,
+        )
+    return lambda: objects.objects_send(
+        opts, args.type, args.key, args.handler, args.input, idempotency_key=args.idempotency_key
+    )
 
 
 def _options(args: argparse.Namespace) -> GlobalOptions:
     nats_flag = getattr(args, "nats", None)
     log_format = getattr(args, "log_format", None) or ("console" if sys.stderr.isatty() else "json")
-    default_level = "warning" if args.command in ("runs", "streams") else "info"
+    default_level = "warning" if args.command in ("runs", "streams", "objects") else "info"
     return GlobalOptions(
         nats=nats_flag or os.environ.get("FUSEE_NATS_URL") or None,
         nats_flag=bool(nats_flag),
@@ -248,6 +397,8 @@ def _command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awai
         return lambda: commands.worker(opts, args.files)
     if args.command == "api":
         return lambda: commands.api(opts, host=args.host, port=args.port, keepalive=args.keepalive)
+    if args.command == "objects":
+        return _objects_command(args, opts)
     if args.command == "streams":
         return lambda: commands.streams_follow(opts, args.run_id, args.name, offset=args.offset)
     if args.runs_command == "list":

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fusee._engine import Engine
 from fusee.adapters.http.errors import HTTP_TYPES, ApiError, error_response, status_of
-from fusee.adapters.http.routes import meta, runs, streams
+from fusee.adapters.http.routes import meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
 
@@ -39,7 +39,7 @@ def create_app(engine: Engine, *, keepalive: float = 15.0) -> Starlette:
     Example:
         ``uvicorn.run(create_app(await fusee.connect()))``
     """
-    routes: list[BaseRoute] = [*meta.routes, *streams.routes, *runs.routes]
+    routes: list[BaseRoute] = [*meta.routes, *streams.routes, *runs.routes, *objects.routes]
     app = Starlette(
         routes=routes,
         middleware=[Middleware(_LastResort)],

@@ -30,6 +30,9 @@ class ErrorDetail(msgspec.Struct, kw_only=True):
     type: str
     message: str
     status: int
+    # an object handler's failure (HandlerFailed...): the handler and its own error type
+    error_type: str | msgspec.UnsetType = msgspec.UNSET
+    handler: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class ErrorBody(msgspec.Struct, kw_only=True):
@@ -50,11 +53,13 @@ class ApiError(Exception):
 HTTP_TYPES: dict[int, str] = {
     400: "BadRequest",
     404: "NotFound",
+    409: "Conflict",
     405: "MethodNotAllowed",
     406: "NotAcceptable",
     500: "InternalError",
     501: "NotImplemented",
     503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 # fusee errors by class name, looked up along the MRO: names, not classes, so an error
@@ -67,6 +72,7 @@ _STATUS_BY_NAME: dict[str, int] = {
     "ConfigError": 400,
     "NotEncodable": 400,
     "RunExists": 409,
+    "Timeout": 504,
     "ConnectionLost": 503,
 }
 
@@ -81,10 +87,22 @@ def status_of(exc: BaseException) -> int:
 
 
 def error_response(
-    status: int, type_: str, message: str, headers: Mapping[str, str] | None = None
+    status: int,
+    type_: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    *,
+    handler: str | None = None,
+    error_type: str | None = None,
 ) -> Response:
-    """The JSON error response: ``{"error": {"type", "message", "status"}}``."""
-    body = ErrorBody(error=ErrorDetail(type=type_, message=message, status=status))
+    """The JSON error response: ``{"error": {"type", "message", "status"}}``; an object
+    handler's failure adds ``handler`` and the handler's own ``error_type``."""
+    detail = ErrorDetail(type=type_, message=message, status=status)
+    if handler is not None:
+        detail.handler = handler
+    if error_type is not None:
+        detail.error_type = error_type
+    body = ErrorBody(error=detail)
     return Response(
         msgspec.json.encode(body),
         status_code=status,

@@ -180,6 +180,290 @@ PATHS: dict[str, dict[str, Any]] = {
     },
 }
 
+_TYPE = {
+    "name": "type",
+    "in": "path",
+    "required": True,
+    "description": "The object type: the name given to `fusee.object`.",
+    "schema": {"type": "string", "minLength": 1},
+}
+_KEY = {
+    "name": "key",
+    "in": "path",
+    "required": True,
+    "description": "The object's key (it may contain `/`).",
+    "schema": {"type": "string", "minLength": 1},
+}
+_HANDLER = {
+    "name": "handler",
+    "in": "path",
+    "required": True,
+    "description": "The handler's name, as registered in `fusee.object`.",
+    "schema": {"type": "string", "minLength": 1},
+}
+_WAIT = {
+    "name": "timeout",
+    "in": "query",
+    "required": False,
+    "description": (
+        f"How long to wait for the invocation to end: seconds or a duration. Default "
+        f"{DEFAULT_WAIT:g}s, at most {MAX_WAIT:g}s."
+    ),
+    "schema": {"type": "string", "example": "30s"},
+}
+_IDEMPOTENCY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "A retried request with the same key (within 2 minutes) does not run "
+    "the handler again: it gets the first invocation's outcome.",
+    "schema": {"type": "string", "minLength": 1},
+}
+_BAD_OBJECT = _error(
+    "`InvalidId`: the type, key or handler name cannot exist; or `InvalidArgument`: a "
+    "bad body, `timeout` or `Idempotency-Key`."
+)
+_OBJECT_TIMEOUT = _error(
+    "`Timeout`: the invocation did not end within `timeout`; it stays queued or running."
+)
+_ANY_JSON: dict[str, Any] = {"description": "Any JSON value."}
+
+OBJECT_PATHS: dict[str, dict[str, Any]] = {
+    "/v1/objects/{type}": {
+        "get": {
+            "operationId": "listObjects",
+            "summary": "The keys of an object type that have state",
+            "parameters": [_TYPE],
+            "responses": {
+                "200": {
+                    "description": "Every key with state, sorted by key.",
+                    "content": {_JSON: {"schema": _ref("ObjectKeys")}},
+                },
+                "400": _BAD_OBJECT,
+            },
+        }
+    },
+    "/v1/objects/{type}/{key}": {
+        "get": {
+            "operationId": "showObject",
+            "summary": "An object's state and queue",
+            "description": "What `ObjectKey.show()` returns: the state, the invocation "
+            "running, those waiting (in the order they run) and the last one that ended.",
+            "parameters": [_TYPE, _KEY],
+            "responses": {
+                "200": {
+                    "description": "The object.",
+                    "content": {_JSON: {"schema": _ref("ObjectInfo")}},
+                },
+                "400": _BAD_OBJECT,
+            },
+        }
+    },
+    "/v1/objects/{type}/{key}/state": {
+        "get": {
+            "operationId": "getObjectState",
+            "summary": "An object's state",
+            "description": "`{}` for a key never used.",
+            "parameters": [_TYPE, _KEY],
+            "responses": {
+                "200": {
+                    "description": "The state.",
+                    "content": {_JSON: {"schema": _ref("ObjectState")}},
+                },
+                "400": _BAD_OBJECT,
+            },
+        },
+        "patch": {
+            "operationId": "editObjectState",
+            "summary": "Change an object's state",
+            "description": "Applied as one exclusive invocation: it waits for the "
+            "invocations queued before it. A bad edit is a `400` and nothing is queued.",
+            "parameters": [_TYPE, _KEY, _WAIT],
+            "requestBody": {
+                "required": True,
+                "content": {_JSON: {"schema": _ref("ObjectEdit")}},
+            },
+            "responses": {
+                "200": {
+                    "description": "The state after the edit.",
+                    "content": {_JSON: {"schema": _ref("ObjectState")}},
+                },
+                "400": _BAD_OBJECT,
+                "504": _OBJECT_TIMEOUT,
+            },
+        },
+        "delete": {
+            "operationId": "clearObjectState",
+            "summary": "Remove every key of an object's state",
+            "description": "An exclusive invocation, in its turn.",
+            "parameters": [_TYPE, _KEY, _WAIT],
+            "responses": {
+                "200": {
+                    "description": "The state after: `{}`.",
+                    "content": {_JSON: {"schema": _ref("ObjectState")}},
+                },
+                "400": _BAD_OBJECT,
+                "504": _OBJECT_TIMEOUT,
+            },
+        },
+    },
+    "/v1/objects/{type}/{key}/call/{handler}": {
+        "post": {
+            "operationId": "callObject",
+            "summary": "Invoke a handler and wait for its result",
+            "description": "The body is the handler's input (JSON; an empty body is "
+            "`null`). The invocation waits its turn behind those queued before it. A "
+            "handler that raises makes the call fail: `500 HandlerFailed` with the "
+            "handler's `error_type` and `message`.",
+            "parameters": [_TYPE, _KEY, _HANDLER, _WAIT, _IDEMPOTENCY],
+            "requestBody": {"required": False, "content": {_JSON: {"schema": _ANY_JSON}}},
+            "responses": {
+                "200": {
+                    "description": "The handler's result.",
+                    "content": {_JSON: {"schema": _ref("CallResult")}},
+                },
+                "400": _BAD_OBJECT,
+                "404": _error("`UnknownHandler`: the object type has no such handler."),
+                "409": _error("`HandlerCancelled`: the invocation was cancelled."),
+                "500": _error(
+                    "`HandlerFailed`: the handler raised; `error_type` and `message` are its own."
+                ),
+                "504": _OBJECT_TIMEOUT,
+            },
+        }
+    },
+    "/v1/objects/{type}/{key}/send/{handler}": {
+        "post": {
+            "operationId": "sendObject",
+            "summary": "Queue an invocation without waiting for it",
+            "description": "Answers once the invocation is stored (durable). `seq` is its "
+            "number, for `cancel`.",
+            "parameters": [_TYPE, _KEY, _HANDLER, _IDEMPOTENCY],
+            "requestBody": {"required": False, "content": {_JSON: {"schema": _ANY_JSON}}},
+            "responses": {
+                "202": {
+                    "description": "Queued.",
+                    "content": {_JSON: {"schema": _ref("Queued")}},
+                },
+                "400": _BAD_OBJECT,
+            },
+        }
+    },
+    "/v1/objects/{type}/{key}/cancel": {
+        "post": {
+            "operationId": "cancelObject",
+            "summary": "Cancel an invocation",
+            "description": "Cancels invocation `seq`, or without `seq` the one running "
+            "(else the next to run). A running handler's step is cancelled, a queued one "
+            "never runs; either ends `fusee.Cancelled` with its state changes dropped.",
+            "parameters": [_TYPE, _KEY],
+            "requestBody": {
+                "required": False,
+                "content": {_JSON: {"schema": _ref("ObjectCancel")}},
+            },
+            "responses": {
+                "202": {
+                    "description": "The cancel is stored.",
+                    "content": {_JSON: {"schema": _ref("ObjectCancel")}},
+                },
+                "400": _BAD_OBJECT,
+                "409": _error("`NothingToCancel`: no `seq` given and nothing is queued."),
+            },
+        }
+    },
+}
+PATHS.update(OBJECT_PATHS)
+
+_INVOCATION = {
+    "type": "object",
+    "required": ["seq", "handler"],
+    "properties": {
+        "seq": {"type": "integer", "description": "The invocation's number (for cancel)."},
+        "handler": {"type": "string", "description": "`fusee.edit` for an edit or a clear."},
+        "queued_at": {"type": ["number", "null"], "description": "Unix time, seconds."},
+        "running_since": {"type": ["number", "null"], "description": "Unix time, seconds."},
+        "cancelling": {"type": "boolean", "description": "A cancel for it is stored."},
+    },
+}
+
+OBJECT_SCHEMAS: dict[str, Any] = {
+    "ObjectState": {
+        "type": "object",
+        "description": "The state: top-level keys to JSON values.",
+        "additionalProperties": True,
+    },
+    "ObjectKeys": {
+        "type": "object",
+        "required": ["keys"],
+        "properties": {
+            "keys": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "state"],
+                    "properties": {"key": {"type": "string"}, "state": _ref("ObjectState")},
+                },
+            }
+        },
+    },
+    "ObjectInfo": {
+        "type": "object",
+        "required": ["object_type", "key", "state", "running", "waiting", "last"],
+        "properties": {
+            "object_type": {"type": "string"},
+            "key": {"type": "string"},
+            "state": _ref("ObjectState"),
+            "running": {"oneOf": [_INVOCATION, {"type": "null"}]},
+            "waiting": {"type": "array", "items": _INVOCATION},
+            "last": {
+                "oneOf": [
+                    {
+                        "type": "object",
+                        "required": ["seq", "handler", "ok"],
+                        "properties": {
+                            "seq": {"type": "integer"},
+                            "handler": {"type": "string"},
+                            "ok": {"type": "boolean"},
+                            "error": {"type": "string", "description": "`Type: message`."},
+                        },
+                    },
+                    {"type": "null"},
+                ]
+            },
+        },
+    },
+    "ObjectEdit": {
+        "type": "object",
+        "description": 'Either `{"state": {...}}` (replaces the whole state) or any of '
+        "`set`, `delete`, `clear` (`clear` first, then `delete`, then `set`).",
+        "properties": {
+            "state": _ref("ObjectState"),
+            "set": {"type": "object", "additionalProperties": True},
+            "delete": {"type": "array", "items": {"type": "string", "minLength": 1}},
+            "clear": {"type": "boolean"},
+        },
+        "additionalProperties": False,
+    },
+    "CallResult": {
+        "type": "object",
+        "required": ["result"],
+        "properties": {"result": _ANY_JSON},
+    },
+    "Queued": {
+        "type": "object",
+        "required": ["seq"],
+        "properties": {"seq": {"type": "integer"}},
+    },
+    "ObjectCancel": {
+        "type": "object",
+        "properties": {
+            "seq": {"type": "integer", "minimum": 1},
+            "reason": {"type": "string"},
+        },
+        "additionalProperties": False,
+    },
+}
+
 _SCHEMAS: dict[str, Any] = {
     "Error": {
         "type": "object",
@@ -197,6 +481,15 @@ _SCHEMAS: dict[str, Any] = {
                     },
                     "message": {"type": "string", "description": "For people; may change."},
                     "status": {"type": "integer", "description": "The HTTP status code."},
+                    "error_type": {
+                        "type": "string",
+                        "description": "An object handler's failure: the exception type it "
+                        "raised (`ValueError`), `fusee.Cancelled`, `fusee.Timeout`.",
+                    },
+                    "handler": {
+                        "type": "string",
+                        "description": "An object handler's failure: the handler.",
+                    },
                 },
             }
         },
@@ -282,9 +575,9 @@ def openapi_document(routes: Sequence[BaseRoute], version: str = "") -> dict[str
         "info": {
             "title": "fusee HTTP API",
             "version": version,
-            "description": "Runs of a fusee namespace over HTTP. Every error is "
+            "description": "Runs and keyed objects of a fusee namespace over HTTP. Every error is "
             '`{"error": {"type", "message", "status"}}`.',
         },
         "paths": {path: PATHS[path] for path in sorted(served)},
-        "components": {"schemas": _SCHEMAS},
+        "components": {"schemas": {**_SCHEMAS, **OBJECT_SCHEMAS}},
     }

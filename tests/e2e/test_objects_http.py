@@ -1,0 +1,346 @@
+"""The objects routes of the HTTP API against real processes: ``fusee api`` and a worker
+serving ``tests/workers/objects.py`` on a real nats-server, spoken to with httpx.
+
+One API process and one worker serve the whole module (each test uses its own keys).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+import fusee
+from tests.helpers import cli_cmd, cli_env
+from tests.workers.procs import HERE, Workers
+
+OBJECTS = HERE / "objects.py"
+
+
+@dataclass
+class Api:
+    base: str
+    nats: str
+    namespace: str
+
+
+def _wait_for_line(log: Path, proc: subprocess.Popen[bytes], event: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while True:
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("{") and f'"{event}"' in line:
+                found: dict[str, Any] = json.loads(line)
+                if found.get("event") == event:
+                    return found
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"no {event}:\n{log.read_text()}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    tmp = tmp_path_factory.mktemp("objects-http")
+    namespace = f"t{secrets.token_hex(4)}"
+    workers = Workers(nats_server.url, namespace, tmp, module=OBJECTS)
+    log = tmp / "api.log"
+    out = log.open("wb")
+    server = subprocess.Popen(
+        cli_cmd("api", "--port", "0", "--nats", nats_server.url, "--namespace", namespace),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=cli_env(),
+        cwd=tmp,
+    )
+    try:
+        worker = workers.spawn()
+        serving = _wait_for_line(log, server, "api.serving")
+        _wait_for_line(worker.log_path, worker.proc, "worker.started")
+        yield Api(serving["url"], nats_server.url, namespace)
+    finally:
+        workers.cleanup()
+        server.terminate()
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        out.close()
+
+
+@pytest.fixture
+async def client(api: Api) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=api.base, timeout=20.0) as c:
+        yield c
+
+
+@pytest.fixture
+async def engine(api: Api) -> AsyncIterator[fusee.Engine]:
+    async with await fusee.connect(api.nats, namespace=api.namespace) as e:
+        yield e
+
+
+def _key(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(3)}"
+
+
+def assert_error(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
+    """The one error shape; returns its ``error`` object."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert {"type", "message", "status"} <= set(body["error"]), body
+    assert (body["error"]["type"], body["error"]["status"]) == (type_, status), body
+    assert body["error"]["message"]
+    assert "Traceback" not in response.text
+    error: dict[str, Any] = body["error"]
+    return error
+
+
+async def wait_running(engine: fusee.Engine, key: str, seq: int) -> None:
+    with anyio.fail_after(15):
+        while True:
+            info = await engine.object("counter", key).show()
+            if info.running is not None and info.running.seq == seq:
+                return
+            await anyio.sleep(0.05)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+async def test_call_then_list_show_and_get_the_state(client: httpx.AsyncClient) -> None:
+    key = _key("tally")
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", json={"client": "h", "n": 1})
+    assert (r.status_code, r.json()) == (200, {"result": 1})
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", json={"client": "h", "n": 2})
+    assert r.json() == {"result": 2}
+
+    r = await client.get(f"/v1/objects/counter/{key}/state")
+    assert (r.status_code, r.json()) == (200, {"count": 2, "seen": ["h:1", "h:2"]})
+    r = await client.get(f"/v1/objects/counter/{_key('never')}/state")
+    assert (r.status_code, r.json()) == (200, {})
+
+    r = await client.get("/v1/objects/counter")
+    assert r.status_code == 200, r.text
+    keys = {e["key"]: e["state"] for e in r.json()["keys"]}
+    assert keys[key] == {"count": 2, "seen": ["h:1", "h:2"]}
+    assert list(keys) == sorted(keys)
+
+    r = await client.get(f"/v1/objects/counter/{key}")
+    assert r.status_code == 200, r.text
+    shown = r.json()
+    assert shown["object_type"] == "counter"
+    assert shown["key"] == key
+    assert shown["state"] == {"count": 2, "seen": ["h:1", "h:2"]}
+    assert (shown["running"], shown["waiting"]) == (None, [])
+    assert shown["last"]["handler"] == "add"
+    assert shown["last"]["ok"] is True
+
+    # a key with a slash: the suffixed routes still find the handler and the state
+    slashed = f"{key}/sub"
+    r = await client.post(f"/v1/objects/counter/{slashed}/call/add", json={"n": 1})
+    assert r.json() == {"result": 1}
+    r = await client.get(f"/v1/objects/counter/{slashed}/state")
+    assert r.json() == {"count": 1, "seen": ["None:1"]}
+
+
+async def test_send_shows_the_queue_and_cancel_takes_an_invocation_off(
+    client: httpx.AsyncClient, engine: fusee.Engine
+) -> None:
+    key = _key("queue")
+    r = await client.post(f"/v1/objects/counter/{key}/send/approve", json={})
+    assert r.status_code == 202, r.text
+    held = r.json()["seq"]
+    r = await client.post(f"/v1/objects/counter/{key}/send/add", json={"n": 1})
+    queued = r.json()["seq"]
+    assert queued > held
+    await wait_running(engine, key, held)
+
+    shown = (await client.get(f"/v1/objects/counter/{key}")).json()
+    assert shown["running"]["seq"] == held
+    assert shown["running"]["handler"] == "approve"
+    assert shown["running"]["running_since"] > 0
+    assert [(w["seq"], w["handler"]) for w in shown["waiting"]] == [(queued, "add")]
+
+    r = await client.post(f"/v1/objects/counter/{key}/cancel", json={"seq": queued})
+    assert (r.status_code, r.json()) == (202, {"seq": queued, "reason": "cancelled over HTTP"})
+    r = await client.post(f"/v1/objects/counter/{key}/cancel", json={"reason": "enough"})
+    assert (r.status_code, r.json()) == (202, {"seq": held, "reason": "enough"})
+    obj = engine.object("counter", key)
+    with pytest.raises(fusee.HandlerCancelled, match="enough"):
+        await obj.result(held, timeout="15s")
+    with pytest.raises(fusee.HandlerCancelled):
+        await obj.result(queued, timeout="15s")
+    assert await obj.state() == {}  # neither changed anything
+
+    r = await client.post(f"/v1/objects/counter/{key}/cancel")
+    assert "nothing queued" in assert_error(r, 409, "NothingToCancel")["message"]
+    for body in ({"seq": 0}, {"seq": "1"}, {"reason": 3}, {"what": 1}, [1]):
+        r = await client.post(f"/v1/objects/counter/{key}/cancel", json=body)
+        assert_error(r, 400, "InvalidArgument")
+
+
+# -- editing ----------------------------------------------------------------------------
+
+
+async def test_patch_and_delete_the_state(client: httpx.AsyncClient, engine: fusee.Engine) -> None:
+    key = _key("edit")
+    url = f"/v1/objects/counter/{key}/state"
+    await client.post(f"/v1/objects/counter/{key}/call/add", json={"client": "h", "n": 1})
+
+    r = await client.patch(url, json={"set": {"count": 10, "tags": ["x"]}, "delete": ["seen"]})
+    assert (r.status_code, r.json()) == (200, {"count": 10, "tags": ["x"]})
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", json={})
+    assert r.json() == {"result": 11}  # handlers see the edit
+
+    r = await client.patch(url, json={"state": {"only": True}})
+    assert (r.status_code, r.json()) == (200, {"only": True})
+    r = await client.patch(url, json={"clear": True, "set": {"fresh": 1}})
+    assert r.json() == {"fresh": 1}
+
+    r = await client.delete(url)
+    assert (r.status_code, r.json()) == (200, {})
+    assert await engine.object("counter", key).state() == {}
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b'{"set": {"a": 1}', "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'{"set": [1]}', "'set' must be a JSON object"),
+        (b'{"delete": "count"}', "'delete' must be a list"),
+        (b'{"state": {"a": 1}, "set": {"b": 2}}', "send it without"),
+        (b'{"clear": "yes"}', "'clear' must be true or false"),
+        (b'{"sett": {"a": 1}}', "unknown edit field"),
+        (b"{}", "an edit needs"),
+        (b"", "must be a JSON object"),
+    ],
+)
+async def test_a_bad_edit_is_400_and_changes_nothing(
+    client: httpx.AsyncClient, engine: fusee.Engine, body: bytes, says: str
+) -> None:
+    key = _key("bad-edit")
+    await client.post(f"/v1/objects/counter/{key}/call/add", json={"client": "h", "n": 1})
+    before = await engine.object("counter", key).show()
+    r = await client.patch(f"/v1/objects/counter/{key}/state", content=body)
+    assert says in assert_error(r, 400, "InvalidArgument")["message"]
+    after = await engine.object("counter", key).show()
+    assert after.state == before.state == {"count": 1, "seen": ["h:1"]}
+    assert after.last == before.last  # nothing ran
+    assert after.waiting == []  # nothing was queued
+
+
+# -- calls ------------------------------------------------------------------------------
+
+
+async def test_a_failing_handler_unknown_handler_and_timeout(
+    client: httpx.AsyncClient, engine: fusee.Engine
+) -> None:
+    key = _key("fail")
+    await client.post(f"/v1/objects/counter/{key}/call/add", json={"client": "h", "n": 1})
+
+    r = await client.post(f"/v1/objects/counter/{key}/call/fail", json={"message": "boom"})
+    error = assert_error(r, 500, "HandlerFailed")
+    assert error == {
+        "type": "HandlerFailed",
+        "message": "boom",
+        "status": 500,
+        "error_type": "ValueError",
+        "handler": "fail",
+    }
+    r = await client.get(f"/v1/objects/counter/{key}/state")
+    assert r.json() == {"count": 1, "seen": ["h:1"]}  # the failed handler changed nothing
+
+    r = await client.post(f"/v1/objects/counter/{key}/call/nosuch")
+    error = assert_error(r, 404, "UnknownHandler")
+    assert "no handler 'nosuch'" in error["message"]
+
+    started = time.monotonic()
+    r = await client.post(f"/v1/objects/counter/{key}/call/approve?timeout=300ms", json={})
+    assert "stays queued or running" in assert_error(r, 504, "Timeout")["message"]
+    assert time.monotonic() - started < 5
+    # the invocation went on: cancel it, and the call of it answers 409
+    shown = (await client.get(f"/v1/objects/counter/{key}")).json()
+    pending = (shown["running"] or shown["waiting"][0])["seq"]
+    async with anyio.create_task_group() as tg:
+        answers: list[httpx.Response] = []
+
+        async def call_again() -> None:
+            answers.append(await client.post(f"/v1/objects/counter/{key}/call/approve", json={}))
+
+        tg.start_soon(call_again)
+        await wait_running(engine, key, pending)
+        await client.post(f"/v1/objects/counter/{key}/cancel", json={"seq": pending})
+        await wait_running(engine, key, pending + 2)  # the second approve (after the cancel)
+        await client.post(f"/v1/objects/counter/{key}/cancel", json={"reason": "stop"})
+    error = assert_error(answers[0], 409, "HandlerCancelled")
+    assert (error["message"], error["error_type"]) == ("stop", "fusee.Cancelled")
+
+
+async def test_idempotency_key_runs_a_call_once(client: httpx.AsyncClient) -> None:
+    key = _key("once")
+    url = f"/v1/objects/counter/{key}/call/add"
+    headers = {"Idempotency-Key": "order-1"}
+    first = await client.post(url, json={"n": 1}, headers=headers)
+    again = await client.post(url, json={"n": 1}, headers=headers)
+    assert first.json() == again.json() == {"result": 1}
+    r = await client.post(f"/v1/objects/counter/{key}/send/add", json={}, headers=headers)
+    assert r.status_code == 202
+    r = await client.post(url, json={"n": 2})
+    assert r.json() == {"result": 2}  # the retries did not run again
+
+
+async def test_bad_names_and_bodies(client: httpx.AsyncClient) -> None:
+    key = _key("bad")
+    r = await client.get("/v1/objects/bad%09type/k/state")
+    assert "invalid object type" in assert_error(r, 400, "InvalidId")["message"]
+    r = await client.get("/v1/objects/counter/a%01b")
+    assert_error(r, 400, "InvalidId")
+    r = await client.get("/v1/objects/%40counter")
+    assert_error(r, 400, "InvalidId")
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", content=b"{nope")
+    assert "the input is not valid JSON" in assert_error(r, 400, "InvalidArgument")["message"]
+    r = await client.post(f"/v1/objects/counter/{key}/call/add?timeout=10m", json={})
+    assert_error(r, 400, "InvalidArgument")
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", headers={"Idempotency-Key": ""})
+    assert_error(r, 400, "InvalidId")
+    r = await client.put(f"/v1/objects/counter/{key}/state")
+    allowed = assert_error(r, 405, "MethodNotAllowed")["message"].split("allowed: ", 1)[1]
+    assert {"GET", "PATCH", "DELETE"} <= set(allowed.rstrip(")").split(", "))
+    r = await client.get(f"/v1/objects/counter/{key}/state")
+    assert r.json() == {}  # none of the above ran anything
+
+
+async def test_openapi_documents_the_object_routes(client: httpx.AsyncClient) -> None:
+    doc = (await client.get("/openapi.json")).json()
+    paths = doc["paths"]
+    assert set(paths["/v1/objects/{type}/{key}/state"]) == {"get", "patch", "delete"}
+    for path in (
+        "/v1/objects/{type}",
+        "/v1/objects/{type}/{key}",
+        "/v1/objects/{type}/{key}/state",
+        "/v1/objects/{type}/{key}/call/{handler}",
+        "/v1/objects/{type}/{key}/send/{handler}",
+        "/v1/objects/{type}/{key}/cancel",
+    ):
+        assert path in paths
+        for op in paths[path].values():
+            assert op["responses"], path
+            declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            assert declared == set(path.replace("}", "{").split("{")[1::2]), path
+    call = paths["/v1/objects/{type}/{key}/call/{handler}"]["post"]
+    assert {"200", "404", "409", "500", "504"} <= set(call["responses"])
+    schemas = doc["components"]["schemas"]
+    for name in ("ObjectInfo", "ObjectEdit", "ObjectKeys", "CallResult"):
+        assert name in schemas
