@@ -1,0 +1,77 @@
+"""A keyed counter for the object chaos test (``tests/chaos/test_object_chaos.py``).
+
+``add`` reads ``count``, runs one step (where a kill lands mid-handler), then writes
+``count + 1`` and appends the call's ID to ``seen``. The step logs each execution, with
+its ``s.key`` and the worker's PID, at its start and at its end, one O_APPEND line each,
+so the test can tell which executions a kill cut short and whether a step that was
+journaled ran again. The step returns its key and PID: the journal then says which
+execution's result it kept.
+
+The window between an invocation's ``obj.done`` commit and the KV projection of the
+state is widened here (a log line, then a short sleep before each write of the
+projection) so that the test can SIGKILL a worker inside it on purpose, not only by
+luck. How each activation of an object ends is logged too (``test.object_left``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import anyio
+import structlog
+
+import fusee
+from fusee.actors.object_actor import ObjectActor
+from tests.workers.effects import record_line
+
+log = structlog.get_logger("fusee")
+
+PROJECTION_DELAY = 0.05  # seconds between the obj.done commit and the KV projection
+
+
+async def add(ctx: Any, arg: dict[str, Any]) -> dict[str, Any]:
+    count = ctx.state.get("count", 0)
+
+    async def work(s: fusee.StepInfo) -> dict[str, Any]:
+        pid = os.getpid()
+        record_line(arg["log"], f"start {s.key} {arg['id']} {pid} {time.time():.6f}")
+        await anyio.sleep(arg["delay"])
+        record_line(arg["log"], f"end {s.key} {arg['id']} {pid} {time.time():.6f}")
+        return {"key": s.key, "pid": pid}
+
+    step = await ctx.step("work", work)
+    ctx.state.set("count", count + 1)
+    seen = ctx.state.get("seen") or []
+    seen.append(arg["id"])
+    ctx.state.set("seen", seen)
+    return {"count": count + 1, "id": arg["id"], "step": step["key"]}
+
+
+counters = fusee.object("counter", {"add": add}, timeout="60s")
+
+
+_put = ObjectActor._put
+
+
+async def _slow_put(self: ObjectActor, data: bytes, seq: int, cursor: int) -> None:
+    log.info("test.projecting", cursor=cursor, journal_seq=seq)
+    await anyio.sleep(PROJECTION_DELAY)
+    await _put(self, data, seq, cursor)
+
+
+ObjectActor._put = _slow_put  # type: ignore[method-assign]
+
+
+_run = ObjectActor.run
+
+
+async def _run_logged(self: ObjectActor) -> Any:
+    outcome = await _run(self)
+    # how the object's activation ended (``idle``: nothing queued for park_after)
+    log.info("test.object_left", object=self.object_type, key=self.key, outcome=outcome)
+    return outcome
+
+
+ObjectActor.run = _run_logged  # type: ignore[method-assign]
