@@ -24,6 +24,7 @@ bench: $(VENV)
 	$(PY) -m bench
 	$(PY) -m bench.streams
 	$(PY) -m bench.step_cpu
+	$(PY) -m bench.objects
 
 venv: $(VENV)
 

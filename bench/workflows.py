@@ -28,3 +28,13 @@ async def slow_step(ctx: fusee.Context, seconds: float) -> str:
 @fusee.workflow("bench.wait")
 async def wait_for_go(ctx: fusee.Context, _arg: None) -> str:
     return str(await ctx.wait_for("go"))
+
+
+async def _increment(ctx: fusee.Context) -> int:
+    count: int = ctx.state.get("count", 0) + 1
+    ctx.state.set("count", count)
+    return count
+
+
+# bench.objects: one counter per key, each call adds 1 to its state
+counter = fusee.object("bench_counter", {"incr": _increment})
