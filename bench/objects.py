@@ -11,10 +11,11 @@ share one event loop and one core.
   the inbox publish, the active-marker Direct Get, the fenced journal append
   (``obj.done``), the compare-and-set KV put of the state; p50 of each, their sum (the
   floor of one call: the best a sequential caller could do with this design) and p50 of
-  a plain fsync'd publish. The actor's batched Direct Get of its inbox is timed too but
-  left out of that sum; ``path_ms`` is what lies between call and reply one after
-  another as the actor works now (inbox publish, inbox read, journal append: the
-  marker check overlaps the wait for the reply and the KV put follows the reply).
+  a plain fsync'd publish. A batched Direct Get of the inbox is timed too but left out
+  of that sum. ``path_ms`` is what must happen one after another between call and
+  reply, the floor W4 is compared with: the inbox publish and the journal append (the
+  worker's inbox consumer hands the actor the message, the marker check is skipped
+  while the object answered the engine moments ago, and the KV put follows the reply).
 - ``floor_parallel``: the same four operations, ``--keys`` chains at once: the most
   calls/s the server could take for the concurrent figure.
 - ``w4``: ``--calls`` sequential ``call``s to one key from one client, each adding 1 to a
@@ -151,8 +152,9 @@ async def floor(url: str, n: int, keys: int, per_key: int) -> dict[str, float]:
         p50 = {op: round(statistics.median(v), 3) for op, v in lat.items()}
         call_ms = round(sum(p50[op] for op in Floor.OPS), 3)
         # what must happen one after another before the reply, as the actor runs now:
-        # the caller's marker check overlaps the wait, the KV put follows the reply
-        path_ms = round(p50["inbox_publish"] + p50["inbox_read"] + p50["journal_append"], 3)
+        # the inbox message is handed over by the worker's consumer, the marker check
+        # is skipped or overlaps the wait, the KV put follows the reply
+        path_ms = round(p50["inbox_publish"] + p50["journal_append"], 3)
         # one plain fsync'd publish, alone
         plain = []
         for i in range(n):
@@ -181,7 +183,12 @@ async def floor(url: str, n: int, keys: int, per_key: int) -> dict[str, float]:
         emit("floor_parallel", keys=keys, per_key=per_key, calls_per_s=round(parallel))
     finally:
         await f.close()
-    return {"call_ms": call_ms, "publish_ms": publish_ms, "parallel": parallel}
+    return {
+        "call_ms": call_ms,
+        "path_ms": path_ms,
+        "publish_ms": publish_ms,
+        "parallel": parallel,
+    }
 
 
 async def w4(url: str, fl: dict[str, float], calls: int, warmup: int) -> None:
@@ -215,10 +222,10 @@ async def w4(url: str, fl: dict[str, float], calls: int, warmup: int) -> None:
         p99_ms=pct(lat, 0.99),
         counter=state.get("count"),
         counter_ok=True,
-        floor_call_ms=fl["call_ms"],
-        floor_calls_per_s=round(1000 / fl["call_ms"]),
-        ratio_to_floor=round(rate / (1000 / fl["call_ms"]), 2),
-        ratio_p50_to_floor=round(p50 / fl["call_ms"], 2),
+        floor_path_ms=fl["path_ms"],
+        floor_calls_per_s=round(1000 / fl["path_ms"]),
+        ratio_to_floor=round(rate / (1000 / fl["path_ms"]), 2),
+        ratio_p50_to_floor=round(p50 / fl["path_ms"], 2),
         ratio_p50_to_publish=round(p50 / fl["publish_ms"], 2),
         goal_calls_per_s=1000,
     )
@@ -280,15 +287,15 @@ def table() -> None:
         goal = ""
         if name == "floor":
             fig = (
-                f"publish p50 {row['publish_p50_ms']} ms; one call >= {row['call_ms']} ms "
-                f"= {row['calls_per_s']} calls/s (path {row['path_ms']} ms)"
+                f"publish p50 {row['publish_p50_ms']} ms; path {row['path_ms']} ms = "
+                f"{row['path_calls_per_s']} calls/s (all writes {row['call_ms']} ms)"
             )
         elif name == "floor_parallel":
             fig = f"{row['calls_per_s']} calls/s ({row['keys']} keys at once)"
         elif name == "w4":
             fig = (
-                f"{row['calls_per_s']} calls/s = {row['ratio_to_floor']}x floor, "
-                f"p50 {row['p50_ms']} ms = {row['ratio_p50_to_floor']}x floor"
+                f"{row['calls_per_s']} calls/s = {row['ratio_to_floor']}x path floor, "
+                f"p50 {row['p50_ms']} ms = {row['ratio_p50_to_floor']}x path"
             )
             goal = ">= 1000 calls/s"
         else:

@@ -189,6 +189,7 @@ class Engine:
         # per object (eid): the journal sequence of the last invocation this engine was
         # answered for; its reads of that object's state reflect at least that much
         self._objects_seen: dict[str, int] = {}
+        self._objects_answered: dict[str, float] = {}  # eid: when (monotonic) it last replied
 
     def _replies(self) -> Replies:
         if self._reply_box is None:

@@ -43,6 +43,10 @@ __all__ = ("ObjectKey", "ObjectInfo", "QueuedInvocation", "Replies")
 
 DurationLike = str | float | int
 
+# An object that answered this long ago still has its active marker: its actor lets it
+# go only after a second with nothing to do (``RunActor.park_after``).
+STILL_ACTIVE = 0.5
+
 
 class Replies:
     """One subscription per engine for the replies its callers wait on."""
@@ -259,7 +263,13 @@ class ObjectKey:
         """The reply for invocation ``seq``: from core NATS, else from the journal."""
         # The object may have gone idle (no active marker): give it one, while the
         # reply is awaited. The worker's inbox consumer has seen the message already;
-        # the marker covers a worker that was down, and a new owner.
+        # the marker covers a worker that was down, and a new owner. Not needed when
+        # this engine was answered by the object moments ago: an actor keeps its marker
+        # until it has been idle for a second, and reads its inbox again after letting
+        # it go. (The fallback after a second without a reply ensures it anyway.)
+        answered = self.engine._objects_answered.get(self.eid)
+        if answered is not None and time.monotonic() - answered < STILL_ACTIVE:
+            return await self._await_outcome(seq, subject, duplicate, deadline)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.engine.store.ensure_active, self._partition, self.eid)
             return await self._await_outcome(seq, subject, duplicate, deadline)
@@ -308,7 +318,8 @@ class ObjectKey:
         at = body.get("at")
         if isinstance(at, int):
             seen = self.engine._objects_seen
-            seen[self.eid] = max(at, seen.get(self.eid, 0))
+            _remember(seen, self.eid, max(at, seen.get(self.eid, 0)))
+            _remember(self.engine._objects_answered, self.eid, time.monotonic())
 
     def _result(self, handler: str, body: dict[str, Any], type: Any) -> Any:  # noqa: A002
         if "error_type" in body:
@@ -502,6 +513,16 @@ class ObjectKey:
             if entry.seq in cancelled:
                 entry.cancelling = True
         return info
+
+
+REMEMBERED = 10_000  # objects an engine keeps the last answer of (oldest go first)
+
+
+def _remember(table: dict[str, Any], eid: str, value: Any) -> None:
+    table.pop(eid, None)  # to the end: the oldest answered is first
+    table[eid] = value
+    if len(table) > REMEMBERED:
+        del table[next(iter(table))]
 
 
 def _stamp(value: str | None) -> float | None:

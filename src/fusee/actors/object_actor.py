@@ -85,6 +85,8 @@ class ObjectActor(RunActor):
         self._background: anyio.abc.TaskGroup | None = None
         self._projecting: anyio.Event | None = None  # set once the put in flight is done
         self._projection_error: BaseException | None = None
+        self._reading = anyio.Lock()
+        self._queue_changed = anyio.Event()  # set when an invocation or a cancel is read
 
     # -- activation -------------------------------------------------------------------
 
@@ -138,6 +140,7 @@ class ObjectActor(RunActor):
                     log.error("object.paused", reason=str(gap))
                     return "paused"
                 self.inbox_seen, self.queue, self.inbox, self.cancels = self.cursor, [], [], {}
+                self._push_ok = False  # read from the cursor again, from the server
                 self.cancel_reason = None
                 try:
                     await self._catch_up()
@@ -166,37 +169,53 @@ class ObjectActor(RunActor):
     # -- the queue --------------------------------------------------------------------
 
     async def _serve(self) -> Outcome:
-        # The projection is written in the background (see _project_later): the reply
-        # goes out once obj.done landed. Leaving (idle, parked, evicted) waits for it.
+        # Two helpers live as long as this activation: the inbox watcher (the only
+        # reader of the inbox once the first read is done: it queues invocations, hands
+        # the running one its signals and cancels) and the projection writes (see
+        # _project_later: the reply goes out once obj.done landed). Leaving (idle,
+        # parked, evicted) waits for the writes.
         escaped: BaseException | None = None
         outcome: Outcome = "idle"
         async with anyio.create_task_group() as background:
             self._background = background
             try:
+                await self._read_inbox()
+                background.start_soon(self._watch)
                 outcome = await self._serve_queue()
             except BaseException as exc:  # noqa: BLE001 - re-raised below, ungrouped
                 escaped = exc  # (Parked, Evicted, Fenced: the worker tells them apart)
             finally:
                 self._background = None
+                background.cancel_scope.cancel()  # the watcher; the writes are shielded
         self._raise_projection_error()
         if escaped is not None:
             raise escaped
         return outcome
 
+    async def _watch(self) -> None:
+        """Read the inbox each time the worker says it has news (its inbox consumer saw
+        a message, or a wake hint came): a cancel of the running invocation cancels it."""
+        while True:
+            assert self.woken is not None
+            await self.woken.wait()
+            self.woken = anyio.Event()
+            if await self._read_inbox():
+                for info in list(self.running_steps):
+                    info.signal.set()  # told first, so its cleanup knows why it stops
+                if self._workflow_scope is not None:
+                    self._workflow_scope.cancel()
+
     async def _serve_queue(self) -> Outcome:
         while True:
-            await self._read_inbox()
             invocation = self._next()
             if invocation is None:
                 if self.evict_requested():
                     raise Evicted
-                assert self.woken is not None
-                woken = self.woken
+                changed = self._queue_changed
                 with anyio.move_on_after(self.park_after) as idle:
-                    await woken.wait()
+                    await changed.wait()
                 if idle.cancelled_caught:
                     return "idle"
-                self.woken = anyio.Event()
                 continue
             obj = self.registry.get_object(self.object_type)
             if obj is None and invocation.handler != EDIT:
@@ -236,9 +255,14 @@ class ObjectActor(RunActor):
     async def _read_inbox(self) -> bool:
         """Sort what arrived: invocations queue up, a cancel marks its target (True when
         that is the running invocation), the rest is for the running invocation's waits."""
+        async with self._reading:  # the first read and the watcher's never interleave
+            return await self._read_inbox_once()
+
+    async def _read_inbox_once(self) -> bool:
         running = self.history.invocation if self.history.done is None else None
         cancel_running = False
-        for msg in await self.store.read_inbox(self.partition, self.eid, self.inbox_seen):
+        queued = False
+        for msg in await self._fetch_inbox():
             self.inbox_seen = msg.seq
             try:
                 body = msgspec.json.decode(msg.data)
@@ -250,6 +274,7 @@ class ObjectActor(RunActor):
             kind = body.get("kind")
             if kind == "invoke":
                 self.queue.append((msg.seq, body))
+                queued = True
             elif kind == "cancel":
                 target = body.get("target")
                 reason = str(body.get("reason") or "cancelled")
@@ -269,11 +294,15 @@ class ObjectActor(RunActor):
                         cancel_running = True
                 elif isinstance(target, int) and target > self.cursor:
                     self.cancels[target] = reason
+                    queued = True
             else:
                 self.inbox.append((msg.seq, body))
                 if self.inbox_changed is not None:
                     self.inbox_changed.set()
                     self.inbox_changed = anyio.Event()
+        if queued:
+            self._queue_changed.set()
+            self._queue_changed = anyio.Event()
         return cancel_running
 
     # -- one invocation ---------------------------------------------------------------
@@ -364,23 +393,12 @@ class ObjectActor(RunActor):
     async def _run(
         self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation
     ) -> dict[str, Any]:
-        """Run the handler under its timeout, with the inbox watched for a cancel."""
+        """Run the handler under its timeout (the watcher cancels it on a cancel)."""
         timeout = inv.timeout
         deadline = float("inf")
         if timeout is not None:
             deadline = anyio.current_time() + max(0.0, inv.started_at + timeout - self.clock())
-        escaped: BaseException | None = None
-        fields: dict[str, Any] = {}
-        async with anyio.create_task_group() as watch:
-            watch.start_soon(self._watch_inbox)
-            try:
-                fields = await self._call(handler, ctx, view, inv, deadline)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below, outside the group
-                escaped = exc
-            watch.cancel_scope.cancel()
-        if escaped is not None:
-            raise escaped
-        return fields
+        return await self._call(handler, ctx, view, inv, deadline)
 
     async def _call(
         self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation, deadline: float

@@ -148,7 +148,9 @@ class ClusterStore(RunStore, Protocol):
         ...
 
     async def subscribe_inbox(
-        self, handler: Callable[[int, str], Awaitable[None]]
+        self, handler: Callable[[int, str, Stored | None], Awaitable[None]]
     ) -> Callable[[], Awaitable[None]]:
-        """``handler(partition, eid)`` for every message stored in any run's inbox."""
+        """``handler(partition, eid, msg)`` for every message stored in any run's inbox
+        from now on, in stream order (``msg`` None for a timer's schedule, which is on a
+        subject of its own)."""
         ...

@@ -24,7 +24,7 @@ from fusee.actors.context import (
     error_type_name,
     may_park,
 )
-from fusee.actors.ports import RunStore
+from fusee.actors.ports import RunStore, Stored
 from fusee.actors.registry import Registry
 from fusee.errors import (
     DeterminismError,
@@ -106,6 +106,12 @@ class RunActor:
         # signals at or below this inbox sequence are not for the running code (an
         # object's invocation takes those sent after it was queued)
         self.signal_floor = 0
+        # Inbox messages the worker's inbox consumer handed over (``pushes``: set by a
+        # worker that hands over every message of this inbox from before the first
+        # read on), so a read needs no round trip to the server.
+        self.pushes = False
+        self._pushed: list[Stored] = []
+        self._push_ok = False  # a read covered what came before the pushes began
 
     # -- the commit ---------------------------------------------------------------
 
@@ -475,9 +481,32 @@ class RunActor:
                     self._workflow_scope.cancel()
                 return
 
+    def push(self, msg: Stored) -> None:
+        """A message stored in this actor's inbox, handed over by the worker."""
+        if self.pushes:
+            self._pushed.append(msg)
+
+    def push_lost(self) -> None:
+        """The worker missed a message of some inbox: the next read asks the server."""
+        self._push_ok = False
+
+    async def _fetch_inbox(self) -> list[Stored]:
+        """The inbox messages above ``inbox_seen``: those handed over, once a read from
+        the server covered everything before them; else read from the server."""
+        if self._push_ok:
+            taken = [m for m in self._pushed if m.seq > self.inbox_seen]
+            self._pushed = []
+            return taken
+        read = list(await self.store.read_inbox(self.partition, self.eid, self.inbox_seen))
+        last = read[-1].seq if read else self.inbox_seen
+        # handed over meanwhile, and not in the read: kept for the next one
+        self._pushed = [m for m in self._pushed if m.seq > last]
+        self._push_ok = self.pushes
+        return read
+
     async def _read_inbox(self) -> bool:
         """Read what arrived in the run's inbox; True when it asks to cancel the run."""
-        for msg in await self.store.read_inbox(self.partition, self.eid, self.inbox_seen):
+        for msg in await self._fetch_inbox():
             self.inbox_seen = msg.seq
             try:
                 body = msgspec.json.decode(msg.data)

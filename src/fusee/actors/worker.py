@@ -27,7 +27,7 @@ import anyio.abc
 import structlog
 
 from fusee.actors.object_actor import ObjectActor
-from fusee.actors.ports import ClusterStore, SubjectLayout
+from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
 from fusee.actors.run_actor import RunActor
 from fusee.actors.shared import serve_shared_call
@@ -82,10 +82,14 @@ class _Slot:
     done: anyio.Event = field(default_factory=anyio.Event)
     actor: RunActor | None = None
 
-    def poke(self) -> None:
-        """The run's inbox may hold something new: its actor re-reads it."""
-        if self.actor is not None and self.actor.woken is not None:
-            self.actor.woken.set()
+    def poke(self, msg: Stored | None = None) -> None:
+        """The run's inbox may hold something new (``msg``, when the inbox consumer
+        delivered it): its actor reads it."""
+        if self.actor is not None:
+            if msg is not None:
+                self.actor.push(msg)
+            if self.actor.woken is not None:
+                self.actor.woken.set()
 
 
 class Worker:
@@ -119,7 +123,9 @@ class Worker:
         self._actors_closed = anyio.Event()
         self._last_verify = 0.0
         self._verifications = 0
-        send, receive = anyio.create_memory_object_stream[tuple[int, str]](10_000)
+        send, receive = anyio.create_memory_object_stream[tuple[int, str, Stored | None]](
+            10_000
+        )
         self._wakes_in, self._wakes_out = send, receive
 
     # -- life cycle -------------------------------------------------------------------
@@ -359,7 +365,7 @@ class Worker:
         part = subject.rsplit(".", 1)[-1]
         if part.isdigit():
             try:
-                self._wakes_in.send_nowait((int(part), data.decode()))
+                self._wakes_in.send_nowait((int(part), data.decode(), None))
             except anyio.WouldBlock:
                 pass  # the next reconcile finds it
 
@@ -368,28 +374,35 @@ class Worker:
         if reply and self._tg is not None and not self._stopping:
             self._tg.start_soon(serve_shared_call, self.store, self.registry, data, reply)
 
-    async def _on_inbox(self, partition: int, eid: str) -> None:
-        # a message was stored in a run's inbox (a signal, a cancel, a fired timer)
+    async def _on_inbox(self, partition: int, eid: str, msg: Stored | None) -> None:
+        # a message was stored in a run's inbox (a signal, a cancel, a fired timer),
+        # handed to its actor with the poke (None: a timer's schedule, not a message)
         try:
-            self._wakes_in.send_nowait((partition, eid))
+            self._wakes_in.send_nowait((partition, eid, msg))
         except anyio.WouldBlock:
-            pass  # the run reads its inbox at its next activation
+            # the run reads its inbox at its next activation; a running actor may
+            # have missed this one, so every actor asks the server at its next read
+            for slot in self.actors.values():
+                if slot.actor is not None:
+                    slot.actor.push_lost()
 
     async def _wake_loop(self) -> None:
-        async for p, eid in self._wakes_out:
+        async for p, eid, msg in self._wakes_out:
             # a hint: something was sent to the run (a start, a cancel); a run this
             # worker could not run gets another look, since the message may end it
             self.unrunnable.discard(eid)
             self.parked.pop(eid, None)
-            self._ensure_actor(p, eid, poke=True)
+            self._ensure_actor(p, eid, poke=True, msg=msg)
 
-    def _ensure_actor(self, p: int, eid: str, *, poke: bool = False) -> None:
+    def _ensure_actor(
+        self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None
+    ) -> None:
         if self._stopping or p not in self.owned or eid in self.unrunnable or eid in self.parked:
             return
         running = self.actors.get(eid)
         if running is not None:
             if poke:
-                running.poke()
+                running.poke(msg)
             return
         slot = _Slot(p)
         self.actors[eid] = slot
@@ -419,6 +432,9 @@ class Worker:
                     actor: RunActor = ObjectActor(object_type=named[0], key=named[1], **common)
                 else:
                     actor = RunActor(**common)
+                # from here on the inbox consumer hands the actor its inbox messages
+                # (before its first read: what came earlier, that read finds)
+                actor.pushes = True
                 slot.actor = actor
                 outcome = await actor.run()
                 if outcome == "idle":

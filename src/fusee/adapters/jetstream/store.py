@@ -386,18 +386,26 @@ class NatsStore:
         )
 
     async def subscribe_inbox(
-        self, handler: Callable[[int, str], Awaitable[None]]
+        self, handler: Callable[[int, str, StoredMsg | None], Awaitable[None]]
     ) -> Callable[[], Awaitable[None]]:
-        """Call ``handler(partition, eid)`` for every message stored in any run's inbox
-        from now on (signals, cancels, fired timers): how a worker learns that a run it
-        evicted has something to read. An ordered consumer, headers only."""
+        """Call ``handler(partition, eid, msg)`` for every message stored in any run's
+        inbox from now on (signals, cancels, invocations, fired timers), in stream order:
+        how a worker learns that a run it evicted has something to read, and hands a
+        running actor its messages without a read. ``msg`` is None for a timer's
+        schedule (``<inbox>.t<pos>``), which is not an inbox message. An ordered
+        consumer: no gap, no duplicate, also across reconnects."""
         prefix = f"{self.layout.namespace}.in."
 
         async def on_msg(msg: Msg) -> None:
             part, _, rest = msg.subject[len(prefix) :].partition(".")
-            eid = rest.split(".", 1)[0]
-            if part.isdigit() and eid:
-                await handler(int(part), eid)
+            eid, dot, _ = rest.partition(".")
+            if not part.isdigit() or not eid:
+                return
+            stored = None
+            if not dot:
+                seq = msg.metadata.sequence.stream
+                stored = StoredMsg(seq, msg.subject, msg.data, dict(msg.headers or {}))
+            await handler(int(part), eid, stored)
 
         sub = await self.js.subscribe(
             f"{prefix}>",
@@ -405,7 +413,6 @@ class NatsStore:
             cb=on_msg,
             stream=self.layout.stream,
             deliver_policy=DeliverPolicy.NEW,
-            headers_only=True,
         )
 
         async def unsubscribe() -> None:

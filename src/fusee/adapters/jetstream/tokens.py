@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -340,6 +341,42 @@ class TokenStore:
             batch = PAGE
 
 
+class _DirectReplies:
+    """One reply subscription per connection for every batched Direct Get it makes
+    (``<inbox>.<n>`` per request): a subscribe and an unsubscribe per read cost two
+    protocol round trips' worth of work on every journal and inbox read."""
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.prefix = nc.new_inbox()
+        self.queues: dict[str, asyncio.Queue[Msg]] = {}
+        self.sub: Any = None
+        self.n = 0
+        self.lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        if self.sub is not None:
+            return
+        async with self.lock:
+            if self.sub is None:
+                self.sub = await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_msg)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        queue = self.queues.get(msg.subject)
+        if queue is not None:
+            queue.put_nowait(msg)
+
+    def new(self) -> tuple[str, asyncio.Queue[Msg]]:
+        self.n += 1
+        subject = f"{self.prefix}.{self.n}"
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self.queues[subject] = queue
+        return subject, queue
+
+
+_REPLIES: weakref.WeakKeyDictionary[Client, _DirectReplies] = weakref.WeakKeyDictionary()
+
+
 async def direct_page(
     nc: Client, api: str, subject: str, start: int, batch: int
 ) -> AsyncIterator[tuple[int, dict[str, str], bytes]]:
@@ -348,13 +385,11 @@ async def direct_page(
     sequence ``start``, as ``(sequence, headers, data)``, yielded as they arrive, ending
     on the server's EOB. Shared by the journal reads (``store.py``) and the token streams.
     """
-    queue: asyncio.Queue[Msg] = asyncio.Queue()
-
-    async def collect(msg: Msg) -> None:
-        queue.put_nowait(msg)
-
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, cb=collect)
+    replies = _REPLIES.get(nc)
+    if replies is None:
+        replies = _REPLIES[nc] = _DirectReplies(nc)
+    await replies.open()
+    inbox, queue = replies.new()
     try:
         request = {"seq": start, "next_by_subj": subject, "batch": batch}
         await nc.publish(api, json.dumps(request).encode(), reply=inbox)
@@ -373,8 +408,7 @@ async def direct_page(
                 return
             raise FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
     finally:
-        with contextlib.suppress(Exception):
-            await sub.unsubscribe()
+        replies.queues.pop(inbox, None)
 
 
 class TokenWriter:
