@@ -18,7 +18,7 @@ import fusee
 from fusee.runtime.objects import object_id
 from fusee.runtime.records import ObjectDone
 from tests.workers.objects import chats, counters
-from tests.workers.procs import Workers
+from tests.workers.procs import Workers, wait_until
 
 OBJECTS = Path(__file__).resolve().parent.parent / "workers" / "objects.py"
 
@@ -59,7 +59,7 @@ async def test_the_issue_example_chat(engine: fusee.Engine, worker_procs: Any) -
         entry = await engine.store.objects.get("chat.user-7")
         return bool(msgspec.json.decode(entry.value or b"") == {"history": history})
 
-    await _until(projected, "the projection to catch up", timeout=5)
+    await wait_until(projected, what="the projection to catch up", timeout=5)
     assert await engine.list_objects("chat") == [("user-7", {"history": history})]
 
 
@@ -140,7 +140,7 @@ async def test_show_lists_the_queue_and_cancel_takes_an_invocation_out(
         info = await counter.show()
         return info if info.running is not None else None
 
-    info = await _until(running, "the stall to show as running")
+    info = await wait_until(running, what="the stall to show as running", timeout=20)
     assert info.running is not None
     assert info.running.seq == holding
     assert info.running.handler == "stall"
@@ -167,7 +167,7 @@ async def test_cancel_stops_the_running_handler_and_drops_its_changes(
     counter = counters.key("cancel-running", engine=engine)
     log = tmp_path / "effects.log"
     holding = await counter.send("stall", {"seconds": 10, "log": str(log)})
-    await _until(lambda: log.exists(), "the stall step to start")
+    await wait_until(lambda: log.exists(), what="the stall step to start", timeout=20)
     await counter.cancel(reason="operator")
     with pytest.raises(fusee.HandlerCancelled, match="operator"):
         await counter.result(holding, timeout=20)
@@ -287,7 +287,7 @@ async def test_an_idle_object_lets_go_of_its_marker_and_comes_back_on_the_next_c
         active = await engine.store.list_active(set(range(engine.partitions)))
         return all(e != eid for _, e in active)
 
-    await _until(marker_gone, "the idle object's active marker to go", timeout=10)
+    await wait_until(marker_gone, what="the idle object's active marker to go", timeout=10)
     assert await counter.call("add", {}, timeout=20) == 2
 
 
@@ -348,18 +348,6 @@ async def test_state_that_is_not_json_fails_the_handler_and_keeps_the_state(
         assert await key.state() == {"fine": 2}
 
 
-async def _until(check: Any, what: str, timeout: float = 20.0) -> Any:
-    with anyio.move_on_after(timeout):
-        while True:
-            value = check()
-            if hasattr(value, "__await__"):
-                value = await value
-            if value:
-                return value
-            await anyio.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}")
-
-
 async def test_a_failed_invocation_runs_its_compensations_and_cancels_its_children(
     engine: fusee.Engine,
 ) -> None:
@@ -406,12 +394,12 @@ async def test_a_cancel_of_the_running_one_never_hits_a_later_invocation(
         info = await counter.show()
         return info.running is not None and info.running.seq == seq
 
-    await _until(lambda: running(first), "the first approval to run")
+    await wait_until(lambda: running(first), what="the first approval to run", timeout=20)
     assert await counter.cancel(reason="meant for the first") == first
     with pytest.raises(fusee.HandlerCancelled, match="meant for the first"):
         await counter.result(first, timeout=20)
     second = await counter.send("approve", {"timeout": "20s"})
-    await _until(lambda: running(second), "the second approval to run")
+    await wait_until(lambda: running(second), what="the second approval to run", timeout=20)
     info = await counter.show()
     assert info.running is not None
     assert not info.running.cancelling

@@ -200,10 +200,7 @@ class ObjectActor(RunActor):
             await self.woken.wait()
             self.woken = anyio.Event()
             if await self._read_inbox():
-                for info in list(self.running_steps):
-                    info.signal.set()  # told first, so its cleanup knows why it stops
-                if self._workflow_scope is not None:
-                    self._workflow_scope.cancel()
+                self.cancel_running()
 
     async def _serve_queue(self) -> Outcome:
         while True:

@@ -99,14 +99,7 @@ def _handler(name: str, fn: Any, *, shared: bool, timeout: float | None = None) 
         raise InvalidArgument(
             f"handler {name!r}: {getattr(fn, '__qualname__', fn)!r} must take (ctx) or (ctx, input)"
         )
-    input_type: Any = Any
-    if len(params) == 2:
-        try:
-            hints = get_type_hints(fn)
-        except Exception:  # noqa: BLE001 - unresolvable annotations: plain JSON
-            hints = {}
-        input_type = hints.get(params[1].name, Any)
-    return Handler(name, fn, shared, timeout, input_type, len(params) == 2)
+    return Handler(name, fn, shared, timeout, _input_type(fn, params), len(params) == 2)
 
 
 @dataclass(frozen=True)
@@ -204,6 +197,17 @@ class Registry:
         return sorted(self._by_name)
 
 
+def _input_type(fn: Callable[..., Any], params: list[inspect.Parameter]) -> Any:
+    """The annotation of ``fn``'s second parameter (its input), or ``Any``."""
+    if len(params) != 2:
+        return Any
+    try:
+        hints = get_type_hints(fn)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to plain JSON
+        hints = {}
+    return hints.get(params[1].name, Any)
+
+
 def _where(fn: Callable[..., Any]) -> str:
     code = getattr(fn, "__code__", None)
     if code is None:
@@ -234,14 +238,7 @@ def workflow(name: str) -> Callable[[Callable[..., Awaitable[R]]], Workflow[R]]:
             raise InvalidArgument(
                 f"workflow {checked!r}: {fn.__qualname__} must take (ctx) or (ctx, input)"
             )
-        input_type: Any = Any
-        if len(params) == 2:
-            try:
-                hints = get_type_hints(fn)
-            except Exception:  # noqa: BLE001 - unresolvable annotations: fall back to plain JSON
-                hints = {}
-            input_type = hints.get(params[1].name, Any)
-        wf = Workflow(checked, fn, input_type, len(params) == 2)
+        wf = Workflow(checked, fn, _input_type(fn, params), len(params) == 2)
         REGISTRY.add(wf)
         return wf
 

@@ -475,11 +475,16 @@ class RunActor:
             await self.woken.wait()
             self.woken = anyio.Event()
             if await self._read_inbox():
-                for info in list(self.running_steps):
-                    info.signal.set()  # told first, so its cleanup knows why it stops
-                if self._workflow_scope is not None:
-                    self._workflow_scope.cancel()
+                self.cancel_running()
                 return
+
+    def cancel_running(self) -> None:
+        """Stop the code where it is: each running step's ``s.signal`` is set first (so
+        its cleanup knows why it stops), then the workflow's scope is cancelled."""
+        for info in list(self.running_steps):
+            info.signal.set()
+        if self._workflow_scope is not None:
+            self._workflow_scope.cancel()
 
     def push(self, msg: Stored) -> None:
         """A message stored in this actor's inbox, handed over by the worker."""

@@ -123,9 +123,7 @@ class Worker:
         self._actors_closed = anyio.Event()
         self._last_verify = 0.0
         self._verifications = 0
-        send, receive = anyio.create_memory_object_stream[tuple[int, str, Stored | None]](
-            10_000
-        )
+        send, receive = anyio.create_memory_object_stream[tuple[int, str, Stored | None]](10_000)
         self._wakes_in, self._wakes_out = send, receive
 
     # -- life cycle -------------------------------------------------------------------
