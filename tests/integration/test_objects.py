@@ -275,20 +275,28 @@ async def test_a_handler_streams_a_model_call_and_starts_a_child(
     assert (await counter.state())["doubled"] == 42
 
 
-async def test_an_idle_object_lets_go_of_its_marker_and_comes_back_on_the_next_call(
+async def test_an_idle_object_keeps_an_expiring_marker_and_comes_back_on_the_next_call(
     engine: fusee.Engine, worker_procs: Any
 ) -> None:
     await _workers(worker_procs)
     counter = counters.key("idle", engine=engine)
     assert await counter.call("add", {}) == 1
-    eid = counter.eid
+    key = f"active.{counter._partition}.{counter.eid}"
 
-    async def marker_gone() -> bool:
-        active = await engine.store.list_active(set(range(engine.partitions)))
-        return all(e != eid for _, e in active)
+    async def marker() -> bytes | None:
+        try:
+            return (await engine.store.work.get(key)).value
+        except Exception:  # noqa: BLE001 - KeyNotFoundError: no marker
+            return None
 
-    await wait_until(marker_gone, what="the idle object's active marker to go", timeout=10)
+    async def idle_marker() -> bool:
+        return await marker() == b'{"idle":true}'
+
+    # idle for a second: its marker becomes one the server removes in 10 minutes
+    await wait_until(idle_marker, what="the object's idle marker", timeout=10)
     assert await counter.call("add", {}, timeout=20) == 2
+    assert await counter.send("add", {}) > 0  # the idle marker is made active again
+    assert await marker() == b"{}"
 
 
 async def test_bad_input_gets_clear_errors_and_changes_nothing(

@@ -45,6 +45,10 @@ class RunStore(Protocol):
 
     async def clear_active(self, partition: int, eid: str) -> None: ...
 
+    async def mark_idle(self, partition: int, eid: str, ttl: float) -> None:
+        """Replace the actor's active marker with one the server removes after ``ttl``."""
+        ...
+
     async def read_inbox(self, partition: int, eid: str, after: int = 0) -> Sequence[Stored]:
         """The messages others sent the run (``<ns>.in.<p>.<eid>``) above ``after``."""
         ...

@@ -40,6 +40,11 @@ __all__ = ("Worker", "WorkerConfig", "new_worker_id")
 log = structlog.get_logger("fusee")
 
 
+# How long an idle object's marker lasts: a worker that dies just as an object goes idle
+# leaves it to the next owner for this long (see Worker._actor_task).
+IDLE_MARKER_TTL = 600.0
+
+
 def new_worker_id() -> str:
     host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())[:24]
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -115,6 +120,7 @@ class Worker:
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
         self.parked: dict[str, int] = {}  # run eid -> partition, of runs that wait
+        self.idle: dict[str, int] = {}  # object eid -> partition, idle with an idle marker
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
@@ -304,6 +310,8 @@ class Worker:
         # come meanwhile, so they get a look again
         for eid in [e for e, part in self.parked.items() if part == p]:
             del self.parked[eid]
+        for eid in [e for e, part in self.idle.items() if part == p]:
+            del self.idle[eid]
         log.debug("partition.acquired", partition=p, previous=current[0] if current else None)
         await self._reconcile({p})
 
@@ -354,8 +362,13 @@ class Worker:
             await self._reconcile(set(self.owned), poke=self._verifications % 5 == 0)
 
     async def _reconcile(self, partitions: set[int], *, poke: bool = False) -> None:
-        for p, eid in await self.store.list_active(partitions):
+        listed = await self.store.list_active(partitions)
+        for p, eid in listed:
             self._ensure_actor(p, eid, poke=poke)
+        # idle objects whose marker expired: a message to them comes with a poke
+        marked = {eid for _, eid in listed}
+        for eid in [e for e, part in self.idle.items() if part in partitions and e not in marked]:
+            del self.idle[eid]
 
     # -- actors -----------------------------------------------------------------------
 
@@ -390,12 +403,19 @@ class Worker:
             # worker could not run gets another look, since the message may end it
             self.unrunnable.discard(eid)
             self.parked.pop(eid, None)
+            self.idle.pop(eid, None)
             self._ensure_actor(p, eid, poke=True, msg=msg)
 
     def _ensure_actor(
         self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None
     ) -> None:
-        if self._stopping or p not in self.owned or eid in self.unrunnable or eid in self.parked:
+        if (
+            self._stopping
+            or p not in self.owned
+            or eid in self.unrunnable
+            or eid in self.parked
+            or eid in self.idle
+        ):
             return
         running = self.actors.get(eid)
         if running is not None:
@@ -436,13 +456,17 @@ class Worker:
                 slot.actor = actor
                 outcome = await actor.run()
                 if outcome == "idle":
-                    # An object with nothing queued: its marker goes, then its inbox is
-                    # read once more, so an invocation queued meanwhile (whose caller saw
-                    # the marker still there) is not left without one.
-                    await self.store.clear_active(p, eid)
+                    # An object with nothing queued: its marker becomes an idle one the
+                    # server removes in IDLE_MARKER_TTL, then its inbox is read once
+                    # more, so an invocation queued meanwhile (whose caller saw the
+                    # marker still active) is found now, or, if this worker dies first,
+                    # by the next owner, which still sees the idle marker.
+                    await self.store.mark_idle(p, eid, IDLE_MARKER_TTL)
                     if await self.store.read_inbox(p, eid, actor.inbox_seen):
                         await self.store.mark_active(p, eid)
                         again = True
+                    else:
+                        self.idle[eid] = p
                 elif outcome == "unrunnable":
                     self.unrunnable.add(eid)
                 elif outcome == "parked":

@@ -49,6 +49,7 @@ EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 MSG_ID = "Nats-Msg-Id"
 KIND = "Fusee-Kind"
 JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
+IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
 
 WRONG_LAST_SEQUENCE = 10071
@@ -572,14 +573,26 @@ class NatsStore:
         return out
 
     async def ensure_active(self, partition: int, eid: str) -> None:
-        """Make sure the actor has its active marker (a caller that queued work for an
-        object that may have gone idle), then hint its owner."""
+        """Make sure the actor has an active marker (a caller that queued work for an
+        object that may have gone idle: no marker, or an idle one), then hint its owner."""
         try:
-            await self.work.get(Layout.active_key(partition, eid))
+            entry = await self.work.get(Layout.active_key(partition, eid))
         except nats.js.errors.KeyNotFoundError:
+            entry = None
+        if entry is None or entry.value == IDLE_MARKER:
             await self.mark_active(partition, eid)
             return
         await self.wake(partition, eid)
+
+    async def mark_idle(self, partition: int, eid: str, ttl: float) -> None:
+        """Replace the actor's active marker with an idle one that the server removes
+        after ``ttl`` seconds (a per-message TTL): until then a new owner still looks
+        at the actor, in case something came just as it went idle."""
+        subject = f"$KV.{self.layout.work_bucket}.{Layout.active_key(partition, eid)}"
+        await self._retrying(self._publish_ttl, subject, IDLE_MARKER, ttl)
+
+    async def _publish_ttl(self, subject: str, data: bytes, ttl: float) -> None:
+        await self.js.publish(subject, data, timeout=5.0, msg_ttl=ttl)
 
     # -- run index and active markers ------------------------------------------------
 
