@@ -18,7 +18,7 @@ import fusee
 from fusee.runtime.objects import object_id
 from fusee.runtime.records import ObjectDone
 from tests.workers.objects import chats, counters
-from tests.workers.procs import Workers, wait_until
+from tests.workers.procs import Workers, owners, start_balanced, wait_until
 
 OBJECTS = Path(__file__).resolve().parent.parent / "workers" / "objects.py"
 
@@ -415,3 +415,37 @@ async def test_a_cancel_of_the_running_one_never_hits_a_later_invocation(
     await counter.signal("approval", "yes")
     assert await counter.result(second, timeout=20) == "yes"
     assert await counter.cancel() is None  # nothing left to cancel
+
+
+async def test_a_frozen_owner_is_fenced_out_and_the_change_applies_once(
+    nats_server: Any, namespace: str, worker_procs: Any
+) -> None:
+    engine = await fusee.connect(nats_server.url, namespace=namespace, partitions=4)
+    try:
+        workers: Workers = worker_procs(partitions=4)
+        workers.module = OBJECTS
+        by_id = await start_balanced(workers, engine, 2)
+        counter = counters.key("zombie", engine=engine)
+        owner_id = (await owners(engine))[counter._partition]
+        zombie = by_id[owner_id]
+        seq = await counter.send("add", {"client": "z", "n": 0, "step_delay": 1.5})
+        await zombie.wait_for("step.started", object="counter", key="zombie", timeout=15)
+        zombie.freeze()
+        try:
+            # the other worker takes the partition over and runs the invocation again
+            assert await counter.result(seq, timeout=30) == 1
+        finally:
+            zombie.thaw()
+
+        def shut_out() -> list[dict[str, Any]]:
+            return zombie.find("actor.fenced") + zombie.find("partition.lost")
+
+        await wait_until(shut_out, timeout=15, what="the zombie to be shut out")
+        assert not zombie.find("invocation.completed", object="counter", key="zombie")
+        assert await counter.call("add", {"client": "z", "n": 1}, timeout=30) == 2
+        assert (await counter.state())["seen"] == ["z:0", "z:1"]
+        dones = await _dones(engine, "counter", "zombie")
+        assert [d.inbox_seq for d in dones][0] == seq
+        assert len(dones) == 2
+    finally:
+        await engine.close()
