@@ -52,3 +52,33 @@ async def test_run_survives_a_server_crash(
         assert worker.alive
     finally:
         await engine.close()
+
+
+async def test_objects_survive_a_server_crash(
+    nats_server_private: EmbeddedServer, namespace: str, worker_procs: Any
+) -> None:
+    """Invocations acknowledged before the crash all run, once each, in order."""
+    server = nats_server_private
+    engine = await fusee.connect(server.url, namespace=namespace, partitions=2)
+    try:
+        workers = worker_procs(url=server.url, partitions=2)
+        workers.module = Path(__file__).resolve().parent.parent / "workers" / "objects.py"
+        worker = await workers.start()
+        counter = engine.object("counter", "through-a-crash")
+        seqs = [
+            await counter.send("add", {"client": "c", "n": n, "step_delay": 0.2})
+            for n in range(6)
+        ]
+        await worker.wait_for("invocation.completed", key="through-a-crash", timeout=15)
+        port = server.port
+        server.kill()
+        await anyio.to_thread.run_sync(server.restart)
+        assert server.port == port
+
+        assert [await counter.result(s, timeout=30) for s in seqs] == [1, 2, 3, 4, 5, 6]
+        state = await counter.state()
+        assert state["count"] == 6
+        assert state["seen"] == [f"c:{n}" for n in range(6)]
+        assert worker.alive
+    finally:
+        await engine.close()
