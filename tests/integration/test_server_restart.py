@@ -66,8 +66,7 @@ async def test_objects_survive_a_server_crash(
         worker = await workers.start()
         counter = engine.object("counter", "through-a-crash")
         seqs = [
-            await counter.send("add", {"client": "c", "n": n, "step_delay": 0.2})
-            for n in range(6)
+            await counter.send("add", {"client": "c", "n": n, "step_delay": 0.2}) for n in range(6)
         ]
         await worker.wait_for("invocation.completed", key="through-a-crash", timeout=15)
         port = server.port
