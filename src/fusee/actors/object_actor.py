@@ -17,6 +17,7 @@ twice, because the projection is the whole state, not a delta.
 
 from __future__ import annotations
 
+import collections
 import inspect
 from typing import Any
 
@@ -74,7 +75,8 @@ class ObjectActor(RunActor):
         self.key = key
         self.state: State = {}
         self.cursor = 0  # inbox sequence of the last invocation that ended
-        self.queue: list[tuple[int, dict[str, Any]]] = []  # invocations read, not begun
+        # invocations read, not begun, in arrival order
+        self.queue: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
         self.cancels: dict[int, str] = {}  # a queued invocation's sequence: why it is off
         self.projected_seq = 0  # the journal record the KV projection was made at
         self.projection_rev = 0  # its KV revision (compare-and-set), 0: none
@@ -139,7 +141,8 @@ class ObjectActor(RunActor):
                 except JournalGap as gap:
                     log.error("object.paused", reason=str(gap))
                     return "paused"
-                self.inbox_seen, self.queue, self.inbox, self.cancels = self.cursor, [], [], {}
+                self.inbox_seen, self.inbox, self.cancels = self.cursor, [], {}
+                self.queue.clear()
                 self._push_ok = False  # read from the cursor again, from the server
                 self.cancel_reason = None
                 try:
@@ -231,7 +234,7 @@ class ObjectActor(RunActor):
         if history.invocation is not None and history.done is None:
             return history.invocation  # begun before a crash or an eviction: resume it
         while self.queue:
-            seq, body = self.queue.pop(0)
+            seq, body = self.queue.popleft()
             if seq <= self.cursor:
                 continue
             handler = body.get("handler")
