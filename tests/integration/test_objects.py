@@ -449,3 +449,18 @@ async def test_a_frozen_owner_is_fenced_out_and_the_change_applies_once(
         assert dones[0].inbox_seq == seq
     finally:
         await engine.close()
+
+
+async def test_state_written_by_hand_in_kv_is_rebuilt_from_the_journal(
+    engine: fusee.Engine, worker_procs: Any
+) -> None:
+    await _workers(worker_procs)
+    counter = counters.key("by-hand", engine=engine)
+    assert await counter.call("add", {}) == 1
+    # what `nats kv put <ns>_objects counter.by-hand '{"count": 99}'` would do
+    await engine.store.objects.put("counter.by-hand", b'{"count": 99, "extra": true}')
+    await anyio.sleep(1.5)  # the object goes idle; its next activation reads KV again
+    assert await engine.object("counter", "by-hand").call("add", {}, timeout=20) == 2
+    state = await counter.state()
+    assert state["count"] == 2
+    assert "extra" not in state  # the journal is the truth; edit state with objects edit

@@ -105,8 +105,9 @@ class ObjectActor(RunActor):
             data, anchor, revision = projection
             self.projection_rev = revision
             try:
-                self.state = decode_state(data)
-            except Exception:  # noqa: BLE001 - written by hand: rebuilt from the journal
+                # without its journal tag it was written by hand: rebuilt from the journal
+                self.state = decode_state(data) if anchor else {}
+            except Exception:  # noqa: BLE001 - unreadable: rebuilt from the journal too
                 log.warning("object.projection_unreadable", revision=revision)
                 anchor, self.state = 0, {}
             self.projected_seq = anchor
