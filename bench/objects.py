@@ -20,6 +20,8 @@ share one event loop and one core.
   calls/s the server could take for the concurrent figure.
 - ``w4``: ``--calls`` sequential ``call``s to one key from one client, each adding 1 to a
   counter in the object's state (warm-up calls excluded); the counter is checked.
+- ``w4_process``: the same with the worker in a process of its own, as in a deployment
+  (client, worker and server then share the 2 cores as 3 processes).
 - ``w4_keys``: ``--keys`` keys in parallel, each with ``--per-key`` sequential calls
   (``--keys`` calls in flight); every counter is checked.
 
@@ -29,7 +31,9 @@ Goal: W4 >= 1,000 calls/s (Restate 165, Temporal 55, DBOS 37-74 on this machine)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import statistics
 import tempfile
 import time
@@ -43,11 +47,13 @@ from nats.js.api import KeyValueConfig, StorageType
 
 import bench.workflows as wfs
 import fusee
+from bench.__main__ import _spawn_worker
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.adapters.jetstream.tokens import direct_page
 
 RESULTS: list[dict[str, Any]] = []
 WORKER = "in-process (engine.worker(), as W1/W2)"
+PROCESS_WORKER = "its own process (python -m bench.worker, as W5)"
 
 
 def emit(name: str, **fields: Any) -> None:
@@ -191,11 +197,21 @@ async def floor(url: str, n: int, keys: int, per_key: int) -> dict[str, float]:
     }
 
 
-async def w4(url: str, fl: dict[str, float], calls: int, warmup: int) -> None:
-    engine = await fusee.connect(url, namespace="w4")
+async def w4(
+    url: str, fl: dict[str, float], calls: int, warmup: int, *, separate: bool = False
+) -> None:
+    """W4; ``separate``: the worker in a process of its own (``python -m bench.worker``),
+    as in a deployment, instead of this one."""
+    namespace = "w4p" if separate else "w4"
+    engine = await fusee.connect(url, namespace=namespace)
     key = engine.object(wfs.counter, f"w4-{time.time_ns()}")
     lat = []
-    async with engine.worker():
+    process = None
+    async with contextlib.AsyncExitStack() as stack:
+        if separate:
+            process = await anyio.to_thread.run_sync(_spawn_worker, url, namespace)
+        else:
+            await stack.enter_async_context(engine.worker())
         for _ in range(warmup):  # the actor activates, the reply subscription opens
             await key.call("incr")
         t0 = time.perf_counter()
@@ -205,6 +221,9 @@ async def w4(url: str, fl: dict[str, float], calls: int, warmup: int) -> None:
             lat.append((time.perf_counter() - t) * 1000)
         elapsed = time.perf_counter() - t0
         state = await key.state()
+    if process is not None:
+        process.send_signal(signal.SIGTERM)
+        await anyio.to_thread.run_sync(process.wait)
     await engine.close()
     expected = warmup + calls
     if last != expected or state.get("count") != expected:
@@ -212,8 +231,8 @@ async def w4(url: str, fl: dict[str, float], calls: int, warmup: int) -> None:
     rate = calls / elapsed
     p50 = pct(lat, 0.5)
     emit(
-        "w4",
-        worker=WORKER,
+        "w4_process" if separate else "w4",
+        worker=PROCESS_WORKER if separate else WORKER,
         calls=calls,
         warmup=warmup,
         seconds=round(elapsed, 3),
@@ -292,7 +311,7 @@ def table() -> None:
             )
         elif name == "floor_parallel":
             fig = f"{row['calls_per_s']} calls/s ({row['keys']} keys at once)"
-        elif name == "w4":
+        elif name in ("w4", "w4_process"):
             fig = (
                 f"{row['calls_per_s']} calls/s = {row['ratio_to_floor']}x path floor, "
                 f"p50 {row['p50_ms']} ms = {row['ratio_p50_to_floor']}x path"
@@ -310,6 +329,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             fl = await floor(server.url, args.calls, args.keys, args.per_key)
             await w4(server.url, fl, args.calls, args.warmup)
+            await w4(server.url, fl, args.calls, args.warmup, separate=True)
             await w4_keys(server.url, fl, args.keys, args.per_key)
         finally:
             server.stop()
