@@ -263,18 +263,10 @@ class ObjectActor(RunActor):
         running = self.history.invocation if self.history.done is None else None
         cancel_running = False
         queued = False
-        for msg in await self._fetch_inbox():
-            self.inbox_seen = msg.seq
-            try:
-                body = msgspec.json.decode(msg.data)
-            except msgspec.DecodeError:
-                log.warning("inbox.unreadable", seq=msg.seq)
-                continue
-            if not isinstance(body, dict):
-                continue
+        for seq, body in await self._inbox_bodies():
             kind = body.get("kind")
             if kind == "invoke":
-                self.queue.append((msg.seq, body))
+                self.queue.append((seq, body))
                 queued = True
             elif kind == "cancel":
                 target = body.get("target")
@@ -283,7 +275,7 @@ class ObjectActor(RunActor):
                 if (
                     target is None
                     and running is not None
-                    and (self.running is running or 0 < self.history.invocation_at < msg.seq)
+                    and (self.running is running or 0 < self.history.invocation_at < seq)
                 ):
                     target = running.inbox_seq
                 if running is not None and target == running.inbox_seq:
@@ -297,7 +289,7 @@ class ObjectActor(RunActor):
                     self.cancels[target] = reason
                     queued = True
             else:
-                self.inbox.append((msg.seq, body))
+                self.inbox.append((seq, body))
                 if self.inbox_changed is not None:
                     self.inbox_changed.set()
                     self.inbox_changed = anyio.Event()

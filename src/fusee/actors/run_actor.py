@@ -509,26 +509,37 @@ class RunActor:
         self._push_ok = self.pushes
         return read
 
-    async def _read_inbox(self) -> bool:
-        """Read what arrived in the run's inbox; True when it asks to cancel the run."""
+    async def _inbox_bodies(self) -> list[tuple[int, dict[str, Any]]]:
+        """What arrived in the inbox since ``inbox_seen``, decoded: ``(seq, body)``
+        (a message that is not a JSON object is skipped, and logged)."""
+        out: list[tuple[int, dict[str, Any]]] = []
         for msg in await self._fetch_inbox():
             self.inbox_seen = msg.seq
             try:
                 body = msgspec.json.decode(msg.data)
             except msgspec.DecodeError:
+                body = None
+            if isinstance(body, dict):
+                out.append((msg.seq, body))
+            else:
                 log.warning("inbox.unreadable", seq=msg.seq)
-                continue
-            if not isinstance(body, dict):
-                continue
+        return out
+
+    async def _read_inbox(self) -> bool:
+        """Read what arrived in the run's inbox; True when it asks to cancel the run."""
+        cancel = False
+        for seq, body in await self._inbox_bodies():
             if body.get("kind") == "cancel":
-                self.cancel_reason = str(body.get("reason") or "cancelled")
-                log.info("run.cancelling", reason=self.cancel_reason)
-                return True
-            self.inbox.append((msg.seq, body))
+                if self.cancel_reason is None:
+                    self.cancel_reason = str(body.get("reason") or "cancelled")
+                    log.info("run.cancelling", reason=self.cancel_reason)
+                cancel = True
+                continue
+            self.inbox.append((seq, body))
             if self.inbox_changed is not None:
                 self.inbox_changed.set()
                 self.inbox_changed = anyio.Event()
-        return False
+        return cancel
 
     async def _end(self, record: AnyRecord) -> Outcome:
         if isinstance(record, RunContinued):
