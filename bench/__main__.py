@@ -161,7 +161,7 @@ async def w3(url: str, floor_ms: float, repeats: int = 50) -> None:
     )
 
 
-def _spawn_worker(url: str, ns: str) -> subprocess.Popen[str]:
+def spawn_worker(url: str, ns: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.worker", url, ns],
         stdout=subprocess.PIPE,
@@ -179,7 +179,7 @@ async def w5(url: str, floor_ms: float, repeats: int = 3, step_s: float = 2.0) -
     engine = await fusee.connect(url, namespace="w5")
     beyond = []
     for r in range(repeats):
-        first = _spawn_worker(url, "w5")
+        first = spawn_worker(url, "w5")
         run = await engine.start(wfs.slow_step, f"w5-{time.time_ns()}-{r}", step_s)
         # wait until the slow step is running (its predecessor is journaled)
         while len(await run.journal()) < 2:
@@ -188,7 +188,7 @@ async def w5(url: str, floor_ms: float, repeats: int = 3, step_s: float = 2.0) -
         first.send_signal(signal.SIGKILL)
         killed = time.perf_counter()
         first.wait()
-        second = await anyio.to_thread.run_sync(_spawn_worker, url, "w5")
+        second = await anyio.to_thread.run_sync(spawn_worker, url, "w5")
         await run.result(timeout=60)
         beyond.append(time.perf_counter() - killed - step_s)
         second.send_signal(signal.SIGTERM)
@@ -212,7 +212,7 @@ def _rss_mib(pid: int) -> float:
 
 
 async def memory(url: str, server_pid: int) -> None:
-    worker = _spawn_worker(url, "mem")
+    worker = spawn_worker(url, "mem")
     await anyio.sleep(3)
     server, proc = _rss_mib(server_pid), _rss_mib(worker.pid)
     worker.send_signal(signal.SIGTERM)

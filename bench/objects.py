@@ -47,7 +47,7 @@ from nats.js.api import KeyValueConfig, StorageType
 
 import bench.workflows as wfs
 import fusee
-from bench.__main__ import _spawn_worker
+from bench.__main__ import spawn_worker
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.adapters.jetstream.tokens import direct_page
 
@@ -209,7 +209,7 @@ async def w4(
     process = None
     async with contextlib.AsyncExitStack() as stack:
         if separate:
-            process = await anyio.to_thread.run_sync(_spawn_worker, url, namespace)
+            process = await anyio.to_thread.run_sync(spawn_worker, url, namespace)
         else:
             await stack.enter_async_context(engine.worker())
         for _ in range(warmup):  # the actor activates, the reply subscription opens

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
+from fusee.actors.object_state import current_state, read_object
 from fusee.actors.registry import ObjectType
-from fusee.actors.shared import current_state
 from fusee.adapters.jetstream.store import NobodyListens
 from fusee.errors import (
     HandlerCancelled,
@@ -30,7 +30,6 @@ from fusee.errors import (
 )
 from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.durations import parse_duration
-from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
 from fusee.runtime.objects import EDIT, edit_changes, object_id
 from fusee.runtime.records import ObjectDone, decode_record
@@ -475,24 +474,22 @@ class ObjectKey:
     async def show(self) -> ObjectInfo:
         """The state, the invocation running (and since when) and those waiting, in order."""
         store = self.engine.store
-        projection = await store.get_state(self.object_type, self.key)
-        anchor = projection[1] if projection is not None else 0
-        history = History(self.actor_id)
-        cursor = 0
+        snap = await read_object(store, self.object_type, self.key)
+        history, done = snap.history, snap.last
         last: dict[str, Any] | None = None
-        records = await store.read_journal(self.eid, max(0, anchor - 1))
-        for i, msg in enumerate(records):
-            record = history.feed(msg.seq, msg.data, anchor=bool(anchor) and i == 0)
-            if isinstance(record, ObjectDone):
-                cursor = record.inbox_seq
-                last = {"seq": record.inbox_seq, "handler": record.handler, "ok": record.ok}
-                if not record.ok:
-                    last["error"] = f"{record.error_type}: {record.message}"
-        info = ObjectInfo(self.object_type, self.key, await self.state(), last=last)
+        if done is not None:
+            last = {"seq": done.inbox_seq, "handler": done.handler, "ok": done.ok}
+            if not done.ok:
+                last["error"] = f"{done.error_type}: {done.message}"
+        state = {k: msgspec.json.decode(snap.state[k]) for k in sorted(snap.state)}
+        info = ObjectInfo(self.object_type, self.key, state, last=last)
         running = history.invocation if history.done is None else None
         cancelled: set[int] = set()
-        for msg in await store.read_inbox(self._partition, self.eid, cursor):
-            body = msgspec.json.decode(msg.data)
+        for msg in await store.read_inbox(self._partition, self.eid, snap.cursor):
+            try:
+                body = msgspec.json.decode(msg.data)
+            except msgspec.DecodeError:
+                continue  # not an invocation (the actor logs it)
             if not isinstance(body, dict):
                 continue
             if body.get("kind") == "cancel":

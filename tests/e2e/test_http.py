@@ -12,7 +12,7 @@ import secrets
 import subprocess
 import textwrap
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,18 +157,6 @@ def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                     proc.proc.kill()
                     proc.proc.wait()
             out.close()
-
-
-@pytest.fixture
-async def client(api: Api) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=api.base, timeout=20.0) as c:
-        yield c
-
-
-@pytest.fixture
-async def engine(api: Api) -> AsyncIterator[fusee.Engine]:
-    async with await fusee.connect(api.nats, namespace=api.namespace) as e:
-        yield e
 
 
 def _rid(prefix: str) -> str:

@@ -10,7 +10,7 @@ import json
 import secrets
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,18 +74,6 @@ def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             server.kill()
             server.wait()
         out.close()
-
-
-@pytest.fixture
-async def client(api: Api) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=api.base, timeout=20.0) as c:
-        yield c
-
-
-@pytest.fixture
-async def engine(api: Api) -> AsyncIterator[fusee.Engine]:
-    async with await fusee.connect(api.nats, namespace=api.namespace) as e:
-        yield e
 
 
 def _key(prefix: str) -> str:

@@ -18,6 +18,7 @@ twice, because the projection is the whole state, not a delta.
 from __future__ import annotations
 
 import collections
+import functools
 import inspect
 from typing import Any
 
@@ -33,6 +34,7 @@ from fusee.actors.context import (
     StepFailedError,
     error_type_name,
 )
+from fusee.actors.object_state import read_object
 from fusee.actors.registry import Handler, ObjectType
 from fusee.actors.run_actor import Outcome, RunActor
 from fusee.errors import (
@@ -46,13 +48,12 @@ from fusee.errors import (
 )
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
-from fusee.runtime.history import History, Replayer
+from fusee.runtime.history import Replayer
 from fusee.runtime.objects import (
     EDIT,
     ReadOnlyState,
     State,
     StateView,
-    decode_state,
     edit_changes,
     encode_state,
     fold,
@@ -78,7 +79,6 @@ class ObjectActor(RunActor):
         # invocations read, not begun, in arrival order
         self.queue: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
         self.cancels: dict[int, str] = {}  # a queued invocation's sequence: why it is off
-        self.projected_seq = 0  # the journal record the KV projection was made at
         self.projection_rev = 0  # its KV revision (compare-and-set), 0: none
         self.running: Invocation | None = None
         self._projected_size = 0  # history.size when the projection was written
@@ -87,47 +87,17 @@ class ObjectActor(RunActor):
         self._background: anyio.abc.TaskGroup | None = None
         self._projecting: anyio.Event | None = None  # set once the put in flight is done
         self._projection_error: BaseException | None = None
-        self._reading = anyio.Lock()
         self._queue_changed = anyio.Event()  # set when an invocation or a cancel is read
 
     # -- activation -------------------------------------------------------------------
 
     async def _load(self) -> None:
-        self.history = History(self.run_id)
+        snap = await read_object(self.store, self.object_type, self.key)
+        self.history, self.fence = snap.history, snap.fence
+        self.state, self.cursor = snap.state, snap.cursor
+        self.projection_rev, self._unprojected = snap.revision, snap.unprojected
+        self._projected_size = 1 if snap.projected_at else 0  # history.size at the projection
         self._claimed = set()
-        self.fence = 0
-        self.state, self.cursor = {}, 0
-        self.projected_seq = self.projection_rev = self._projected_size = 0
-        self._unprojected = []
-        projection = await self.store.get_state(self.object_type, self.key)
-        anchor = 0
-        if projection is not None:
-            data, anchor, revision = projection
-            self.projection_rev = revision
-            try:
-                # without its journal tag it was written by hand: rebuilt from the journal
-                self.state = decode_state(data) if anchor else {}
-            except Exception:  # noqa: BLE001 - unreadable: rebuilt from the journal too
-                log.warning("object.projection_unreadable", revision=revision)
-                anchor, self.state = 0, {}
-            self.projected_seq = anchor
-        records = await self.store.read_journal(self.eid, max(0, anchor - 1))
-        if anchor and (not records or records[0].seq != anchor):
-            raise JournalGap(
-                f"object {self.run_id!r}: its state in KV was made at journal sequence "
-                f"{anchor}, which is not in its journal (the journal was purged or the "
-                f"state was written by hand)"
-            )
-        for i, msg in enumerate(records):
-            record = self.history.feed(msg.seq, msg.data, anchor=bool(anchor) and i == 0)
-            self.fence = msg.seq
-            if isinstance(record, ObjectDone):
-                self.cursor = record.inbox_seq
-                if msg.seq > anchor:
-                    self.state = fold(self.state, record)
-                    if self.history.invocation is not None:
-                        self._unprojected.append((self.history.invocation, record, msg.seq))
-        self._projected_size = 1 if anchor else 0
 
     async def run(self) -> Outcome:
         """Activate, run what is queued, and say how it left: ``idle`` (nothing queued
@@ -184,7 +154,7 @@ class ObjectActor(RunActor):
             self._background = background
             try:
                 await self._read_inbox()
-                background.start_soon(self._watch)
+                background.start_soon(functools.partial(self._watch_inbox, once=False))
                 outcome = await self._serve_queue()
             except BaseException as exc:  # noqa: BLE001 - re-raised below, ungrouped
                 escaped = exc  # (Parked, Evicted, Fenced: the worker tells them apart)
@@ -196,19 +166,10 @@ class ObjectActor(RunActor):
             raise escaped
         return outcome
 
-    async def _watch(self) -> None:
-        """Read the inbox each time the worker says it has news (its inbox consumer saw
-        a message, or a wake hint came): a cancel of the running invocation cancels it."""
-        while True:
-            assert self.woken is not None
-            await self.woken.wait()
-            self.woken = anyio.Event()
-            if await self._read_inbox():
-                self.cancel_running()
-
     async def _serve_queue(self) -> Outcome:
         while True:
-            invocation = self._next()
+            obj = self.registry.get_object(self.object_type)
+            invocation = self._next(obj)
             if invocation is None:
                 if self.evict_requested():
                     raise Evicted
@@ -218,7 +179,6 @@ class ObjectActor(RunActor):
                 if idle.cancelled_caught:
                     return "idle"
                 continue
-            obj = self.registry.get_object(self.object_type)
             if obj is None and invocation.handler != EDIT:
                 reason = (
                     f"no object type named {self.object_type!r} is registered at this worker "
@@ -229,7 +189,7 @@ class ObjectActor(RunActor):
             await self._invoke(obj, invocation)
             await self.maybe_evict()
 
-    def _next(self) -> Invocation | None:
+    def _next(self, obj: ObjectType | None) -> Invocation | None:
         """The invocation to run: the one the journal shows begun, else the oldest queued."""
         history = self.history
         if history.invocation is not None and history.done is None:
@@ -239,7 +199,6 @@ class ObjectActor(RunActor):
             if seq <= self.cursor:
                 continue
             handler = body.get("handler")
-            obj = self.registry.get_object(self.object_type)
             timeout = obj.timeout if obj is not None else None
             if obj is not None and isinstance(handler, str) and handler in obj.handlers:
                 timeout = obj.handler_timeout(obj.handlers[handler])
@@ -256,10 +215,6 @@ class ObjectActor(RunActor):
     async def _read_inbox(self) -> bool:
         """Sort what arrived: invocations queue up, a cancel marks its target (True when
         that is the running invocation), the rest is for the running invocation's waits."""
-        async with self._reading:  # the first read and the watcher's never interleave
-            return await self._read_inbox_once()
-
-    async def _read_inbox_once(self) -> bool:
         running = self.history.invocation if self.history.done is None else None
         cancel_running = False
         queued = False
@@ -512,7 +467,7 @@ class ObjectActor(RunActor):
         if revision is None:
             # another writer projected since: this copy is stale (a newer owner exists)
             raise Fenced(f"the state of object {self.run_id!r} was written by another worker")
-        self.projection_rev, self.projected_seq = revision, seq
+        self.projection_rev = revision
 
     async def _reply(self, inv: Invocation, done: ObjectDone, at: int) -> None:
         if not inv.reply:

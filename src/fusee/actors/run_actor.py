@@ -469,14 +469,18 @@ class RunActor:
                 record = RunCancelled(reason="cancelled")
         return record, None
 
-    async def _watch_inbox(self) -> None:
+    async def _watch_inbox(self, *, once: bool = True) -> None:
+        """Read the inbox each time the worker says it has news (its inbox consumer saw
+        a message, or a wake hint came); a cancel stops the running code, and ends the
+        watch ``once`` it did (a run ends; an object watches on for its next ones)."""
         while True:
             assert self.woken is not None
             await self.woken.wait()
             self.woken = anyio.Event()
             if await self._read_inbox():
                 self.cancel_running()
-                return
+                if once:
+                    return
 
     def cancel_running(self) -> None:
         """Stop the code where it is: each running step's ``s.signal`` is set first (so

@@ -14,16 +14,15 @@ import msgspec
 import structlog
 
 from fusee.actors.context import error_type_name
-from fusee.actors.ports import ClusterStore, RunStore
+from fusee.actors.object_state import current_state
+from fusee.actors.ports import ClusterStore
 from fusee.actors.registry import Registry
 from fusee.errors import FuseeError
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
-from fusee.runtime.ids import escape
-from fusee.runtime.objects import ReadOnlyState, State, decode_state, fold, object_id
-from fusee.runtime.records import ObjectDone, decode_record
+from fusee.runtime.objects import ReadOnlyState, object_id
 
-__all__ = ("SharedContext", "serve_shared_call", "current_state")
+__all__ = ("SharedContext", "serve_shared_call")
 
 log = structlog.get_logger("fusee")
 
@@ -44,21 +43,6 @@ class SharedContext:
             f"shared handlers are not journaled and only read the state; make it an "
             f"exclusive handler to use ctx.{name}"
         )
-
-
-async def current_state(store: RunStore, object_type: str, key: str, at: int = 0) -> State:
-    """The object's state as of journal sequence ``at`` or later: the KV projection,
-    and when that is behind ``at`` (its write is still in flight, or its writer died
-    first), the ``obj.done`` records after it folded in."""
-    projected = await store.get_state(object_type, key)
-    state, seq = ({}, 0) if projected is None else (decode_state(projected[0]), projected[1])
-    if seq >= at:
-        return state
-    for msg in await store.read_journal(escape(object_id(object_type, key)), seq):
-        record = decode_record(msg.data)
-        if isinstance(record, ObjectDone):
-            state = fold(state, record)
-    return state
 
 
 def _reply(body: dict[str, Any]) -> bytes:

@@ -119,8 +119,9 @@ class Worker:
         self.members: dict[str, float] = {}
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
-        self.parked: dict[str, int] = {}  # run eid -> partition, of runs that wait
-        self.idle: dict[str, int] = {}  # object eid -> partition, idle with an idle marker
+        # eid -> partition of the actors that left memory to wait for their inbox: runs
+        # that wait, objects gone idle (brought back by a message, not by reconcile)
+        self.parked: dict[str, int] = {}
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
@@ -310,8 +311,6 @@ class Worker:
         # come meanwhile, so they get a look again
         for eid in [e for e, part in self.parked.items() if part == p]:
             del self.parked[eid]
-        for eid in [e for e, part in self.idle.items() if part == p]:
-            del self.idle[eid]
         log.debug("partition.acquired", partition=p, previous=current[0] if current else None)
         await self._reconcile({p})
 
@@ -365,10 +364,11 @@ class Worker:
         listed = await self.store.list_active(partitions)
         for p, eid in listed:
             self._ensure_actor(p, eid, poke=poke)
-        # idle objects whose marker expired: a message to them comes with a poke
+        # forget parked actors whose marker is gone (an idle object's expired): a
+        # message to them comes with a poke, which brings them back
         marked = {eid for _, eid in listed}
-        for eid in [e for e, part in self.idle.items() if part in partitions and e not in marked]:
-            del self.idle[eid]
+        for eid in [e for e, part in self.parked.items() if part in partitions and e not in marked]:
+            del self.parked[eid]
 
     # -- actors -----------------------------------------------------------------------
 
@@ -403,19 +403,12 @@ class Worker:
             # worker could not run gets another look, since the message may end it
             self.unrunnable.discard(eid)
             self.parked.pop(eid, None)
-            self.idle.pop(eid, None)
             self._ensure_actor(p, eid, poke=True, msg=msg)
 
     def _ensure_actor(
         self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None
     ) -> None:
-        if (
-            self._stopping
-            or p not in self.owned
-            or eid in self.unrunnable
-            or eid in self.parked
-            or eid in self.idle
-        ):
+        if self._stopping or p not in self.owned or eid in self.unrunnable or eid in self.parked:
             return
         running = self.actors.get(eid)
         if running is not None:
@@ -466,7 +459,7 @@ class Worker:
                         await self.store.mark_active(p, eid)
                         again = True
                     else:
-                        self.idle[eid] = p
+                        self.parked[eid] = p
                 elif outcome == "unrunnable":
                     self.unrunnable.add(eid)
                 elif outcome == "parked":

@@ -11,7 +11,7 @@ bucket ``<ns>_objects`` holds that fold under ``<type>.<key>`` (both escaped).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -150,16 +150,19 @@ class ReadOnlyState:
         return self._state
 
     def set(self, name: str, value: Any) -> None:
-        raise InvalidArgument(
-            f"ctx.state.set({name!r}) in a shared handler of object {self._type!r}: shared "
-            f"handlers read the state; change it in an exclusive handler"
-        )
+        self._refuse(f"set({name!r})")
 
     def delete(self, name: str) -> None:
-        self.set(name, None)
+        self._refuse(f"delete({name!r})")
 
     def clear(self) -> None:
-        self.set("*", None)
+        self._refuse("clear()")
+
+    def _refuse(self, call: str) -> NoReturn:
+        raise InvalidArgument(
+            f"ctx.state.{call} in a shared handler of object {self._type!r}: shared "
+            f"handlers read the state; change it in an exclusive handler"
+        )
 
 
 class StateView(ReadOnlyState):
@@ -206,15 +209,19 @@ class StateView(ReadOnlyState):
 
     def changes(self) -> dict[str, Any]:
         """The ``obj.done`` fields for these changes (empty when there are none)."""
-        out: dict[str, Any] = {}
-        if self._cleared:
-            out["state_cleared"] = True
-        if self._set:
-            out["state_set"] = {k: msgspec.Raw(v) for k, v in sorted(self._set.items())}
-        deleted = sorted(k for k in self._deleted if self._cleared or k in self._state)
-        if deleted and not self._cleared:
-            out["state_deleted"] = deleted
-        return out
+        deleted = [] if self._cleared else sorted(k for k in self._deleted if k in self._state)
+        return _change_fields(self._set, deleted, self._cleared)
+
+
+def _change_fields(sets: State, deleted: list[str], cleared: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if cleared:
+        out["state_cleared"] = True
+    if deleted:
+        out["state_deleted"] = deleted
+    if sets:
+        out["state_set"] = {k: msgspec.Raw(v) for k, v in sorted(sets.items())}
+    return out
 
 
 def _state_name(name: object) -> str:
@@ -230,33 +237,27 @@ def edit_changes(edit: Any, what: str) -> dict[str, Any]:
 
     Raises:
         InvalidArgument: the edit is not one of those shapes.
+        NotEncodable: a value is not JSON-encodable.
     """
     if not isinstance(edit, dict):
         raise InvalidArgument(f"{what}: an edit must be a JSON object, got {edit!r}")
     unknown = set(edit) - {"state", "set", "delete", "clear"}
     if unknown:
         raise InvalidArgument(f"{what}: unknown edit field(s) {sorted(unknown)}")
-    view = StateView({}, what)
+    sets: Any
+    deleted: list[str]
     if "state" in edit:
         if not isinstance(edit["state"], dict):
             raise InvalidArgument(f"{what}: 'state' must be a JSON object, got {edit['state']!r}")
-        view.clear()
-        for k, v in edit["state"].items():
-            view.set(k, v)
-        return view.changes()
-    if edit.get("clear"):
-        view.clear()
-    deleted = edit.get("delete") or []
-    if not isinstance(deleted, list) or not all(isinstance(k, str) and k for k in deleted):
-        raise InvalidArgument(f"{what}: 'delete' must be a list of state keys")
-    sets = edit.get("set") or {}
-    if not isinstance(sets, dict):
-        raise InvalidArgument(f"{what}: 'set' must be a JSON object")
-    out = view.changes()
-    if deleted:
-        out["state_deleted"] = sorted(set(deleted) - set(sets))
-    if sets:
-        out["state_set"] = {
-            k: msgspec.Raw(encode_value(v, f"{what}: state {k!r}")) for k, v in sorted(sets.items())
-        }
-    return out
+        sets, deleted, cleared = edit["state"], [], True
+    else:
+        sets, deleted, cleared = edit.get("set") or {}, edit.get("delete") or [], False
+        if not isinstance(deleted, list) or not all(isinstance(k, str) and k for k in deleted):
+            raise InvalidArgument(f"{what}: 'delete' must be a list of state keys")
+        if not isinstance(sets, dict):
+            raise InvalidArgument(f"{what}: 'set' must be a JSON object")
+        cleared = bool(edit.get("clear"))
+        # with clear, deleting is moot; a key both set and deleted is set
+        deleted = [] if cleared else sorted(set(deleted) - set(sets))
+    encoded = {_state_name(k): encode_value(v, f"{what}: state {k!r}") for k, v in sets.items()}
+    return _change_fields(encoded, deleted, cleared)

@@ -36,7 +36,7 @@ from nats.js.kv import KeyValue
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
 from fusee.errors import Fenced, FuseeError
-from fusee.runtime.ids import escape
+from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
 
 T = TypeVar("T")
@@ -557,8 +557,6 @@ class NatsStore:
 
     async def list_states(self, object_type: str) -> list[tuple[str, StoredMsg]]:
         """Every key of ``object_type`` with a state, and its projection."""
-        from fusee.runtime.ids import unescape
-
         out: list[tuple[str, StoredMsg]] = []
         prefix = f"{escape(object_type)}."
         watcher = await self.objects.watch(f"{prefix}>", ignore_deletes=True)
