@@ -46,7 +46,10 @@ class MemoryJournal:
     async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[Stored]:
         return []
 
-    async def put_index(self, eid: str, value: bytes) -> None:
+    async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int:
+        return last + 1
+
+    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
         return None
 
     async def get_index(self, eid: str) -> bytes | None:

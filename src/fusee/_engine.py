@@ -18,7 +18,9 @@ import structlog
 
 from fusee._objects import ObjectKey, Replies
 from fusee.actors.context import COMPENSATE
+from fusee.actors.object_state import current_state
 from fusee.actors.registry import REGISTRY, ObjectType, Registry, Workflow
+from fusee.actors.run_index import project_index
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
@@ -38,9 +40,16 @@ from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.completions import mac_matches, parse_token
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import History
-from fusee.runtime.ids import escape, partition_of, validate_id, validate_name, validate_namespace
-from fusee.runtime.index import RunInfo, decode_info, encode_info, info_from_history
-from fusee.runtime.objects import check_run_id, decode_state, object_id
+from fusee.runtime.ids import (
+    escape,
+    partition_of,
+    unescape,
+    validate_id,
+    validate_name,
+    validate_namespace,
+)
+from fusee.runtime.index import RunInfo, decode_info, info_from_history
+from fusee.runtime.objects import State, check_run_id, decode_state, object_id, parse_object_id
 from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
@@ -186,9 +195,6 @@ class Engine:
         self.partitions = partitions
         self.namespace = store.layout.namespace
         self._reply_box: Replies | None = None
-        # per object (eid): the journal sequence of the last invocation this engine was
-        # answered for; its reads of that object's state reflect at least that much
-        self._objects_seen: dict[str, int] = {}
         self._objects_answered: dict[str, float] = {}  # eid: when (monotonic) it last replied
 
     def _replies(self) -> Replies:
@@ -206,15 +212,40 @@ class Engine:
         return ObjectKey(obj, key, self)
 
     async def list_objects(self, obj: ObjectType | str) -> list[tuple[str, dict[str, Any]]]:
-        """Every key of an object type that has state, with its state, sorted by key."""
+        """Every key of an object type that has state, with its state, sorted by key:
+        every change a caller was answered for is in it.
+
+        The KV projections list the keys; a key active in the last ``IDLE_MARKER_TTL``
+        (its marker in the work bucket) may have invocations its projection does not
+        hold yet (written after the reply), so its journal is folded past it."""
         name = obj.name if isinstance(obj, ObjectType) else validate_name(obj, "object type")
         object_id(name, "k")
-        out = []
+        states: dict[str, State] = {}
         for key, msg in await self.store.list_states(name):
-            out.append(
-                (key, {k: msgspec.json.decode(v) for k, v in decode_state(msg.data).items()})
-            )
-        return sorted(out)
+            try:
+                states[key] = decode_state(msg.data)
+            except InvalidArgument:
+                states[key] = {}  # unreadable (written by hand): rebuilt from the journal
+        recent = set()
+        for _, eid in await self.store.list_active(set(range(self.partitions))):
+            named = parse_object_id(unescape(eid))
+            if named is not None and named[0] == name:
+                recent.add(named[1])
+        limit = anyio.CapacityLimiter(64)
+
+        async def refresh(key: str) -> None:
+            async with limit:
+                states[key] = await current_state(self.store, name, key)
+
+        projected = set(states)
+        async with anyio.create_task_group() as tg:
+            for key in recent:
+                tg.start_soon(refresh, key)
+        return sorted(
+            (key, {k: msgspec.json.decode(v) for k, v in state.items()})
+            for key, state in states.items()
+            if state or key in projected
+        )
 
     async def __aenter__(self) -> Engine:
         return self
@@ -304,7 +335,7 @@ class Engine:
         # The copies land before the run is marked active, so no worker runs it without
         # them; a retried start finishes the copy of a starter that died in between.
         await self._append_copies(eid, history, reused, 0)
-        await self.store.put_index(eid, encode_info(info_from_history(history, now=time.time())))
+        await project_index(self.store, eid, info_from_history(history, now=time.time()), seq)
         await self.store.mark_active(partition, eid)
         log.debug("run.submitted", run_id=run_id, workflow=name)
         return Run(self, run_id)

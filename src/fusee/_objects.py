@@ -312,12 +312,9 @@ class ObjectKey:
         return None, after
 
     def _saw(self, body: dict[str, Any]) -> None:
-        """Remember the journal sequence of an invocation this engine was answered for:
-        its later reads of the state (``state()``, shared calls) reflect it."""
-        at = body.get("at")
-        if isinstance(at, int):
-            seen = self.engine._objects_seen
-            _remember(seen, self.eid, max(at, seen.get(self.eid, 0)))
+        """Remember when the object answered this engine: it still has its active
+        marker for a while (``STILL_ACTIVE``), so the next call need not ensure it."""
+        if isinstance(body.get("at"), int):
             _remember(self.engine._objects_answered, self.eid, time.monotonic())
 
     def _result(self, handler: str, body: dict[str, Any], type: Any) -> Any:  # noqa: A002
@@ -339,7 +336,6 @@ class ObjectKey:
                 "key": self.key,
                 "handler": handler,
                 "input": msgspec.Raw(canonical(arg, f"the input of {self!r}.{handler}")),
-                "at": self.engine._objects_seen.get(self.eid, 0),
             }
         )
         store = self.engine.store
@@ -383,10 +379,10 @@ class ObjectKey:
     # -- state and queue --------------------------------------------------------------
 
     async def state(self) -> dict[str, Any]:
-        """The state as projected in KV (what ``nats kv get`` shows): as of the last
-        finished exclusive invocation."""
-        at = self.engine._objects_seen.get(self.eid, 0)
-        state = await current_state(self.engine.store, self.object_type, self.key, at)
+        """The state as of the last finished exclusive invocation: every change a
+        caller (of any engine) was answered for is in it. (``nats kv get`` shows the
+        projection, which may lag the journal by the invocations in flight.)"""
+        state = await current_state(self.engine.store, self.object_type, self.key)
         return {k: msgspec.json.decode(state[k]) for k in sorted(state)}
 
     async def edit(

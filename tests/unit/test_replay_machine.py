@@ -75,7 +75,10 @@ class MemoryStore:
     async def read_journal(self, eid: str, after: int = 0) -> list[Stored]:
         return [m for m in self.msgs if m.seq > after]
 
-    async def put_index(self, eid: str, value: bytes) -> None:
+    async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int:
+        return last + 1
+
+    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
         return None
 
     async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[Stored]:

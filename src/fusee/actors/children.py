@@ -10,10 +10,11 @@ import msgspec
 import structlog
 
 from fusee.actors.ports import RunStore
+from fusee.actors.run_index import project_index
 from fusee.errors import Fenced, RunExists
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of
-from fusee.runtime.index import encode_info, info_from_history
+from fusee.runtime.index import info_from_history
 from fusee.runtime.records import (
     TERMINAL,
     RunCancelled,
@@ -68,7 +69,7 @@ async def start_child(
         return
     history = History(child_id)
     history.feed(seq, encoded)
-    await store.put_index(eid, encode_info(info_from_history(history, now=now)))
+    await project_index(store, eid, info_from_history(history, now=now), seq)
     await store.mark_active(partition, eid)
     await store.wake(partition, eid)
     log.info("child.started", child=child_id, workflow=workflow)

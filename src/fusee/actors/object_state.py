@@ -92,17 +92,20 @@ async def read_object(store: RunStore, object_type: str, key: str) -> ObjectSnap
     return snap
 
 
-async def current_state(store: RunStore, object_type: str, key: str, at: int = 0) -> State:
-    """The object's state as of journal sequence ``at`` or later: the KV projection,
-    and when that is behind ``at`` (its write is still in flight, or its writer died
-    first), the ``obj.done`` records after it folded in. One read when it is not."""
+async def current_state(store: RunStore, object_type: str, key: str) -> State:
+    """The object's state after every ``obj.done`` in its journal: the KV projection,
+    with the ``obj.done`` records after its tag folded in. The projection is written
+    after the reply (in the background), so it may be behind what some caller was
+    already answered for, by any engine; the journal never is. Two reads, the second
+    empty when the projection is current."""
     projected = await store.get_state(object_type, key)
     state: State = {}
     seq = 0
     if projected is not None and projected[1]:  # untagged (by hand): from the journal
-        state, seq = decode_state(projected[0]), projected[1]
-        if seq >= at:
-            return state
+        try:
+            state, seq = decode_state(projected[0]), projected[1]
+        except Exception:  # noqa: BLE001 - unreadable: rebuilt from the journal
+            state, seq = {}, 0
     for msg in await store.read_journal(escape(object_id(object_type, key)), seq):
         record = decode_record(msg.data)
         if isinstance(record, ObjectDone):

@@ -26,6 +26,7 @@ from fusee.actors.context import (
 )
 from fusee.actors.ports import RunStore, Stored
 from fusee.actors.registry import Registry
+from fusee.actors.run_index import project_index
 from fusee.errors import (
     DeterminismError,
     Evicted,
@@ -37,7 +38,7 @@ from fusee.errors import (
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History, Replayer
-from fusee.runtime.index import decode_info, encode_info, info_from_history
+from fusee.runtime.index import decode_info, info_from_history
 from fusee.runtime.records import (
     AnyRecord,
     RunCancelled,
@@ -593,12 +594,12 @@ class RunActor:
         return "paused"
 
     async def _mark_index_paused(self, reason: str) -> None:
-        raw = await self.store.get_index(self.eid)
-        if raw is None:
+        current = await self.store.get_index_entry(self.eid)
+        if current is None or not current[0]:
             return
-        info = decode_info(raw)
+        info = decode_info(current[0])
         info.status, info.reason, info.updated_at = "paused", reason, self.clock()
-        await self.store.put_index(self.eid, encode_info(info))
+        await project_index(self.store, self.eid, info, current[1])
 
     async def _project(
         self,
@@ -617,7 +618,7 @@ class RunActor:
             info.status = "paused"
         elif waiting and not info.ended:
             info.status = "waiting"
-        await self.store.put_index(self.eid, encode_info(info))
+        await project_index(self.store, self.eid, info, self.fence)
 
 
 _END_STATUS: dict[type, str] = {

@@ -66,8 +66,7 @@ async def serve_shared_call(
                 f"object {object_type!r} has no shared handler {name!r} at this worker "
                 f"(shared handlers here: {has or 'none'})"
             )
-        at = body.get("at", 0)
-        state = await current_state(store, object_type, key, at if isinstance(at, int) else 0)
+        state = await current_state(store, object_type, key)
         ctx = SharedContext(object_type, key, name, ReadOnlyState(state, object_type))
         timeout = obj.handler_timeout(handler)
         with anyio.fail_after(timeout):

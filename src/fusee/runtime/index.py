@@ -13,7 +13,7 @@ import msgspec
 from fusee.runtime.history import History
 from fusee.runtime.records import RunCancelled, RunCompleted, RunFailed
 
-__all__ = ("RunInfo", "Status", "info_from_history", "encode_info", "decode_info")
+__all__ = ("RunInfo", "Status", "info_from_history", "supersedes", "encode_info", "decode_info")
 
 Status = Literal["pending", "running", "waiting", "completed", "failed", "cancelled", "paused"]
 
@@ -68,6 +68,19 @@ def info_from_history(history: History, *, now: float, running: bool = False) ->
     elif history.paused is not None:
         info.status, info.reason = "paused", history.paused.reason
     return info
+
+
+def supersedes(new: RunInfo, new_seq: int, old: RunInfo, old_seq: int) -> bool:
+    """Whether ``new``, made from the journal up to sequence ``new_seq``, may replace
+    ``old`` (made up to ``old_seq``) in the index: never one made from less of the
+    journal (a stale owner that parks after the run ended elsewhere), nor, from as
+    much, an ended entry by a live one or anything by ``pending`` (the starter's entry
+    landing after the worker's)."""
+    if new_seq != old_seq:
+        return new_seq > old_seq
+    if old.ended:
+        return new.ended
+    return new.status != "pending" or old.status == "pending"
 
 
 _encoder = msgspec.json.Encoder()

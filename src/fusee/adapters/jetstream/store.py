@@ -557,7 +557,9 @@ class NatsStore:
 
     async def list_states(self, object_type: str) -> list[tuple[str, StoredMsg]]:
         """Every key of ``object_type`` with a state, and its projection."""
-        out: list[tuple[str, StoredMsg]] = []
+        # A key updated while the watcher delivers the initial values comes twice (its
+        # value at the start and the update): each key once, with its latest value.
+        out: dict[str, StoredMsg] = {}
         prefix = f"{escape(object_type)}."
         watcher = await self.objects.watch(f"{prefix}>", ignore_deletes=True)
         try:
@@ -565,10 +567,10 @@ class NatsStore:
                 if entry is None:
                     break
                 key = unescape(entry.key[len(prefix) :])
-                out.append((key, StoredMsg(entry.revision or 0, entry.key, entry.value or b"", {})))
+                out[key] = StoredMsg(entry.revision or 0, entry.key, entry.value or b"", {})
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped here
-        return out
+        return list(out.items())
 
     async def ensure_active(self, partition: int, eid: str) -> None:
         """Make sure the actor has an active marker (a caller that queued work for an
@@ -594,8 +596,38 @@ class NatsStore:
 
     # -- run index and active markers ------------------------------------------------
 
-    async def put_index(self, eid: str, value: bytes) -> None:
-        await self._retrying(self.runs.put, eid, value)
+    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+        """The run's index entry as stored: ``(value, journal sequence, KV revision)``.
+        A delete marker has an empty value; an entry without the journal tag (written
+        by an older fusee) has sequence 0."""
+        subject = f"$KV.{self.layout.runs_bucket}.{eid}"
+        try:
+            raw = await self._retrying(
+                self.js.get_last_msg, f"KV_{self.layout.runs_bucket}", subject, True
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        headers = dict(raw.headers or {})
+        if headers.get("KV-Operation") in ("DEL", "PURGE"):
+            return b"", 0, raw.seq or 0
+        try:
+            seq = int(headers.get(JOURNAL_SEQ, "0"))
+        except ValueError:
+            seq = 0
+        return raw.data or b"", seq, raw.seq or 0
+
+    async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
+        """Write the run's index entry, compare-and-set on its revision ``last`` (0:
+        absent), tagged with the journal record it reflects. None: it moved meanwhile."""
+        headers = {JOURNAL_SEQ: str(journal_seq), EXPECTED_SEQ: str(last)}
+        subject = f"$KV.{self.layout.runs_bucket}.{eid}"
+        try:
+            ack = await self._retrying(self.js.publish, subject, value, 5.0, None, headers)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            return None
+        return ack.seq
 
     async def get_index(self, eid: str) -> bytes | None:
         try:
@@ -605,17 +637,19 @@ class NatsStore:
         return entry.value or None
 
     async def list_index(self) -> list[tuple[str, bytes]]:
-        out: list[tuple[str, bytes]] = []
+        # Each run once, with its latest entry: a run whose entry changes while the
+        # watcher delivers the initial values comes twice (before and after).
+        out: dict[str, bytes] = {}
         watcher = await self.runs.watchall(ignore_deletes=True)
         try:
             async for entry in watcher:
                 if entry is None:
                     break
                 if entry.value:
-                    out.append((entry.key, entry.value))
+                    out[entry.key] = entry.value
         finally:
             await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped here
-        return out
+        return list(out.items())
 
     async def mark_active(self, partition: int, eid: str) -> None:
         await self._retrying(self.work.put, Layout.active_key(partition, eid), b"{}")

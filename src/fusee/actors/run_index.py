@@ -1,0 +1,37 @@
+"""Writing the run index: a projection of the journal that never goes back.
+
+Each entry is tagged with the journal record it was made from (``Fusee-Journal-Seq``)
+and written by compare-and-set, so a writer that read less of the journal (a frozen
+owner that wakes up and parks a run that ended elsewhere, a starter whose entry lands
+after the worker's) cannot overwrite what a writer that read more wrote.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from fusee.actors.ports import RunStore
+from fusee.runtime.index import RunInfo, decode_info, encode_info, supersedes
+
+__all__ = ("project_index",)
+
+
+async def project_index(store: RunStore, eid: str, info: RunInfo, journal_seq: int) -> bool:
+    """Write ``info`` (made from the journal up to ``journal_seq``) unless the index
+    holds an entry made from more of it. True when written."""
+    while True:
+        current = await store.get_index_entry(eid)
+        last = 0
+        if current is not None:
+            raw, seq, last = current
+            old: RunInfo | None = None
+            if raw:
+                try:
+                    old = decode_info(raw)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    old = None  # unreadable: replaced
+            if old is not None and not supersedes(info, journal_seq, old, seq):
+                return False
+        written = await store.put_index(eid, encode_info(info), journal_seq=journal_seq, last=last)
+        if written is not None:
+            return True
