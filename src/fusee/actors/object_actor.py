@@ -176,7 +176,8 @@ class ObjectActor(RunActor):
                 changed = self._queue_changed
                 with anyio.move_on_after(self.park_after) as idle:
                     await changed.wait()
-                if idle.cancelled_caught:
+                if idle.cancelled_caught and not changed.is_set():
+                    self.left_at = self.inbox_seen
                     return "idle"
                 continue
             if obj is None and invocation.handler != EDIT:

@@ -53,8 +53,11 @@ class RunStore(Protocol):
         """Replace the actor's active marker with one the server removes after ``ttl``."""
         ...
 
-    async def read_inbox(self, partition: int, eid: str, after: int = 0) -> Sequence[Stored]:
-        """The messages others sent the run (``<ns>.in.<p>.<eid>``) above ``after``."""
+    async def read_inbox(
+        self, partition: int, eid: str, after: int = 0, *, limit: int = 0
+    ) -> Sequence[Stored]:
+        """The messages others sent the run (``<ns>.in.<p>.<eid>``) above ``after``
+        (the first ``limit`` of them, when not 0)."""
         ...
 
     async def schedule_timer(

@@ -113,6 +113,10 @@ class RunActor:
         self.pushes = False
         self._pushed: list[Stored] = []
         self._push_ok = False  # a read covered what came before the pushes began
+        # The last inbox sequence read when the actor decided to leave memory (park, or
+        # go idle): what its watcher read after that, it no longer looks at, so whoever
+        # parks it reads the inbox again from here.
+        self.left_at = 0
 
     # -- the commit ---------------------------------------------------------------
 
@@ -169,6 +173,10 @@ class RunActor:
         pos = started.pos
         timer_set = False
         while True:
+            # Taken before anything is awaited: a message read from here on sets it, so
+            # one that comes while the timer is being set is not left for the timer.
+            assert self.inbox_changed is not None
+            changed = self.inbox_changed
             done = self._resolve(started)
             if done is not None:
                 may_park(idle=False)  # busy again: a sibling branch must not park the run
@@ -187,8 +195,8 @@ class RunActor:
                     self.eid, self.partition, pos, started.until, start=self.history.started_seq
                 )
                 timer_set = True
-            assert self.inbox_changed is not None
-            changed = self.inbox_changed
+            if changed.is_set():
+                continue  # read while the timer was set: resolve again
             limit = self.park_after
             if started.until is not None:
                 limit = min(limit, max(0.0, started.until - self.clock()))
@@ -196,9 +204,11 @@ class RunActor:
                 await changed.wait()
             if (
                 idle.cancelled_caught
+                and not changed.is_set()  # read just as the time ran out: look first
                 and (started.until is None or self.clock() < started.until - 0.005)
                 and may_park()  # inside ctx.all / ctx.race: only once no branch is busy
             ):
+                self.left_at = self.inbox_seen
                 raise Parked
 
     def _resolve(self, started: WaitStarted) -> WaitDone | None:

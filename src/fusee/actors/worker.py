@@ -119,9 +119,13 @@ class Worker:
         self.members: dict[str, float] = {}
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
-        # eid -> partition of the actors that left memory to wait for their inbox: runs
-        # that wait, objects gone idle (brought back by a message, not by reconcile)
-        self.parked: dict[str, int] = {}
+        # eid -> (partition, the last inbox sequence it read) of the actors that left
+        # memory to wait for their inbox: runs that wait, objects gone idle (brought back
+        # by a message, not by reconcile)
+        self.parked: dict[str, tuple[int, int]] = {}
+        # a wake hint or an inbox message was dropped (the queue was full): the next
+        # reconcile reads the inboxes of the parked actors, since one may be for them
+        self._missed = False
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
@@ -309,7 +313,7 @@ class Worker:
         self.owned[p] = revision
         # runs this worker parked while it owned p before: what they wait for may have
         # come meanwhile, so they get a look again
-        for eid in [e for e, part in self.parked.items() if part == p]:
+        for eid in [e for e, (part, _) in self.parked.items() if part == p]:
             del self.parked[eid]
         log.debug("partition.acquired", partition=p, previous=current[0] if current else None)
         await self._reconcile({p})
@@ -367,8 +371,30 @@ class Worker:
         # forget parked actors whose marker is gone (an idle object's expired): a
         # message to them comes with a poke, which brings them back
         marked = {eid for _, eid in listed}
-        for eid in [e for e, part in self.parked.items() if part in partitions and e not in marked]:
+        for eid in [
+            e for e, (part, _) in self.parked.items() if part in partitions and e not in marked
+        ]:
             del self.parked[eid]
+        if self._missed:
+            self._missed = False
+            await self._recheck_parked()
+
+    async def _recheck_parked(self) -> None:
+        """After a dropped hint: every parked actor with something new in its inbox
+        comes back (one read each, as many at once as the limiter lets through)."""
+        limit = anyio.CapacityLimiter(32)
+
+        async def look(eid: str, p: int, seen: int) -> None:
+            async with limit:
+                news = await self.store.read_inbox(p, eid, seen, limit=1)
+            if news and self.parked.get(eid, (p, -1))[1] == seen:
+                del self.parked[eid]
+                self._ensure_actor(p, eid)
+
+        async with anyio.create_task_group() as tg:
+            for eid, (p, seen) in list(self.parked.items()):
+                if p in self.owned:
+                    tg.start_soon(look, eid, p, seen)
 
     # -- actors -----------------------------------------------------------------------
 
@@ -378,7 +404,7 @@ class Worker:
             try:
                 self._wakes_in.send_nowait((int(part), data.decode(), None))
             except anyio.WouldBlock:
-                pass  # the next reconcile finds it
+                self._missed = True  # the next reconcile finds it, parked or not
 
     async def _on_shared(self, _subject: str, data: bytes, reply: str | None) -> None:
         # a shared handler call: answered concurrently, off the subscription's task
@@ -391,8 +417,9 @@ class Worker:
         try:
             self._wakes_in.send_nowait((partition, eid, msg))
         except anyio.WouldBlock:
-            # the run reads its inbox at its next activation; a running actor may
-            # have missed this one, so every actor asks the server at its next read
+            # a running actor may have missed this one, so every actor asks the server
+            # at its next read; a parked one is looked at by the next reconcile
+            self._missed = True
             for slot in self.actors.values():
                 if slot.actor is not None:
                     slot.actor.push_lost()
@@ -450,22 +477,17 @@ class Worker:
                 outcome = await actor.run()
                 if outcome == "idle":
                     # An object with nothing queued: its marker becomes an idle one the
-                    # server removes in IDLE_MARKER_TTL, then its inbox is read once
-                    # more, so an invocation queued meanwhile (whose caller saw the
-                    # marker still active) is found now, or, if this worker dies first,
-                    # by the next owner, which still sees the idle marker.
+                    # server removes in IDLE_MARKER_TTL (if this worker dies before the
+                    # re-read below, the next owner still sees it), then it parks.
                     await self.store.mark_idle(p, eid, IDLE_MARKER_TTL)
-                    if await self.store.read_inbox(p, eid, actor.inbox_seen):
+                if outcome in ("idle", "parked"):
+                    # waits for its inbox (a parked run keeps its marker: a new owner
+                    # activates it); this worker brings it back when a message arrives
+                    again = await self._park(slot, eid, actor.left_at)
+                    if again and outcome == "idle":
                         await self.store.mark_active(p, eid)
-                        again = True
-                    else:
-                        self.parked[eid] = p
                 elif outcome == "unrunnable":
                     self.unrunnable.add(eid)
-                elif outcome == "parked":
-                    # waits for its inbox: the marker stays (a new owner activates it),
-                    # and this worker brings it back when a message arrives
-                    self.parked[eid] = p
                 else:
                     await self.store.clear_active(p, eid)
         except Evicted:
@@ -477,7 +499,22 @@ class Worker:
         except Exception:
             log.exception("actor.crashed", run_id=unescape(eid))
         finally:
-            self.actors.pop(eid, None)
+            if self.actors.get(eid) is slot:  # (a parked actor's slot may be taken again)
+                del self.actors[eid]
             slot.done.set()
         if again:
             self._ensure_actor(p, eid)
+
+    async def _park(self, slot: _Slot, eid: str, seen: int) -> bool:
+        """The actor left memory to wait for its inbox. A message that came while it
+        was leaving (after its last read, before it was parked) went to an actor that
+        no longer listens: so it is parked first (a message from now on brings it back
+        through the wake loop), then its inbox is read once more above ``seen``. True:
+        something is there, and it must come back now."""
+        if self.actors.get(eid) is slot:
+            del self.actors[eid]
+        self.parked[eid] = (slot.partition, seen)
+        if not await self.store.read_inbox(slot.partition, eid, seen, limit=1):
+            return False
+        # still parked as left here (a wake did not bring it back meanwhile)
+        return self.parked.pop(eid, None) is not None

@@ -316,9 +316,12 @@ class NatsStore:
                 continue
             return ack.seq  # a duplicate ack names the original, which is ours
 
-    async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[StoredMsg]:
-        """What others sent the run (cancels, and later signals), above sequence ``after``."""
-        return await self._direct_batch(self.layout.inbox(partition, eid), after + 1)
+    async def read_inbox(
+        self, partition: int, eid: str, after: int = 0, *, limit: int = 0
+    ) -> list[StoredMsg]:
+        """What others sent the run (signals, cancels, invocations, fired timers), above
+        sequence ``after``: all of it, or the first ``limit`` messages."""
+        return await self._direct_batch(self.layout.inbox(partition, eid), after + 1, limit=limit)
 
     async def send_inbox(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
