@@ -28,6 +28,7 @@ __all__ = (
     "JournalGap",
     "Evicted",
     "Parked",
+    "CommitFailed",
 )
 
 
@@ -151,3 +152,9 @@ class Parked(BaseException):
 
 class Evicted(BaseException):
     """The actor's in-memory copy is being dropped; it resumes by replay."""
+
+
+class CommitFailed(BaseException):
+    """The journal refused or did not take a record (NATS gone for too long, out of
+    storage): not the workflow's doing, so its code cannot catch it. The actor stops
+    where it is, and its worker activates it again from its journal."""

@@ -3,7 +3,12 @@ fence in a batch fences out only its own writer."""
 
 from __future__ import annotations
 
+import os
+import signal
+from typing import Any
+
 import anyio
+import anyio.lowlevel
 import pytest
 
 from fusee.adapters.jetstream.store import NatsStore
@@ -61,3 +66,45 @@ async def test_a_stale_fence_in_a_batch_fences_only_its_writer(store) -> None:
         else:
             assert [m.data for m in journal] == [b"1", b"2"]
             assert outcomes[eid] == journal[-1].seq
+
+
+async def test_an_appender_cancelled_while_its_record_is_queued_takes_no_one_with_it(
+    nats_server_private,
+) -> None:
+    """The first appender of a lot used to send everyone's records: cancelled (its run's
+    cancel, timeout or drain), it failed all of them with a nats TimeoutError."""
+    s = await NatsStore.connect(nats_server_private.url, "gc")
+    try:
+        await s.ensure_layout()
+        s.committer.direct_limit = 0
+        queued: list[int] = []
+        outcomes: dict[int, object] = {}
+
+        async def append(i: int) -> None:
+            queued.append(i)  # then, with no await in between, the record is queued
+            outcomes[i] = await s.append(f"c{i}", "test", b"1", fence=0, msg_id=f"c{i}:1")
+
+        os.kill(nats_server_private.pid, signal.SIGSTOP)  # nothing is answered for now
+        try:
+            async with anyio.create_task_group() as tg:
+                first = anyio.CancelScope()
+                tg.start_soon(_in_scope, first, append, 0)
+                for i in range(1, 20):
+                    tg.start_soon(append, i)
+                while len(queued) < 20:
+                    await anyio.lowlevel.checkpoint()
+                first.cancel()
+                os.kill(nats_server_private.pid, signal.SIGCONT)
+        finally:
+            os.kill(nats_server_private.pid, signal.SIGCONT)
+        for i in range(1, 20):
+            last = await s.last_in_journal(f"c{i}")
+            assert last is not None
+            assert outcomes[i] == last.seq, outcomes[i]
+    finally:
+        await s.close()
+
+
+async def _in_scope(scope: anyio.CancelScope, fn: Any, *args: Any) -> None:
+    with scope:
+        await fn(*args)

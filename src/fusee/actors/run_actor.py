@@ -28,6 +28,7 @@ from fusee.actors.ports import RunStore, Stored
 from fusee.actors.registry import Registry
 from fusee.actors.run_index import project_index
 from fusee.errors import (
+    CommitFailed,
     DeterminismError,
     Evicted,
     FatalError,
@@ -157,9 +158,18 @@ class RunActor:
         # commit must not reuse its ID, or the read-back would take that record for it.
         self.commits += 1
         msg_id = f"{self.eid}:{self.history.started_seq}:{self.commits}:{self.writer}"
-        seq = await self.store.append(
-            self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
-        )
+        try:
+            seq = await self.store.append(
+                self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
+            )
+        except NotEncodable:
+            raise  # the record's own fault: the step or handler fails
+        except Exception as exc:
+            # the store's, not the workflow's: never an exception its code could catch
+            raise CommitFailed(
+                f"{kind_of(record)} of {self.run_id!r} was not journaled: "
+                f"{exc or type(exc).__name__}"
+            ) from exc
         self.history.add(seq, record, data)
         self.fence = seq
         return seq

@@ -31,7 +31,7 @@ from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
 from fusee.actors.run_actor import RunActor
 from fusee.actors.shared import serve_shared_call
-from fusee.errors import Evicted, Fenced
+from fusee.errors import CommitFailed, Evicted, Fenced
 from fusee.runtime.ids import unescape
 from fusee.runtime.objects import parse_object_id
 
@@ -492,6 +492,9 @@ class Worker:
                     await self.store.clear_active(p, eid)
         except Evicted:
             pass
+        except CommitFailed as exc:
+            # the store failed it: its marker stays, so a reconcile activates it again
+            log.warning("actor.commit_failed", run_id=unescape(eid), error=str(exc))
         except Fenced:
             log.warning("actor.fenced", run_id=unescape(eid), partition=p)
             self._last_verify = 0.0  # re-read the owners now

@@ -5,8 +5,11 @@ does not group fsyncs across publishers (about 3-5k writes/s here, whatever the 
 of publishers). An atomic batch (ADR-50) is stored with one fsync however many messages
 it holds. A batch costs about 3.2 ms on an R1 file stream against 0.5 ms for one publish,
 so it only pays when several commits wait: while fewer than ``direct_limit`` appends are
-in flight, each goes out alone; past that, appends queue, and the first one queued leads:
-it sends everything queued as one batch, then the next lot, until the queue is empty.
+in flight, each goes out alone; past that, appends queue, and the committer's own task
+(one per committer, started when the queue fills, ended when it is empty) sends what is
+queued as one batch, then the next lot. No appender sends anyone else's records: one
+that is cancelled or fails (a run's cancel, its timeout, a drain) takes only itself
+away, and every queued record gets its own outcome.
 
 Each message keeps its own fence (``Nats-Expected-Last-Subject-Sequence`` on its own
 run's subtree). One stale fence fails the whole batch; then every record of it is
@@ -16,6 +19,7 @@ appended alone, so the stale one gets its ``Fenced`` and the others land.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,9 +29,14 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from fusee.errors import Fenced
+from fusee.errors import Fenced, FuseeError
 
-__all__ = ("GroupCommitter", "Pending")
+__all__ = ("GroupCommitter", "Pending", "CommitterClosed")
+
+
+class CommitterClosed(FuseeError):
+    """The store closed while records waited to be committed (they were not sent)."""
+
 
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQ = "Nats-Batch-Sequence"
@@ -62,37 +71,52 @@ class GroupCommitter:
         self.direct_limit = direct_limit
         self.in_flight = 0
         self.queue: list[Pending] = []
-        self.leading = False
-        self.queue_in_flight: list[Pending] = []
+        self._committer: asyncio.Task[None] | None = None
         self.batches = 0  # for benchmarks: how many batches went out
         self.batched = 0  # and how many records they held
 
     async def append(self, item: Pending) -> int:
-        if self.in_flight < self.direct_limit and not self.queue:
+        if self.in_flight < self.direct_limit and not self.queue and self._committer is None:
             self.in_flight += 1
             try:
                 return await self.direct(item.eid, item.kind, item.data, item.fence, item.msg_id)
             finally:
                 self.in_flight -= 1
         self.queue.append(item)
-        if not self.leading:
-            self.leading = True
-            try:
-                while self.queue:
-                    lot, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
-                    self.queue_in_flight = lot
+        # an appender that left (cancelled) does not read its outcome: nothing to report
+        item.done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        if self._committer is None:
+            self._committer = asyncio.get_running_loop().create_task(self._commit_queued())
+        # Shielded: an appender cancelled while it waits leaves its record to the
+        # committer (it may land; the appender's next commit, fenced, finds out).
+        return await asyncio.shield(item.done)
+
+    async def _commit_queued(self) -> None:
+        lot: list[Pending] = []
+        try:
+            while self.queue:
+                lot, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
+                try:
                     await self._send(lot)
-            except BaseException:
-                # The leader was cancelled or failed: whoever waits must not hang. They
-                # see the error and resume from their journal, which is the truth.
-                for waiting in [*self.queue_in_flight, *self.queue]:
-                    if not waiting.done.done():
-                        waiting.done.set_exception(nats.errors.TimeoutError())
-                self.queue = []
-                raise
-            finally:
-                self.leading = False
-        return await item.done
+                except Exception as exc:  # noqa: BLE001 - handed to each appender, which raises it
+                    for item in lot:
+                        if not item.done.done():
+                            item.done.set_exception(exc)
+        finally:
+            self._committer = None
+            left, self.queue = [*lot, *self.queue], []
+            for item in left:  # cancelled (the connection closes): nobody hangs
+                if not item.done.done():
+                    item.done.set_exception(CommitterClosed("the connection to NATS closed"))
+
+    async def close(self) -> None:
+        """Stop the committer task (the connection closes): whatever it still held
+        fails with :class:`CommitterClosed`."""
+        task = self._committer
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _send(self, lot: list[Pending]) -> None:
         if len(lot) == 1:

@@ -199,6 +199,7 @@ class NatsStore:
         return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
 
     async def close(self) -> None:
+        await self.committer.close()
         with contextlib.suppress(nats.errors.ConnectionClosedError):
             await self.nc.drain()
 
