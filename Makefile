@@ -25,6 +25,7 @@ bench: $(VENV)
 	$(PY) -m bench.streams
 	$(PY) -m bench.step_cpu
 	$(PY) -m bench.objects
+	$(PY) -m bench.parked
 
 venv: $(VENV)
 
