@@ -429,7 +429,7 @@ class Engine:
 
     def run(self, run_id: str) -> Run:
         """A handle on run ``run_id`` (no I/O until it is used)."""
-        return Run(self, validate_id(run_id, "run ID"))
+        return Run(self, check_run_id(validate_id(run_id, "run ID")))
 
     async def complete(self, token: str, value: Any = None) -> bool:
         """Complete the ``ctx.await_completion`` wait that ``token`` names with ``value``

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -263,7 +264,8 @@ async def test_describe(client: httpx.AsyncClient, engine: fusee.Engine) -> None
     run = f"chat-7/{_rid('turn')}"  # IDs may hold slashes
     await engine.start("http-echo", run, "a")
     await (engine.run(run)).result(timeout="15s")
-    r = await client.get(f"/v1/runs/{run}")
+    path = quote(run, safe="")  # one path segment: its slash is %2F
+    r = await client.get(f"/v1/runs/{path}")
     assert r.status_code == 200, r.text
     info = r.json()
     assert (info["run_id"], info["workflow"], info["status"], info["steps"]) == (
@@ -272,8 +274,11 @@ async def test_describe(client: httpx.AsyncClient, engine: fusee.Engine) -> None
         "completed",
         1,
     )
-    r = await client.get(f"/v1/runs/{run}/result", params={"timeout": 0})
+    r = await client.get(f"/v1/runs/{path}/result", params={"timeout": 0})
     assert r.json()["result"] == {"echo": "A"}
+    # written as it is, it is not that run's path: the error says how to write it
+    message = assert_error(await client.get(f"/v1/runs/{run}"), 404, "NotFound")
+    assert "%2F" in message
 
     failed = _rid("fail")
     await engine.start("http-fail", failed, "y")
@@ -613,3 +618,38 @@ async def test_a_bug_is_a_500_without_its_traceback() -> None:
     message = assert_error(r, 500, "InternalError")
     assert "secret" not in r.text
     assert "http.internal_error" in message
+
+
+async def test_every_id_addresses_itself(client: httpx.AsyncClient, engine: fusee.Engine) -> None:
+    """IDs that end like a route's suffix, or hold one, are still their own paths."""
+    tail = _rid("x")
+    ids = [f"amb/result-{tail}", f"a/streams/reply-{tail}", f"k9/state-{tail}"]
+    for run in ids:
+        await engine.start("http-echo", run, "z")
+        await engine.run(run).result(timeout="15s")
+        info = (await client.get(f"/v1/runs/{quote(run, safe='')}")).json()
+        assert info["run_id"] == run  # describe, not the result of a shorter ID
+        r = await client.get(f"/v1/runs/{quote(run, safe='')}/result")
+        assert r.json()["result"] == {"echo": "Z"}
+    # unescaped, "amb/result-…" is the result of run "amb" (there is none)
+    message = assert_error(await client.get(f"/v1/runs/amb/result-{tail}"), 404, "NotFound")
+    assert "%2F" in message
+    assert_error(await client.get("/v1/runs/amb/result"), 404, "RunNotFound")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/runs/%40counter%2Fseed",
+        "/v1/runs/%40counter%2Fseed/result",
+        "/v1/runs/%40counter%2Fseed/streams/reply",
+    ],
+)
+async def test_run_routes_refuse_object_ids(client: httpx.AsyncClient, path: str) -> None:
+    message = assert_error(await client.get(path), 400, "InvalidId")
+    assert "reserved for objects" in message
+
+
+async def test_run_handles_refuse_object_ids(engine: fusee.Engine) -> None:
+    with pytest.raises(fusee.InvalidId, match="reserved for objects"):
+        engine.run("@counter/victim")

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -134,12 +135,25 @@ async def test_call_then_list_show_and_get_the_state(client: httpx.AsyncClient) 
     assert shown["last"]["handler"] == "add"
     assert shown["last"]["ok"] is True
 
-    # a key with a slash: the suffixed routes still find the handler and the state
-    slashed = f"{key}/sub"
+    # a key with a slash is one path segment, its slash written %2F
+    slashed = quote(f"{key}/sub", safe="")
     r = await client.post(f"/v1/objects/counter/{slashed}/call/add", json={"n": 1})
     assert r.json() == {"result": 1}
     r = await client.get(f"/v1/objects/counter/{slashed}/state")
     assert r.json() == {"count": 1, "seen": ["None:1"]}
+
+
+async def test_keys_that_look_like_routes_address_themselves(client: httpx.AsyncClient) -> None:
+    base = _key("k9")
+    looks_like_state = quote(f"{base}/state", safe="")
+    r = await client.post(f"/v1/objects/counter/{looks_like_state}/call/add", json={"n": 7})
+    assert r.json() == {"result": 1}
+    shown = (await client.get(f"/v1/objects/counter/{looks_like_state}")).json()
+    assert shown["key"] == f"{base}/state"  # its show, not the state of key "k9-…"
+    assert shown["state"]["count"] == 1
+    assert (await client.get(f"/v1/objects/counter/{base}/state")).json() == {}
+    # a type is one segment too, and may not hold a slash
+    assert_error(await client.get("/v1/objects/a%2Fb/k"), 400, "InvalidId")
 
 
 async def test_send_shows_the_queue_and_cancel_takes_an_invocation_off(

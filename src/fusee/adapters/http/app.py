@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fusee._engine import Engine
 from fusee.adapters.http.errors import HTTP_TYPES, ApiError, error_response, status_of
+from fusee.adapters.http.paths import RawPath
 from fusee.adapters.http.routes import meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
@@ -42,7 +43,7 @@ def create_app(engine: Engine, *, keepalive: float = 15.0) -> Starlette:
     routes: list[BaseRoute] = [*meta.routes, *streams.routes, *runs.routes, *objects.routes]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(_LastResort)],
+        middleware=[Middleware(RawPath), Middleware(_LastResort)],
         exception_handlers={
             HTTPException: _http_error,
             ApiError: _api_error,
@@ -63,7 +64,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     status = exc.status_code
     if status == 404:
-        message = f"no such endpoint: {request.method} {request.url.path}"
+        message = (
+            f"no such endpoint: {request.method} {request.scope.get('path', request.url.path)}"
+            " (an ID is one path segment: write its '/' as %2F)"
+        )
     elif status == 405:
         allowed = (exc.headers or {}).get("Allow", "")
         message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed})"

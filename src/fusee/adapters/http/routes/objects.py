@@ -1,4 +1,4 @@
-"""``/v1/objects/{type}/{key}``: keyed objects' state and queue, and calls to their handlers.
+"""``/v1/objects/{type:id}/{key}``: keyed objects' state and queue, and calls to their handlers.
 
 The API knows object types by name only, so every handler is invoked as an exclusive
 invocation through the key's inbox (the worker runs it). A handler's failure is the
@@ -48,25 +48,25 @@ def _timed_out(obj: ObjectKey, what: str, wait: float) -> Response:
         504,
         "Timeout",
         f"{obj.object_type}/{obj.key}: {what} did not end within {wait:g}s; it stays queued "
-        "or running (GET /v1/objects/{type}/{key} shows the queue)",
+        "or running (GET /v1/objects/{type:id}/{key} shows the queue)",
     )
 
 
 async def list_keys(request: Request) -> Response:
-    """``GET /v1/objects/{type}``: every key with state, and its state, sorted by key."""
+    """``GET /v1/objects/{type:id}``: every key with state, and its state, sorted by key."""
     engine = api_state(request).engine
     keys = await engine.list_objects(request.path_params["type"])
     return json_response({"keys": [{"key": key, "state": state} for key, state in keys]})
 
 
 async def show(request: Request) -> Response:
-    """``GET /v1/objects/{type}/{key}``: the state, the running and waiting invocations,
+    """``GET /v1/objects/{type:id}/{key}``: the state, the running and waiting invocations,
     and the last one that ended (``ObjectKey.show()``)."""
     return json_response(await _object(request).show())
 
 
 async def state(request: Request) -> Response:
-    """``/v1/objects/{type}/{key}/state``: ``GET`` reads it, ``PATCH`` edits it,
+    """``/v1/objects/{type:id}/{key}/state``: ``GET`` reads it, ``PATCH`` edits it,
     ``DELETE`` clears it."""
     if request.method == "PATCH":
         return await _patch_state(request)
@@ -80,7 +80,7 @@ _EDIT_FIELDS = frozenset({"set", "delete", "clear", "state"})
 
 
 async def _patch_state(request: Request) -> Response:
-    """``PATCH /v1/objects/{type}/{key}/state``: ``{"set", "delete", "clear"}`` or
+    """``PATCH /v1/objects/{type:id}/{key}/state``: ``{"set", "delete", "clear"}`` or
     ``{"state"}``, applied as one exclusive invocation; answers the new state."""
     obj = _object(request)
     wait = parse_wait(request.query_params.get("timeout"))
@@ -114,7 +114,7 @@ async def _patch_state(request: Request) -> Response:
 
 
 async def _clear_state(request: Request) -> Response:
-    """``DELETE /v1/objects/{type}/{key}/state``: remove every key (an exclusive
+    """``DELETE /v1/objects/{type:id}/{key}/state``: remove every key (an exclusive
     invocation, in its turn); answers the new state, ``{}``."""
     obj = _object(request)
     wait = parse_wait(request.query_params.get("timeout"))
@@ -131,7 +131,7 @@ def _idempotency_key(request: Request) -> str | None:
 
 
 async def call(request: Request) -> Response:
-    """``POST /v1/objects/{type}/{key}/call/{handler}``: invoke the handler with the body
+    """``POST /v1/objects/{type:id}/{key}/call/{handler:id}``: invoke the handler with the body
     (JSON; empty: ``null``) and answer ``{"result": ...}`` once it ended."""
     obj = _object(request)
     handler = validate_name(request.path_params["handler"], "handler name")
@@ -161,7 +161,7 @@ def _handler_error(status: int, type_: str, exc: HandlerFailed) -> Response:
 
 
 async def send(request: Request) -> Response:
-    """``POST /v1/objects/{type}/{key}/send/{handler}``: queue an invocation; ``202
+    """``POST /v1/objects/{type:id}/{key}/send/{handler:id}``: queue an invocation; ``202
     {"seq": n}`` once it is stored (durable)."""
     obj = _object(request)
     handler = validate_name(request.path_params["handler"], "handler name")
@@ -172,7 +172,7 @@ async def send(request: Request) -> Response:
 
 
 async def cancel(request: Request) -> Response:
-    """``POST /v1/objects/{type}/{key}/cancel``: ``{"seq": n, "reason": "..."}``; without
+    """``POST /v1/objects/{type:id}/{key}/cancel``: ``{"seq": n, "reason": "..."}``; without
     ``seq``, the invocation running (else the next to run). ``202 {"seq", "reason"}``."""
     obj = _object(request)
     body = await _body(request, "the cancel")
@@ -205,18 +205,24 @@ async def cancel(request: Request) -> Response:
 routes: list[BaseRoute] = [
     # `:path`: keys may hold slashes ("user/7"); the suffixed routes come first
     Route(
-        "/v1/objects/{type}/{key:path}/call/{handler}", call, methods=["POST"], name="object_call"
+        "/v1/objects/{type:id}/{key:id}/call/{handler:id}",
+        call,
+        methods=["POST"],
+        name="object_call",
     ),
     Route(
-        "/v1/objects/{type}/{key:path}/send/{handler}", send, methods=["POST"], name="object_send"
+        "/v1/objects/{type:id}/{key:id}/send/{handler:id}",
+        send,
+        methods=["POST"],
+        name="object_send",
     ),
-    Route("/v1/objects/{type}/{key:path}/cancel", cancel, methods=["POST"], name="object_cancel"),
+    Route("/v1/objects/{type:id}/{key:id}/cancel", cancel, methods=["POST"], name="object_cancel"),
     Route(
-        "/v1/objects/{type}/{key:path}/state",
+        "/v1/objects/{type:id}/{key:id}/state",
         state,
         methods=["GET", "PATCH", "DELETE"],
         name="object_state",
     ),
-    Route("/v1/objects/{type}/{key:path}", show, methods=["GET"], name="object_show"),
-    Route("/v1/objects/{type}", list_keys, methods=["GET"], name="object_keys"),
+    Route("/v1/objects/{type:id}/{key:id}", show, methods=["GET"], name="object_show"),
+    Route("/v1/objects/{type:id}", list_keys, methods=["GET"], name="object_keys"),
 ]

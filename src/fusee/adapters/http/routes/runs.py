@@ -66,6 +66,6 @@ async def _outcome(request: Request, run: Run, wait: float) -> Response | None:
 
 routes: list[BaseRoute] = [
     # `:path`: run IDs may hold slashes ("chat-7/turn-3"); the suffixed routes come first
-    Route("/v1/runs/{run_id:path}/result", result, methods=["GET"], name="run_result"),
-    Route("/v1/runs/{run_id:path}", describe, methods=["GET"], name="run_describe"),
+    Route("/v1/runs/{run_id:id}/result", result, methods=["GET"], name="run_result"),
+    Route("/v1/runs/{run_id:id}", describe, methods=["GET"], name="run_describe"),
 ]

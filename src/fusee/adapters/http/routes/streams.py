@@ -62,7 +62,7 @@ async def follow(request: Request) -> Response:
 
 routes: list[BaseRoute] = [
     Route(
-        "/v1/runs/{run_id:path}/streams/{name:path}",
+        "/v1/runs/{run_id:id}/streams/{name:id}",
         follow,
         methods=["GET"],
         name="run_stream",
