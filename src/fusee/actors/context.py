@@ -26,6 +26,7 @@ from fusee.errors import (
     NotEncodable,
     RunCancelled,
     RunFailed,
+    StepError,
     StepTimeout,
     Timeout,
 )
@@ -113,7 +114,9 @@ class StepFailedError(FuseeError):
     """A step failed for good; raised in the workflow where it awaited the step.
 
     ``error_type`` and ``message`` are those of the error the step's last attempt
-    raised. Uncaught, it fails the run with that error.
+    raised; ``__cause__`` is a :class:`fusee.errors.StepError` holding them, the same
+    when the failure is replayed from the journal as when it happened. Uncaught, it
+    fails the run with that error.
     """
 
     def __init__(self, step: str, error_type: str, message: str, attempts: int) -> None:
@@ -124,6 +127,8 @@ class StepFailedError(FuseeError):
         self.error_type = error_type
         self.message = message
         self.attempts = attempts
+        # rebuilt from what the journal keeps, live too: user code sees one shape
+        self.__cause__ = StepError(error_type, message)
 
 
 def error_type_name(exc: BaseException) -> str:
@@ -687,7 +692,7 @@ class Context:
                 except (Evicted, anyio.get_cancelled_exc_class()):
                     info.signal.set()
                     raise
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - journaled, raised as StepFailedError
                     elapsed = anyio.current_time() - began
                     final = (
                         isinstance(exc, FatalError | NotEncodable)
@@ -711,7 +716,8 @@ class Context:
                             error=f"{etype}: {message}",
                             duration_ms=round(elapsed * 1000, 2),
                         )
-                        raise StepFailedError(name, etype, message, attempt) from exc
+                        failure = StepFailedError(name, etype, message, attempt)
+                        break  # raised outside the handler: no live-only __context__
                     wait = policy.delay(attempt, key)
                     await actor.commit(
                         StepRetrying(
@@ -747,6 +753,7 @@ class Context:
                 log.info("step.completed", attempt=attempt, duration_ms=elapsed_ms)
                 await actor.maybe_evict()
                 return decode_value(data, type_)
+        raise failure
 
     async def _call(
         self, fn: Callable[..., Any], info: StepInfo, takes_info: bool, limit: float | None

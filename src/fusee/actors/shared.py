@@ -70,7 +70,9 @@ async def serve_shared_call(
         state = await current_state(store, object_type, key, at if isinstance(at, int) else 0)
         ctx = SharedContext(object_type, key, name, ReadOnlyState(state, object_type))
         timeout = obj.handler_timeout(handler)
-        with anyio.fail_after(timeout):
+        # Only this deadline is a fusee.Timeout: a TimeoutError the handler raises
+        # itself (an HTTP client's) is its own error, reported as such.
+        with anyio.move_on_after(timeout) as deadline:
             if handler.takes_input:
                 raw = msgspec.json.encode(body.get("input"))
                 result = handler.fn(ctx, decode_value(raw, handler.input_type))
@@ -78,14 +80,15 @@ async def serve_shared_call(
                 result = handler.fn(ctx)
             if inspect.isawaitable(result):
                 result = await result
-        out = _reply({"result": msgspec.Raw(encode_value(result, f"the result of {name!r}"))})
-    except TimeoutError:
-        out = _reply(
-            {
-                "error_type": "fusee.Timeout",
-                "message": f"the shared handler took longer than {format_duration(timeout)}",
-            }
-        )
+        if deadline.cancelled_caught:
+            out = _reply(
+                {
+                    "error_type": "fusee.Timeout",
+                    "message": f"the shared handler took longer than {format_duration(timeout)}",
+                }
+            )
+        else:
+            out = _reply({"result": msgspec.Raw(encode_value(result, f"the result of {name!r}"))})
     except Exception as exc:  # noqa: BLE001 - the handler's error goes back to its caller
         out = _reply({"error_type": error_type_name(exc), "message": str(exc) or repr(exc)})
     await store.publish_core(reply, out)
