@@ -65,6 +65,7 @@ __all__ = (
     "StepFailedError",
     "DEFAULT_RETRY",
     "error_type_name",
+    "error_message",
 )
 
 T = TypeVar("T")
@@ -138,6 +139,20 @@ def error_type_name(exc: BaseException) -> str:
     if cls.__module__.startswith("fusee."):
         return f"fusee.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+MAX_MESSAGE = 8 * 1024  # bytes of an error's message kept in the journal
+
+
+def error_message(exc: BaseException) -> str:
+    """The error's message as journaled: ``str(exc)`` (its repr when empty), cut to
+    ``MAX_MESSAGE`` bytes, so an error that quotes a whole response still fits a record."""
+    message = str(exc) or repr(exc)
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= MAX_MESSAGE:
+        return message
+    kept = raw[:MAX_MESSAGE].decode("utf-8", "ignore")
+    return f"{kept}... (cut: {len(raw):,} bytes in all)"
 
 
 def _caller_location(depth: int = 2) -> str:
@@ -368,7 +383,9 @@ class Context:
         if child_id == self.run_id:
             raise FuseeError(f"ctx.child: a run cannot be its own child (at {location})")
         seconds = parse_duration(timeout, "timeout of ctx.child") if timeout is not None else None
-        data = canonical(arg, f"the input of child run {child_id!r}")
+        data = canonical(
+            arg, f"the input of child run {child_id!r}", limit=self._actor.store.max_value
+        )
         decision = self._replayer.begin_wait(child_id, "child", location)
         if isinstance(decision, WaitDone):
             done = decision
@@ -540,7 +557,13 @@ class Context:
                 f"ctx.continue_as_new() was called inside step {step!r} (at {location}): "
                 f"call it in the workflow"
             )
-        raise ContinueAsNew(canonical(arg, f"the input of the next generation of {self.run_id!r}"))
+        raise ContinueAsNew(
+            canonical(
+                arg,
+                f"the input of the next generation of {self.run_id!r}",
+                limit=self._actor.store.max_value,
+            )
+        )
 
     def now(self) -> datetime:
         """The current time as a timezone-aware UTC datetime, journaled: a replay of the
@@ -684,7 +707,9 @@ class Context:
                     try:
                         with _inside_step(name):
                             value = await self._call(fn, info, takes_info, limit)
-                        data = encode_value(value, f"the result of step {name!r}")
+                        data = encode_value(
+                            value, f"the result of step {name!r}", limit=actor.store.max_value
+                        )
                     finally:
                         actor.running_steps.discard(info)
                         if branch is not None:
@@ -699,24 +724,11 @@ class Context:
                         or policy.gives_up_on(exc)
                         or attempt >= policy.attempts
                     )
-                    etype, message = error_type_name(exc), str(exc) or repr(exc)
+                    etype, message = error_type_name(exc), error_message(exc)
                     if final:
-                        await actor.commit(
-                            StepFailed(
-                                pos=decision.pos,
-                                name=name,
-                                attempt=attempt,
-                                error_type=etype,
-                                message=message,
-                            )
+                        failure = await self._fail_step(
+                            decision.pos, name, attempt, etype, message, elapsed
                         )
-                        log.warning(
-                            "step.failed",
-                            attempt=attempt,
-                            error=f"{etype}: {message}",
-                            duration_ms=round(elapsed * 1000, 2),
-                        )
-                        failure = StepFailedError(name, etype, message, attempt)
                         break  # raised outside the handler: no live-only __context__
                     wait = policy.delay(attempt, key)
                     await actor.commit(
@@ -741,19 +753,45 @@ class Context:
                     attempt += 1
                     continue
                 elapsed_ms = round((anyio.current_time() - began) * 1000, 3)
-                await actor.commit(
-                    StepCompleted(
-                        pos=decision.pos,
-                        name=name,
-                        result=_raw(data),
-                        attempt=attempt,
-                        duration_ms=elapsed_ms,
+                try:
+                    await actor.commit(
+                        StepCompleted(
+                            pos=decision.pos,
+                            name=name,
+                            result=_raw(data),
+                            attempt=attempt,
+                            duration_ms=elapsed_ms,
+                        )
                     )
-                )
+                except NotEncodable as exc:  # the record as a whole is over the limit
+                    failure = await self._fail_step(
+                        decision.pos,
+                        name,
+                        attempt,
+                        "fusee.NotEncodable",
+                        f"the result of step {name!r} cannot be stored: {exc}",
+                        elapsed_ms / 1000,
+                    )
+                    break
                 log.info("step.completed", attempt=attempt, duration_ms=elapsed_ms)
                 await actor.maybe_evict()
                 return decode_value(data, type_)
         raise failure
+
+    async def _fail_step(
+        self, pos: int, name: str, attempt: int, etype: str, message: str, elapsed: float
+    ) -> StepFailedError:
+        """Journal the step's final failure; the error to raise in the workflow."""
+        await self._actor.commit(
+            StepFailed(pos=pos, name=name, attempt=attempt, error_type=etype, message=message)
+        )
+        log.warning(
+            "step.failed",
+            attempt=attempt,
+            error=f"{etype}: {message}",
+            duration_ms=round(elapsed * 1000, 2),
+        )
+        return StepFailedError(name, etype, message, attempt)
 
     async def _call(
         self, fn: Callable[..., Any], info: StepInfo, takes_info: bool, limit: float | None

@@ -29,6 +29,13 @@ class RunStore(Protocol):
     completion_secret: bytes
     callback_base_url: str
 
+    @property
+    def max_value(self) -> int:
+        """The largest value, in bytes of JSON, that one record may carry (a step's
+        result, an input, a payload, an object's state): the server's message limit
+        less room for the record around it. Checked before anything is written."""
+        ...
+
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         """Append under the fence; raises ``Fenced`` when another writer moved it."""
         ...

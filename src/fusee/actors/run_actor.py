@@ -21,6 +21,7 @@ from fusee.actors.context import (
     ContinueAsNew,
     StepFailedError,
     StepInfo,
+    error_message,
     error_type_name,
     may_park,
 )
@@ -152,9 +153,16 @@ class RunActor:
         # commit must not reuse its ID, or the read-back would take that record for it.
         self.commits += 1
         msg_id = f"{self.eid}:{self.history.started_seq}:{self.commits}:{self.writer}"
-        seq = await self.store.append(
-            self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
-        )
+        try:
+            seq = await self.store.append(
+                self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
+            )
+        except NotEncodable:
+            # too large to be stored (refused before it was sent): what rode on it
+            # rides on the record the caller writes instead (a failed step's)
+            self.history.pending[:0] = pending
+            self.history.pending_invocation = self.history.pending_invocation or invocation
+            raise
         self.history.add(seq, record, data)
         self.fence = seq
         return seq
@@ -438,7 +446,11 @@ class RunActor:
                 else:
                     record = RunCompleted(
                         result=msgspec.Raw(
-                            encode_value(result, f"the result of run {self.run_id!r}")
+                            encode_value(
+                                result,
+                                f"the result of run {self.run_id!r}",
+                                limit=self.store.max_value,
+                            )
                         )
                     )
             except DeterminismError as exc:
@@ -457,7 +469,7 @@ class RunActor:
             except Exception as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
                 if replayer.broken is not None:
                     return record, str(replayer.broken)
-                record = RunFailed(error_type=error_type_name(exc), message=str(exc) or repr(exc))
+                record = RunFailed(error_type=error_type_name(exc), message=error_message(exc))
         if scope.cancelled_caught:
             if self.cancel_reason is not None:
                 record = RunCancelled(reason=self.cancel_reason)
@@ -521,7 +533,7 @@ class RunActor:
             self.inbox_seen = msg.seq
             try:
                 body = msgspec.json.decode(msg.data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 body = None
             if isinstance(body, dict):
                 out.append((msg.seq, body))

@@ -13,7 +13,7 @@ import anyio
 import msgspec
 import structlog
 
-from fusee.actors.context import error_type_name
+from fusee.actors.context import error_message, error_type_name
 from fusee.actors.object_state import current_state
 from fusee.actors.ports import ClusterStore
 from fusee.actors.registry import Registry
@@ -88,7 +88,8 @@ async def serve_shared_call(
                 }
             )
         else:
-            out = _reply({"result": msgspec.Raw(encode_value(result, f"the result of {name!r}"))})
+            data = encode_value(result, f"the result of {name!r}", limit=store.max_value)
+            out = _reply({"result": msgspec.Raw(data)})
     except Exception as exc:  # noqa: BLE001 - the handler's error goes back to its caller
-        out = _reply({"error_type": error_type_name(exc), "message": str(exc) or repr(exc)})
+        out = _reply({"error_type": error_type_name(exc), "message": error_message(exc)})
     await store.publish_core(reply, out)

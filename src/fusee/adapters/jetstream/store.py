@@ -35,7 +35,7 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
-from fusee.errors import Fenced, FuseeError
+from fusee.errors import Fenced, FuseeError, NotEncodable
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
 
@@ -51,6 +51,11 @@ KIND = "Fusee-Kind"
 JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
+
+# Room kept in every message for what is not the value: the record's other fields
+# (links, name, the values ctx.now() took) and its headers. A value may be the
+# server's max_payload less this (1,032,192 bytes with the default 1 MiB).
+VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
 BATCH_DUPLICATE = 10201
@@ -198,6 +203,27 @@ class NatsStore:
         nc.options["max_reconnect_attempts"] = -1
         return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
 
+    @property
+    def max_payload(self) -> int:
+        """The server's message limit (``max_payload`` in its INFO), headers included."""
+        return int(self.nc.max_payload)
+
+    @property
+    def max_value(self) -> int:
+        """The largest value one record may carry: ``max_payload`` less
+        ``VALUE_HEADROOM`` for the record around it."""
+        return max(0, self.max_payload - VALUE_HEADROOM)
+
+    def _check_fits(self, subject: str, data: bytes, headers: dict[str, str], what: str) -> None:
+        """Refuse a message the server would refuse (it counts the headers too, and
+        closes the connection of a client that sends one), before it is sent."""
+        size = len(data) + len(subject) + 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        if size > self.max_payload:
+            raise NotEncodable(
+                f"{what} would be a message of {size:,} bytes, over the NATS server's "
+                f"max_payload of {self.max_payload:,} bytes"
+            )
+
     async def close(self) -> None:
         with contextlib.suppress(nats.errors.ConnectionClosedError):
             await self.nc.drain()
@@ -266,7 +292,9 @@ class NatsStore:
             Fenced: another writer appended since ``fence``.
         """
         headers = self._fenced_headers(eid, kind, fence, msg_id)
-        item = Pending(self.layout.journal(eid), data, headers, eid, fence, msg_id, kind)
+        subject = self.layout.journal(eid)
+        self._check_fits(subject, data, headers, f"the {kind} record of {unescape(eid)!r}")
+        item = Pending(subject, data, headers, eid, fence, msg_id, kind)
         return await self.committer.append(item)
 
     def _fenced_headers(self, eid: str, kind: str, fence: int, msg_id: str) -> dict[str, str]:
@@ -341,9 +369,9 @@ class NatsStore:
         headers = {KIND: kind}
         if msg_id is not None:
             headers[MSG_ID] = msg_id
-        return await self._retrying(
-            self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, headers
-        )
+        subject = self.layout.inbox(partition, eid)
+        self._check_fits(subject, body, headers, f"the {kind} message to {unescape(eid)!r}")
+        return await self._retrying(self.js.publish, subject, body, 5.0, None, headers)
 
     async def load_secret(self, key: str = "config.secret") -> bytes:
         """The namespace's secret (32 random bytes, base64url in the work bucket), made by
@@ -541,10 +569,10 @@ class NatsStore:
             CURSOR: str(cursor),
             EXPECTED_SEQ: str(last),
         }
+        subject = self._state_subject(object_type, key)
+        self._check_fits(subject, data, headers, f"the state of {object_type}/{key}")
         try:
-            ack = await self._retrying(
-                self.js.publish, self._state_subject(object_type, key), data, 5.0, None, headers
-            )
+            ack = await self._retrying(self.js.publish, subject, data, 5.0, None, headers)
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
@@ -698,6 +726,7 @@ class NatsStore:
         return unsubscribe
 
     async def publish_core(self, subject: str, data: bytes) -> None:
+        self._check_fits(subject, data, {}, f"the message on {subject}")
         with contextlib.suppress(
             nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError
         ):
@@ -708,7 +737,9 @@ class NatsStore:
 
         Raises:
             NobodyListens: no subscriber at all (no worker serves the subject).
+            NotEncodable: the request is over the server's max_payload.
         """
+        self._check_fits(subject, data, {}, f"the request on {subject}")
         try:
             msg = await self.nc.request(subject, data, timeout=timeout)
         except nats.errors.NoRespondersError:
