@@ -33,6 +33,19 @@ async def lv_big_step(ctx: fusee.Context, size: int) -> dict[str, Any]:
     return {"error_type": None}
 
 
+def _raises_long() -> None:
+    raise ValueError("y" * MB2)  # an error quoting a whole response
+
+
+@fusee.workflow("lv_long_error")
+async def lv_long_error(ctx: fusee.Context) -> str:
+    try:
+        await ctx.step("call_api", _raises_long, retry=fusee.Retry(attempts=2, initial="10ms"))
+    except fusee.StepFailedError as exc:
+        return exc.message
+    return "not raised"
+
+
 @fusee.workflow("lv_fits")
 async def lv_fits(ctx: fusee.Context, size: int) -> int:
     text = await ctx.step("fetch_page", lambda: "x" * size)
@@ -215,3 +228,16 @@ async def test_a_value_nested_too_deeply_is_a_clear_error_and_stores_nothing(
     async with engine.worker():
         await run.signal("go", _deep(MAX_DEPTH))
         assert await run.result(timeout=20) == _deep(MAX_DEPTH)
+
+
+async def test_an_error_message_over_the_limit_is_cut_and_the_step_fails_as_usual(
+    engine: fusee.Engine,
+) -> None:
+    async with engine.worker():
+        run = await engine.start(lv_long_error, "r-lv-err")
+        message = await run.result(timeout=20)
+    assert message.startswith("y" * 8192)
+    assert message.endswith("... (cut: 2,000,000 bytes in all)")
+    kinds = [type(r).__name__ for _, r in await run.journal()]
+    assert kinds.count("StepRetrying") == 1
+    assert kinds.count("StepFailed") == 1
