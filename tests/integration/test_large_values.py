@@ -1,17 +1,21 @@
 """Values over the NATS message limit, and values nested too deeply, are clear errors:
 checked before anything is written, they fail the step or the invocation alone (the
-key moves on), or the caller's call, and never a whole run, a worker or a key."""
+key moves on), or the caller's call, and never a whole run, a worker or a key. A step's
+result too large for a record is stored out of line (up to ``MAX_LARGE_VALUE``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 import fusee
-from fusee.runtime.codec import MAX_DEPTH
+from fusee.adapters.cli.render import format_journal
+from fusee.runtime.codec import MAX_DEPTH, MAX_LARGE_VALUE
 from fusee.runtime.objects import object_id
-from fusee.runtime.records import ObjectDone, StepCompleted, StepFailed
+from fusee.runtime.records import ObjectDone, StepCompleted, StepFailed, ValueRef, WaitStarted
+from tests.workers.procs import wait_until
 
 MB2 = 2_000_000
 
@@ -50,6 +54,14 @@ async def lv_long_error(ctx: fusee.Context) -> str:
 async def lv_fits(ctx: fusee.Context, size: int) -> int:
     text = await ctx.step("fetch_page", lambda: "x" * size)
     return len(text)
+
+
+@fusee.workflow("lv_large")
+async def lv_large(ctx: fusee.Context, size: int) -> dict[str, int]:
+    out = await ctx.step("tool_output", lambda: {"text": "x" * size, "size": size})
+    await ctx.wait_for("go")  # the run leaves memory here: the rest is a replay
+    after = await ctx.step("after", lambda: len(out["text"]))
+    return {"len": len(out["text"]), "size": out["size"], "after": after}
 
 
 @fusee.workflow("lv_echo")
@@ -107,12 +119,12 @@ async def test_a_step_result_over_the_limit_fails_the_step_and_the_workflow_catc
     engine: fusee.Engine,
 ) -> None:
     async with engine.worker():
-        run = await engine.start(lv_big_step, "r-lv-step", MB2)
-        out = await run.result(timeout=20)
+        run = await engine.start(lv_big_step, "r-lv-step", MAX_LARGE_VALUE)
+        out = await run.result(timeout=60)
     assert out["error_type"] == "fusee.NotEncodable"
     message = out["message"]
-    assert "the result of step 'fetch_page' is 2,000,002 bytes as JSON" in message
-    assert "over the limit of 1,032,192 bytes" in message
+    assert "the result of step 'fetch_page' is 67,108,866 bytes as JSON" in message
+    assert "over the limit of 67,108,864 bytes for a step's result" in message
     assert out["after"] == "went on"  # the run went on past the failed step
     journal = [r for _, r in await run.journal()]
     failed = [r for r in journal if isinstance(r, StepFailed)]
@@ -129,6 +141,36 @@ async def test_a_step_result_at_the_limit_is_stored_and_replayed(engine: fusee.E
         assert await run.result(timeout=20) == size
     [done] = [r for _, r in await run.journal() if isinstance(r, StepCompleted)]
     assert len(bytes(done.result)) == engine.store.max_value
+    assert done.result_ref is msgspec.UNSET  # in the record itself
+    async with engine.worker():
+        over = await engine.start(lv_fits, "r-lv-over", size + 1)
+        assert await over.result(timeout=20) == size + 1
+    [done] = [r for _, r in await over.journal() if isinstance(r, StepCompleted)]
+    assert isinstance(done.result_ref, ValueRef)  # one byte more: out of line
+    assert done.result_ref.chunks == 2
+
+
+async def test_a_step_result_too_large_for_a_record_is_stored_out_of_line_and_replayed(
+    engine: fusee.Engine,
+) -> None:
+    run = await engine.start(lv_large, "r-lv-large", 5_000_000)
+    async with engine.worker():
+
+        async def waiting() -> bool:
+            return any(isinstance(r, WaitStarted) for _, r in await run.journal())
+
+        await wait_until(waiting, timeout=30, what="the run to wait for its signal")
+    [done] = [r for _, r in await run.journal() if isinstance(r, StepCompleted)]
+    assert isinstance(done.result_ref, ValueRef)
+    assert bytes(done.result) == b"null"
+    assert done.result_ref.size == len(b'{"text":"","size":5000000}') + 5_000_000
+    assert done.result_ref.chunks == 5  # of max_value bytes each
+    shown = "\n".join(format_journal(await run.journal()))
+    assert "-> <5,000,026 bytes, stored out of line>" in shown
+    async with engine.worker():  # a fresh worker replays the step from its stored value
+        await run.signal("go")
+        out = await run.result(timeout=30)
+    assert out == {"len": 5_000_000, "size": 5_000_000, "after": 5_000_000}
 
 
 async def test_an_object_state_over_the_limit_fails_that_call_and_the_key_moves_on(

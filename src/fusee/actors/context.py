@@ -30,7 +30,13 @@ from fusee.errors import (
     StepTimeout,
     Timeout,
 )
-from fusee.runtime.codec import canonical, decode_value, encode_value
+from fusee.runtime.codec import (
+    MAX_LARGE_VALUE,
+    canonical,
+    check_size,
+    decode_value,
+    encode_value,
+)
 from fusee.runtime.completions import Completion, completion_token, completion_url
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import (
@@ -664,6 +670,8 @@ class Context:
             await self._actor.stop_workflow()
         decision = self._replayer.begin_step(name, location)
         if isinstance(decision, Replayed):
+            if decision.ref is not None:  # stored out of line: read it back
+                return decode_value(await self._actor.store.get_value(decision.ref), type)
             return decode_value(decision.result, type)
         if isinstance(decision, ReplayedFailure):
             rec = decision.record
@@ -707,8 +715,12 @@ class Context:
                     try:
                         with _inside_step(name):
                             value = await self._call(fn, info, takes_info, limit)
-                        data = encode_value(
-                            value, f"the result of step {name!r}", limit=actor.store.max_value
+                        data = check_size(
+                            encode_value(value, f"the result of step {name!r}"),
+                            f"the result of step {name!r}",
+                            MAX_LARGE_VALUE,
+                            of="a step's result (one over "
+                            f"{actor.store.max_value:,} bytes is stored out of line)",
                         )
                     finally:
                         actor.running_steps.discard(info)
@@ -753,14 +765,19 @@ class Context:
                     attempt += 1
                     continue
                 elapsed_ms = round((anyio.current_time() - began) * 1000, 3)
+                inline, ref = data, None
+                if len(data) > actor.store.max_value:
+                    # too large for a record: stored first, then the record naming it
+                    inline, ref = b"null", await actor.store.put_value(actor.eid, data)
                 try:
                     await actor.commit(
                         StepCompleted(
                             pos=decision.pos,
                             name=name,
-                            result=_raw(data),
+                            result=_raw(inline),
                             attempt=attempt,
                             duration_ms=elapsed_ms,
+                            result_ref=msgspec.UNSET if ref is None else ref,
                         )
                     )
                 except NotEncodable as exc:  # the record as a whole is over the limit

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeAlias
 
+from fusee.runtime.records import ValueRef
+
 __all__ = ("Stored", "RunStore", "SubjectLayout", "CoreHandler", "ClusterStore")
 
 
@@ -42,6 +44,19 @@ class RunStore(Protocol):
 
     async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:
         """Every record of the run's journal with a sequence above ``after``, in order."""
+        ...
+
+    async def put_value(self, eid: str, data: bytes) -> ValueRef:
+        """Store a value too large for one record (at most ``MAX_LARGE_VALUE`` bytes)
+        out of line, for run ``eid``; the reference a record holds."""
+        ...
+
+    async def get_value(self, ref: ValueRef) -> bytes:
+        """The bytes of a value stored out of line.
+
+        Raises:
+            JournalGap: it is missing, or not the bytes the reference names.
+        """
         ...
 
     async def put_index(self, eid: str, value: bytes) -> None: ...

@@ -17,11 +17,20 @@ import msgspec
 
 from fusee.errors import NotEncodable
 
-__all__ = ("encode_value", "decode_value", "canonical", "check_size", "MAX_DEPTH")
+__all__ = (
+    "encode_value",
+    "decode_value",
+    "canonical",
+    "check_size",
+    "MAX_DEPTH",
+    "MAX_LARGE_VALUE",
+)
 
 T = TypeVar("T")
 
 MAX_DEPTH = 256  # levels of nested lists and objects in one stored value
+# A step's result too large for a record is stored out of line, up to this size.
+MAX_LARGE_VALUE = 64 * 1024 * 1024
 
 _encoder = msgspec.json.Encoder()
 # Inputs are compared byte for byte to tell "the same start again" from a conflict,
@@ -64,15 +73,17 @@ def canonical(value: object, what: str, *, limit: int | None = None) -> bytes:
     return _checked(data, what, limit)
 
 
-def check_size(data: bytes, what: str, limit: int) -> bytes:
+_ONE_VALUE = "one stored value (the NATS server's max_payload, less room for the record around it)"
+
+
+def check_size(data: bytes, what: str, limit: int, *, of: str = _ONE_VALUE) -> bytes:
     """``data`` itself when it is at most ``limit`` bytes; raises :class:`NotEncodable`
-    naming ``what``, its size and the limit otherwise."""
+    naming ``what``, its size and the limit (``of`` says what it limits) otherwise."""
     if len(data) > limit:
         raise NotEncodable(
             f"{what} is {len(data):,} bytes as JSON, over the limit of {limit:,} bytes for "
-            f"one stored value (the NATS server's max_payload, less room for the record "
-            f"around it). Keep large data out of the journal: store it elsewhere (a file, "
-            f"an object store) and pass a reference to it."
+            f"{of}. Keep large data out of the journal: store it elsewhere (a file, an "
+            f"object store) and pass a reference to it."
         )
     return data
 

@@ -26,6 +26,7 @@ from fusee.runtime.records import (
     StepFailed,
     StepRetrying,
     Value,
+    ValueRef,
     WaitDone,
     WaitStarted,
     decode_record,
@@ -215,10 +216,12 @@ class History:
 
 @dataclass(frozen=True)
 class Replayed:
-    """The step at this position already completed: here is its result."""
+    """The step at this position already completed: here is its result (or, for one
+    stored out of line, ``ref``, where to read it)."""
 
     pos: int
     result: bytes
+    ref: ValueRef | None = None
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,8 @@ class Replayer:
             raise ReplayedCancel(lost)
         match outcome:
             case StepCompleted():
-                return Replayed(pos, bytes(outcome.result))
+                ref = outcome.result_ref if isinstance(outcome.result_ref, ValueRef) else None
+                return Replayed(pos, bytes(outcome.result), ref)
             case StepFailed():
                 return ReplayedFailure(pos, outcome)
             case _:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,9 +36,10 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
-from fusee.errors import Fenced, FuseeError, NotEncodable
+from fusee.errors import Fenced, FuseeError, JournalGap, NotEncodable
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
+from fusee.runtime.records import ValueRef
 
 T = TypeVar("T")
 
@@ -86,6 +88,14 @@ class Layout:
     @property
     def stream(self) -> str:
         return self.namespace.upper()
+
+    @property
+    def values_stream(self) -> str:
+        # values too large for a record (step results), stored out of line
+        return f"{self.stream}_VALUES"
+
+    def value(self, eid: str, digest: str, chunk: int) -> str:
+        return f"{self.namespace}.val.{eid}.{digest}.{chunk}"
 
     @property
     def runs_bucket(self) -> str:
@@ -251,6 +261,19 @@ class NatsStore:
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
                 await self.js.add_stream(config)  # a concurrent creator may have won
+        values = StreamConfig(
+            name=lay.values_stream,
+            subjects=[f"{lay.namespace}.val.>"],
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            allow_direct=True,
+            max_msgs_per_subject=1,  # a chunk written again replaces itself (same bytes)
+        )
+        try:
+            await self.js.stream_info(lay.values_stream)
+        except nats.js.errors.NotFoundError:
+            with contextlib.suppress(nats.js.errors.BadRequestError):
+                await self.js.add_stream(values)
         self._runs = await self._bucket(lay.runs_bucket, "the run index")
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
         self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
@@ -343,6 +366,44 @@ class NatsStore:
                 delay = min(delay * 2, 1.0)
                 continue
             return ack.seq  # a duplicate ack names the original, which is ours
+
+    # -- values stored out of line ----------------------------------------------------
+
+    async def put_value(self, eid: str, data: bytes) -> ValueRef:
+        """Store ``data`` (a step's result too large for a record) in the values stream,
+        in chunks of ``max_value`` bytes, one subject each, named by its digest: a
+        retry, or another writer of the same value, writes the same bytes again."""
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        size = max(1, self.max_value)
+        chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+        for i, chunk in enumerate(chunks):
+            subject = self.layout.value(eid, digest, i)
+            self._check_fits(subject, chunk, {}, f"chunk {i} of a value of {unescape(eid)!r}")
+            await self._retrying(self.js.publish, subject, chunk, 5.0, self.layout.values_stream)
+        return ValueRef(run=eid, digest=digest, size=len(data), chunks=len(chunks))
+
+    async def get_value(self, ref: ValueRef) -> bytes:
+        """The bytes of a value stored out of line, checked against its reference."""
+        parts: list[bytes] = []
+        for i in range(ref.chunks):
+            subject = self.layout.value(ref.run, ref.digest, i)
+            try:
+                raw = await self._retrying(
+                    self.js.get_last_msg, self.layout.values_stream, subject, True
+                )
+            except nats.js.errors.NotFoundError:
+                raise JournalGap(
+                    f"run {unescape(ref.run)!r}: chunk {i} of the value {ref.digest} "
+                    f"({ref.size:,} bytes, stored out of line) is missing"
+                ) from None
+            parts.append(raw.data or b"")
+        data = b"".join(parts)
+        if len(data) != ref.size or hashlib.blake2b(data, digest_size=16).hexdigest() != ref.digest:
+            raise JournalGap(
+                f"run {unescape(ref.run)!r}: the value {ref.digest} stored out of line is "
+                f"not the one the journal names ({len(data):,} bytes, not {ref.size:,})"
+            )
+        return data
 
     async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[StoredMsg]:
         """What others sent the run (cancels, and later signals), above sequence ``after``."""
