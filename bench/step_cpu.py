@@ -32,6 +32,7 @@ class Stored:
 @dataclass
 class MemoryJournal:
     msgs: list[Stored] = field(default_factory=list)
+    max_value: int = 1 << 20
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         last = self.msgs[-1].seq if self.msgs else 0

@@ -32,6 +32,7 @@ from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
 from fusee.errors import RunNotFound as RunNotFound
+from fusee.errors import StepError as StepError
 from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
@@ -60,6 +61,7 @@ __all__ = (
     "FuseeError",
     "FatalError",
     "StepFailedError",
+    "StepError",
     "StepTimeout",
     "DeterminismError",
     "InvalidId",

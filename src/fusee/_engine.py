@@ -308,7 +308,7 @@ class Engine:
         seconds = parse_duration(timeout, "timeout") if timeout is not None else None
         if seconds is not None and seconds <= 0:
             raise InvalidArgument(f"timeout={timeout!r}: a run's timeout must be positive")
-        data = canonical(arg, f"the input of run {run_id!r}")
+        data = canonical(arg, f"the input of run {run_id!r}", limit=self.store.max_value)
         eid = escape(run_id)
         partition = partition_of(run_id, self.partitions)
         reused = await self._reusable(name, from_run, upto) if from_run is not None else []
@@ -448,7 +448,7 @@ class Engine:
             ``await engine.complete(token, {"approved": False, "reason": "too much"})``
         """
         run_id, pos, mac = parse_token(token)
-        data = canonical(value, "the value of a completion")
+        data = canonical(value, "the value of a completion", limit=self.store.max_value)
         eid = escape(run_id)
         history = History(run_id)
         for msg in await self.store.read_journal(eid):
@@ -642,7 +642,13 @@ class Run:
             {
                 "kind": "signal",
                 "name": name,
-                "payload": msgspec.Raw(canonical(payload, f"the payload of signal {name!r}")),
+                "payload": msgspec.Raw(
+                    canonical(
+                        payload,
+                        f"the payload of signal {name!r}",
+                        limit=self.engine.store.max_value,
+                    )
+                ),
             }
         )
         if not await self._live():

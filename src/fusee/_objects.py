@@ -228,7 +228,7 @@ class ObjectKey:
     async def _enqueue(
         self, handler: str, arg: Any, idempotency_key: str | None, *, reply: bool
     ) -> tuple[int, str, bool]:
-        data = canonical(arg, f"the input of {self!r}.{handler}")
+        data = canonical(arg, f"the input of {self!r}.{handler}", limit=self.engine.store.max_value)
         return await self._enqueue_raw(handler, data, idempotency_key, reply=reply)
 
     async def _enqueue_raw(
@@ -335,7 +335,11 @@ class ObjectKey:
                 "type": self.object_type,
                 "key": self.key,
                 "handler": handler,
-                "input": msgspec.Raw(canonical(arg, f"the input of {self!r}.{handler}")),
+                "input": msgspec.Raw(
+                    canonical(
+                        arg, f"the input of {self!r}.{handler}", limit=self.engine.store.max_value
+                    )
+                ),
             }
         )
         store = self.engine.store
@@ -416,7 +420,7 @@ class ObjectKey:
             raise InvalidArgument("an edit needs state=, set=, delete= or clear=True")
         edit_changes(edit, f"edit of {self!r}")  # checked here: a bad edit is never queued
         limit = parse_duration(timeout, "timeout") if timeout is not None else None
-        data = canonical(edit, f"the edit of {self!r}")
+        data = canonical(edit, f"the edit of {self!r}", limit=self.engine.store.max_value)
         seq, subject, _ = await self._enqueue_raw(EDIT, data, None, reply=True)
         deadline = time.monotonic() + limit if limit is not None else float("inf")
         try:
@@ -461,7 +465,17 @@ class ObjectKey:
         """Send the running (or next) invocation's ``ctx.wait_for(name)`` a signal."""
         name = validate_name(name, "signal name")
         body = msgspec.json.encode(
-            {"kind": "signal", "name": name, "payload": msgspec.Raw(canonical(payload, "payload"))}
+            {
+                "kind": "signal",
+                "name": name,
+                "payload": msgspec.Raw(
+                    canonical(
+                        payload,
+                        f"the payload of signal {name!r} to {self!r}",
+                        limit=self.engine.store.max_value,
+                    )
+                ),
+            }
         )
         store, p = self.engine.store, self._partition
         await store.send_inbox(p, self.eid, "signal", body)

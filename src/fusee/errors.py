@@ -16,6 +16,7 @@ __all__ = (
     "NotEncodable",
     "DeterminismError",
     "FatalError",
+    "StepError",
     "RunExists",
     "RunNotFound",
     "RunFailed",
@@ -66,6 +67,24 @@ class DeterminismError(FuseeError):
 
 class FatalError(FuseeError):
     """Raise it in a step or a workflow to fail the run at once, without retries."""
+
+
+class StepError(FuseeError):
+    """The error a step's last attempt raised, as the journal keeps it: the
+    ``__cause__`` of a :class:`StepFailedError`, the same live and on replay (the
+    original exception object is not kept: a replay has only its type's name and its
+    message, so code that branched on it would replay differently).
+
+    Attributes:
+        error_type: the raised exception's type, ``module.QualName`` (``ValueError``
+            for builtins, ``fusee.StepTimeout`` for fusee's own).
+        message: its message.
+    """
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(f"{error_type}: {message}")
+        self.error_type = error_type
+        self.message = message
 
 
 class RunExists(FuseeError):

@@ -313,6 +313,11 @@ async def test_bad_names_and_bodies(client: httpx.AsyncClient) -> None:
     assert_error(r, 400, "InvalidId")
     r = await client.post(f"/v1/objects/counter/{key}/call/add", content=b"{nope")
     assert "the input is not valid JSON" in assert_error(r, 400, "InvalidArgument")["message"]
+    deep = b"[" * 10_000 + b"]" * 10_000
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", content=deep)
+    assert "the input nests too deeply" in assert_error(r, 400, "InvalidArgument")["message"]
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", json={"b": "x" * 2_000_000})
+    assert "is 2,000,008 bytes as JSON" in assert_error(r, 400, "NotEncodable")["message"]
     r = await client.post(f"/v1/objects/counter/{key}/call/add?timeout=10m", json={})
     assert_error(r, 400, "InvalidArgument")
     r = await client.post(f"/v1/objects/counter/{key}/call/add", headers={"Idempotency-Key": ""})

@@ -12,7 +12,7 @@ import anyio
 import fusee
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.worker import WorkerConfig
-from fusee.runtime.records import RunPaused, StepCompleted
+from fusee.runtime.records import RunCompleted, RunPaused, StepCompleted, WaitStarted
 from tests.workers.procs import wait_until
 
 executed: list[str] = []
@@ -103,4 +103,50 @@ async def test_renamed_step_pauses_the_run(nats_server: Any, namespace: str) -> 
                 pass  # a paused run has no result yet
     finally:
         gates[0].set()
+        await engine.close()
+
+
+async def waits_after_fetch(ctx: fusee.Context, arg: str) -> str:
+    a = await ctx.step("fetch", _step("fetch"))
+    approval = await ctx.wait_for("approval")
+    return f"{a}{approval}{arg}"
+
+
+async def returns_after_fetch(ctx: fusee.Context, arg: str) -> str:
+    a = await ctx.step("fetch", _step("fetch"))
+    return f"{a}{arg}"  # the wait is gone: the journal still holds its wait.started
+
+
+async def test_a_removed_wait_pauses_the_run(nats_server: Any, namespace: str) -> None:
+    """A journal that waits where the new code returns is a determinism error too, not
+    a run that completes silently past its journaled wait."""
+    executed.clear()
+    engine = await fusee.connect(nats_server.url, namespace=namespace, partitions=2)
+    try:
+        run = await engine.start("det_agent", "r-det-wait", "!")
+        async with engine.worker(registry=_registry(waits_after_fetch), config=_config()):
+
+            async def waiting() -> bool:
+                journal = [r for _, r in await run.journal()]
+                return any(isinstance(r, WaitStarted) for r in journal)
+
+            await wait_until(waiting, timeout=10, what="the run to wait for its signal")
+
+        async with engine.worker(registry=_registry(returns_after_fetch), config=_config()):
+            await run.signal("approval", "yes")  # brings the run back, on the new code
+
+            async def paused() -> bool:
+                return (await run.describe()).status == "paused"
+
+            await wait_until(paused, timeout=10, what="the run to pause")
+
+        reason = (await run.describe()).reason or ""
+        assert "call 2 (signal 'approval')" in reason
+        assert "returns after 1 call(s)" in reason
+        assert "returns_after_fetch" in reason
+        journal = [r for _, r in await run.journal()]
+        assert not any(isinstance(r, RunCompleted) for r in journal)
+        assert isinstance(journal[-1], RunPaused)
+        assert executed == ["fetch"]
+    finally:
         await engine.close()

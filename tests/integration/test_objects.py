@@ -507,3 +507,34 @@ async def test_keys_move_between_workers_without_overlap_or_reordering(
         assert state["count"] == calls
         assert state["seen"] == [f"{k}:{n}" for n in range(calls)]
         assert not os.path.exists(markers[k])
+
+
+async def test_a_shared_handlers_own_timeout_error_is_its_error_not_the_deadline(
+    engine: fusee.Engine,
+) -> None:
+    """Only the shared handler's deadline is a ``fusee.Timeout``; a ``TimeoutError`` the
+    handler raises itself (a slow upstream) comes back as the handler's own error."""
+
+    async def upstream(ctx: Any) -> None:
+        raise TimeoutError("the upstream API did not answer")
+
+    async def stalls(ctx: Any) -> None:
+        await anyio.sleep(30)
+
+    registry = fusee.actors.registry.Registry()
+    reader = fusee.object(
+        "timeouts",
+        {"upstream": fusee.shared(upstream), "stalls": fusee.shared(stalls)},
+        timeout=0.5,
+    )
+    registry.add_object(reader)
+    async with engine.worker(registry=registry):
+        key = reader.key("k", engine=engine)
+        with pytest.raises(fusee.HandlerFailed) as own:
+            await key.call("upstream", timeout=20)
+        assert own.value.error_type == "TimeoutError"
+        assert own.value.message == "the upstream API did not answer"
+        with pytest.raises(fusee.HandlerFailed) as deadline:
+            await key.call("stalls", timeout=20)
+        assert deadline.value.error_type == "fusee.Timeout"
+        assert "500ms" in deadline.value.message or "0.5s" in deadline.value.message

@@ -8,11 +8,14 @@ import pytest
 from fusee.errors import DeterminismError, JournalGap
 from fusee.runtime.history import Execute, History, Replayed, ReplayedFailure, Replayer
 from fusee.runtime.records import (
+    CallCancelled,
     RunCompleted,
     RunStarted,
     StepCompleted,
     StepFailed,
     StepRetrying,
+    WaitDone,
+    WaitStarted,
     encode_record,
 )
 
@@ -91,6 +94,60 @@ def test_code_that_returns_before_the_journaled_steps_is_a_determinism_error() -
     replayer.begin_step("plan", "agent.py:10")
     with pytest.raises(DeterminismError, match="'answer'"):
         replayer.check_finished("agent.py:12")
+
+
+@pytest.mark.parametrize(
+    ("beyond", "named"),
+    [
+        (WaitStarted(pos=2, name="approval", wait="signal"), "call 2 (signal 'approval')"),
+        (
+            WaitDone(pos=2, name="nap", wait="sleep", timed_out=True),
+            "call 2 (sleep 'nap')",
+        ),
+        (WaitStarted(pos=2, name="r/child-1", wait="child"), "call 2 (child 'r/child-1')"),
+        (WaitStarted(pos=2, name="ok", wait="completion"), "call 2 (completion 'ok')"),
+        (
+            CallCancelled(pos=2, name="slow", call="step", reason="lost ctx.race"),
+            "call 2 (step 'slow' (cancelled))",
+        ),
+        (
+            StepRetrying(pos=2, name="flaky", attempt=1, error_type="E", message="m", retry_in=1),
+            "call 2 (step 'flaky')",
+        ),
+    ],
+    ids=["wait-started", "wait-done", "child", "completion", "cancelled", "retrying"],
+)
+def test_code_that_returns_before_a_journaled_wait_child_or_cancel_is_a_determinism_error(
+    beyond: object, named: str
+) -> None:
+    """Every journaled position counts, not only step outcomes: a run whose journal
+    waits (or started a child, or cancelled a call) where the code now returns must
+    not complete silently."""
+    history = load(journal(START, done(1, "plan"), beyond))
+    replayer = Replayer(history)
+    replayer.begin_step("plan", "agent.py:10")
+    with pytest.raises(DeterminismError) as err:
+        replayer.check_finished("agent.py:12")
+    message = str(err.value)
+    assert named in message
+    assert "returns after 1 call(s)" in message
+    assert "agent.py:12" in message
+
+
+def test_code_that_reaches_every_journaled_position_finishes() -> None:
+    history = load(
+        journal(
+            START,
+            WaitStarted(pos=1, name="approval", wait="signal"),
+            WaitDone(pos=1, name="approval", wait="signal", value=msgspec.Raw(b"1")),
+            CallCancelled(pos=2, name="slow", reason="lost"),
+            done(3, "fast"),
+        )
+    )
+    replayer = Replayer(history)
+    assert isinstance(replayer.begin_wait("approval", "signal", "agent.py:1"), WaitDone)
+    replayer.next_pos = 4  # the race's two branches took positions 2 and 3
+    replayer.check_finished("agent.py:9")
 
 
 def test_a_missing_record_is_a_gap() -> None:

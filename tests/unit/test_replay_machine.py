@@ -55,6 +55,7 @@ class MemoryStore:
     crash_after_append: int | None = None
     appends: int = 0
     on_stored: Any = None
+    max_value: int = 1 << 20  # what one record may carry, as a server's 1 MiB allows
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands

@@ -26,10 +26,17 @@ from fusee.errors import (
     NotEncodable,
     RunCancelled,
     RunFailed,
+    StepError,
     StepTimeout,
     Timeout,
 )
-from fusee.runtime.codec import canonical, decode_value, encode_value
+from fusee.runtime.codec import (
+    MAX_LARGE_VALUE,
+    canonical,
+    check_size,
+    decode_value,
+    encode_value,
+)
 from fusee.runtime.completions import Completion, completion_token, completion_url
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import (
@@ -64,6 +71,7 @@ __all__ = (
     "StepFailedError",
     "DEFAULT_RETRY",
     "error_type_name",
+    "error_message",
 )
 
 T = TypeVar("T")
@@ -113,7 +121,9 @@ class StepFailedError(FuseeError):
     """A step failed for good; raised in the workflow where it awaited the step.
 
     ``error_type`` and ``message`` are those of the error the step's last attempt
-    raised. Uncaught, it fails the run with that error.
+    raised; ``__cause__`` is a :class:`fusee.errors.StepError` holding them, the same
+    when the failure is replayed from the journal as when it happened. Uncaught, it
+    fails the run with that error.
     """
 
     def __init__(self, step: str, error_type: str, message: str, attempts: int) -> None:
@@ -124,6 +134,8 @@ class StepFailedError(FuseeError):
         self.error_type = error_type
         self.message = message
         self.attempts = attempts
+        # rebuilt from what the journal keeps, live too: user code sees one shape
+        self.__cause__ = StepError(error_type, message)
 
 
 def error_type_name(exc: BaseException) -> str:
@@ -133,6 +145,20 @@ def error_type_name(exc: BaseException) -> str:
     if cls.__module__.startswith("fusee."):
         return f"fusee.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+MAX_MESSAGE = 8 * 1024  # bytes of an error's message kept in the journal
+
+
+def error_message(exc: BaseException) -> str:
+    """The error's message as journaled: ``str(exc)`` (its repr when empty), cut to
+    ``MAX_MESSAGE`` bytes, so an error that quotes a whole response still fits a record."""
+    message = str(exc) or repr(exc)
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= MAX_MESSAGE:
+        return message
+    kept = raw[:MAX_MESSAGE].decode("utf-8", "ignore")
+    return f"{kept}... (cut: {len(raw):,} bytes in all)"
 
 
 def _caller_location(depth: int = 2) -> str:
@@ -363,7 +389,9 @@ class Context:
         if child_id == self.run_id:
             raise FuseeError(f"ctx.child: a run cannot be its own child (at {location})")
         seconds = parse_duration(timeout, "timeout of ctx.child") if timeout is not None else None
-        data = canonical(arg, f"the input of child run {child_id!r}")
+        data = canonical(
+            arg, f"the input of child run {child_id!r}", limit=self._actor.store.max_value
+        )
         decision = self._replayer.begin_wait(child_id, "child", location)
         if isinstance(decision, WaitDone):
             done = decision
@@ -535,7 +563,13 @@ class Context:
                 f"ctx.continue_as_new() was called inside step {step!r} (at {location}): "
                 f"call it in the workflow"
             )
-        raise ContinueAsNew(canonical(arg, f"the input of the next generation of {self.run_id!r}"))
+        raise ContinueAsNew(
+            canonical(
+                arg,
+                f"the input of the next generation of {self.run_id!r}",
+                limit=self._actor.store.max_value,
+            )
+        )
 
     def now(self) -> datetime:
         """The current time as a timezone-aware UTC datetime, journaled: a replay of the
@@ -636,6 +670,8 @@ class Context:
             await self._actor.stop_workflow()
         decision = self._replayer.begin_step(name, location)
         if isinstance(decision, Replayed):
+            if decision.ref is not None:  # stored out of line: read it back
+                return decode_value(await self._actor.store.get_value(decision.ref), type)
             return decode_value(decision.result, type)
         if isinstance(decision, ReplayedFailure):
             rec = decision.record
@@ -679,7 +715,13 @@ class Context:
                     try:
                         with _inside_step(name):
                             value = await self._call(fn, info, takes_info, limit)
-                        data = encode_value(value, f"the result of step {name!r}")
+                        data = check_size(
+                            encode_value(value, f"the result of step {name!r}"),
+                            f"the result of step {name!r}",
+                            MAX_LARGE_VALUE,
+                            of="a step's result (one over "
+                            f"{actor.store.max_value:,} bytes is stored out of line)",
+                        )
                     finally:
                         actor.running_steps.discard(info)
                         if branch is not None:
@@ -687,31 +729,19 @@ class Context:
                 except (Evicted, anyio.get_cancelled_exc_class()):
                     info.signal.set()
                     raise
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - journaled, raised as StepFailedError
                     elapsed = anyio.current_time() - began
                     final = (
                         isinstance(exc, FatalError | NotEncodable)
                         or policy.gives_up_on(exc)
                         or attempt >= policy.attempts
                     )
-                    etype, message = error_type_name(exc), str(exc) or repr(exc)
+                    etype, message = error_type_name(exc), error_message(exc)
                     if final:
-                        await actor.commit(
-                            StepFailed(
-                                pos=decision.pos,
-                                name=name,
-                                attempt=attempt,
-                                error_type=etype,
-                                message=message,
-                            )
+                        failure = await self._fail_step(
+                            decision.pos, name, attempt, etype, message, elapsed
                         )
-                        log.warning(
-                            "step.failed",
-                            attempt=attempt,
-                            error=f"{etype}: {message}",
-                            duration_ms=round(elapsed * 1000, 2),
-                        )
-                        raise StepFailedError(name, etype, message, attempt) from exc
+                        break  # raised outside the handler: no live-only __context__
                     wait = policy.delay(attempt, key)
                     await actor.commit(
                         StepRetrying(
@@ -735,18 +765,50 @@ class Context:
                     attempt += 1
                     continue
                 elapsed_ms = round((anyio.current_time() - began) * 1000, 3)
-                await actor.commit(
-                    StepCompleted(
-                        pos=decision.pos,
-                        name=name,
-                        result=_raw(data),
-                        attempt=attempt,
-                        duration_ms=elapsed_ms,
+                inline, ref = data, None
+                if len(data) > actor.store.max_value:
+                    # too large for a record: stored first, then the record naming it
+                    inline, ref = b"null", await actor.store.put_value(actor.eid, data)
+                try:
+                    await actor.commit(
+                        StepCompleted(
+                            pos=decision.pos,
+                            name=name,
+                            result=_raw(inline),
+                            attempt=attempt,
+                            duration_ms=elapsed_ms,
+                            result_ref=msgspec.UNSET if ref is None else ref,
+                        )
                     )
-                )
+                except NotEncodable as exc:  # the record as a whole is over the limit
+                    failure = await self._fail_step(
+                        decision.pos,
+                        name,
+                        attempt,
+                        "fusee.NotEncodable",
+                        f"the result of step {name!r} cannot be stored: {exc}",
+                        elapsed_ms / 1000,
+                    )
+                    break
                 log.info("step.completed", attempt=attempt, duration_ms=elapsed_ms)
                 await actor.maybe_evict()
                 return decode_value(data, type_)
+        raise failure
+
+    async def _fail_step(
+        self, pos: int, name: str, attempt: int, etype: str, message: str, elapsed: float
+    ) -> StepFailedError:
+        """Journal the step's final failure; the error to raise in the workflow."""
+        await self._actor.commit(
+            StepFailed(pos=pos, name=name, attempt=attempt, error_type=etype, message=message)
+        )
+        log.warning(
+            "step.failed",
+            attempt=attempt,
+            error=f"{etype}: {message}",
+            duration_ms=round(elapsed * 1000, 2),
+        )
+        return StepFailedError(name, etype, message, attempt)
 
     async def _call(
         self, fn: Callable[..., Any], info: StepInfo, takes_info: bool, limit: float | None

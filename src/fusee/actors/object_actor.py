@@ -32,6 +32,7 @@ from fusee.actors.context import (
     Context,
     ContinueAsNew,
     StepFailedError,
+    error_message,
     error_type_name,
 )
 from fusee.actors.object_state import read_object
@@ -46,7 +47,7 @@ from fusee.errors import (
     NotEncodable,
     Parked,
 )
-from fusee.runtime.codec import decode_value, encode_value
+from fusee.runtime.codec import check_size, decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import Replayer
 from fusee.runtime.objects import (
@@ -289,17 +290,31 @@ class ObjectActor(RunActor):
             )
         else:
             fields = await self._run(handler, ctx, view, inv)
-        if "error_type" in fields and ctx._compensations:
-            failed = await ctx._compensate()  # outside the handler's scope, like a run's
-            if failed:
-                log.warning("invocation.compensations_failed", steps=[f.step for f in failed])
-        done = ObjectDone(
-            inbox_seq=inv.inbox_seq,
-            handler=inv.handler,
-            duration_ms=round((self.clock() - began) * 1000, 3),
-            **fields,
-        )
-        await self.commit(done)
+        fields = self._state_fits(inv, fields)
+        while True:
+            if "error_type" in fields and ctx._compensations:
+                failed = await ctx._compensate()  # outside the handler's scope, like a run's
+                if failed:
+                    log.warning("invocation.compensations_failed", steps=[f.step for f in failed])
+            done = ObjectDone(
+                inbox_seq=inv.inbox_seq,
+                handler=inv.handler,
+                duration_ms=round((self.clock() - began) * 1000, 3),
+                **fields,
+            )
+            try:
+                await self.commit(done)
+                break
+            except NotEncodable as exc:
+                if "error_type" in fields:
+                    raise  # not even the error fits (the input rides on it: never so)
+                # its result and changes (and the input riding on the record) are too
+                # large together: the invocation fails alone, and the key moves on
+                fields = _error(
+                    "fusee.NotEncodable",
+                    f"handler {inv.handler!r} of object {self.run_id!r}: its result and "
+                    f"state changes cannot be stored together: {exc}",
+                )
         if live_children(history):  # what the ended invocation still waited for
             await cancel_children(
                 self.store,
@@ -329,6 +344,22 @@ class ObjectActor(RunActor):
         self.running_steps.clear()
         self._claimed = set()
         self.inbox = [(s, b) for s, b in self.inbox if s > self.cursor]
+
+    def _state_fits(self, inv: Invocation, fields: dict[str, Any]) -> dict[str, Any]:
+        """``fields`` when the state they leave fits one stored value (the projection
+        is one KV message); else the invocation's failure, its changes dropped."""
+        if not fields.keys() & {"state_set", "state_deleted", "state_cleared"}:
+            return fields
+        after = fold(self.state, ObjectDone(inbox_seq=inv.inbox_seq, handler=inv.handler, **fields))
+        try:
+            check_size(
+                encode_state(after),
+                f"the state of object {self.run_id!r} after handler {inv.handler!r}",
+                self.store.max_value,
+            )
+        except NotEncodable as exc:
+            return _error("fusee.NotEncodable", f"{exc} Its changes were dropped.")
+        return fields
 
     def _edit(self, inv: Invocation) -> dict[str, Any]:
         """``objects edit / set / clear``: an exclusive invocation like any other, so it
@@ -369,7 +400,9 @@ class ObjectActor(RunActor):
                     raise replayer.broken
                 replayer.check_finished(f"the return of {where}")
                 fields: dict[str, Any] = {
-                    "result": msgspec.Raw(encode_value(result, f"the result of {where}"))
+                    "result": msgspec.Raw(
+                        encode_value(result, f"the result of {where}", limit=self.store.max_value)
+                    )
                 }
                 if isinstance(view, StateView):
                     fields.update(view.changes())
@@ -395,7 +428,7 @@ class ObjectActor(RunActor):
             except Exception as exc:  # noqa: BLE001 - the handler's own error, journaled
                 if replayer.broken is not None:
                     return _error("fusee.DeterminismError", str(replayer.broken))
-                return _error(error_type_name(exc), str(exc) or repr(exc))
+                return _error(error_type_name(exc), error_message(exc))
         if self.cancel_reason is not None:
             return _error("fusee.Cancelled", self.cancel_reason)
         assert inv.timeout is not None

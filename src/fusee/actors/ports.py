@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeAlias
 
+from fusee.runtime.records import ValueRef
+
 __all__ = ("Stored", "RunStore", "SubjectLayout", "CoreHandler", "ClusterStore")
 
 
@@ -29,12 +31,32 @@ class RunStore(Protocol):
     completion_secret: bytes
     callback_base_url: str
 
+    @property
+    def max_value(self) -> int:
+        """The largest value, in bytes of JSON, that one record may carry (a step's
+        result, an input, a payload, an object's state): the server's message limit
+        less room for the record around it. Checked before anything is written."""
+        ...
+
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         """Append under the fence; raises ``Fenced`` when another writer moved it."""
         ...
 
     async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:
         """Every record of the run's journal with a sequence above ``after``, in order."""
+        ...
+
+    async def put_value(self, eid: str, data: bytes) -> ValueRef:
+        """Store a value too large for one record (at most ``MAX_LARGE_VALUE`` bytes)
+        out of line, for run ``eid``; the reference a record holds."""
+        ...
+
+    async def get_value(self, ref: ValueRef) -> bytes:
+        """The bytes of a value stored out of line.
+
+        Raises:
+            JournalGap: it is missing, or not the bytes the reference names.
+        """
         ...
 
     async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None: ...

@@ -21,6 +21,7 @@ from fusee.actors.context import (
     ContinueAsNew,
     StepFailedError,
     StepInfo,
+    error_message,
     error_type_name,
     may_park,
 )
@@ -163,7 +164,11 @@ class RunActor:
                 self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
             )
         except NotEncodable:
-            raise  # the record's own fault: the step or handler fails
+            # too large to be stored (refused before it was sent): what rode on it
+            # rides on the record the caller writes instead (a failed step's)
+            self.history.pending[:0] = pending
+            self.history.pending_invocation = self.history.pending_invocation or invocation
+            raise
         except Exception as exc:
             # the store's, not the workflow's: never an exception its code could catch
             raise CommitFailed(
@@ -459,7 +464,11 @@ class RunActor:
                 else:
                     record = RunCompleted(
                         result=msgspec.Raw(
-                            encode_value(result, f"the result of run {self.run_id!r}")
+                            encode_value(
+                                result,
+                                f"the result of run {self.run_id!r}",
+                                limit=self.store.max_value,
+                            )
                         )
                     )
             except DeterminismError as exc:
@@ -478,7 +487,7 @@ class RunActor:
             except Exception as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
                 if replayer.broken is not None:
                     return record, str(replayer.broken)
-                record = RunFailed(error_type=error_type_name(exc), message=str(exc) or repr(exc))
+                record = RunFailed(error_type=error_type_name(exc), message=error_message(exc))
         if scope.cancelled_caught:
             if self.cancel_reason is not None:
                 record = RunCancelled(reason=self.cancel_reason)
@@ -542,7 +551,7 @@ class RunActor:
             self.inbox_seen = msg.seq
             try:
                 body = msgspec.json.decode(msg.data)
-            except msgspec.DecodeError:
+            except (msgspec.DecodeError, RecursionError):
                 body = None
             if isinstance(body, dict):
                 out.append((msg.seq, body))

@@ -13,7 +13,7 @@ import anyio
 import msgspec
 import structlog
 
-from fusee.actors.context import error_type_name
+from fusee.actors.context import error_message, error_type_name
 from fusee.actors.object_state import current_state
 from fusee.actors.ports import ClusterStore
 from fusee.actors.registry import Registry
@@ -69,7 +69,9 @@ async def serve_shared_call(
         state = await current_state(store, object_type, key)
         ctx = SharedContext(object_type, key, name, ReadOnlyState(state, object_type))
         timeout = obj.handler_timeout(handler)
-        with anyio.fail_after(timeout):
+        # Only this deadline is a fusee.Timeout: a TimeoutError the handler raises
+        # itself (an HTTP client's) is its own error, reported as such.
+        with anyio.move_on_after(timeout) as deadline:
             if handler.takes_input:
                 raw = msgspec.json.encode(body.get("input"))
                 result = handler.fn(ctx, decode_value(raw, handler.input_type))
@@ -77,14 +79,16 @@ async def serve_shared_call(
                 result = handler.fn(ctx)
             if inspect.isawaitable(result):
                 result = await result
-        out = _reply({"result": msgspec.Raw(encode_value(result, f"the result of {name!r}"))})
-    except TimeoutError:
-        out = _reply(
-            {
-                "error_type": "fusee.Timeout",
-                "message": f"the shared handler took longer than {format_duration(timeout)}",
-            }
-        )
+        if deadline.cancelled_caught:
+            out = _reply(
+                {
+                    "error_type": "fusee.Timeout",
+                    "message": f"the shared handler took longer than {format_duration(timeout)}",
+                }
+            )
+        else:
+            data = encode_value(result, f"the result of {name!r}", limit=store.max_value)
+            out = _reply({"result": msgspec.Raw(data)})
     except Exception as exc:  # noqa: BLE001 - the handler's error goes back to its caller
-        out = _reply({"error_type": error_type_name(exc), "message": str(exc) or repr(exc)})
+        out = _reply({"error_type": error_type_name(exc), "message": error_message(exc)})
     await store.publish_core(reply, out)

@@ -26,6 +26,7 @@ from fusee.runtime.records import (
     StepFailed,
     StepRetrying,
     Value,
+    ValueRef,
     WaitDone,
     WaitStarted,
     decode_record,
@@ -215,10 +216,12 @@ class History:
 
 @dataclass(frozen=True)
 class Replayed:
-    """The step at this position already completed: here is its result."""
+    """The step at this position already completed: here is its result (or, for one
+    stored out of line, ``ref``, where to read it)."""
 
     pos: int
     result: bytes
+    ref: ValueRef | None = None
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,8 @@ class Replayer:
             raise ReplayedCancel(lost)
         match outcome:
             case StepCompleted():
-                return Replayed(pos, bytes(outcome.result))
+                ref = outcome.result_ref if isinstance(outcome.result_ref, ValueRef) else None
+                return Replayed(pos, bytes(outcome.result), ref)
             case StepFailed():
                 return ReplayedFailure(pos, outcome)
             case _:
@@ -374,25 +378,50 @@ class Replayer:
         retries = self.history.retries.get(pos)
         return retries[0].name if retries else None
 
+    def _journaled_at(self, pos: int) -> str | None:
+        """What the journal holds at ``pos``: ``step 'name'``, ``signal 'name'``,
+        ``child 'id'``... (a call cancelled there says so), or None."""
+        step = self._step_name_at(pos)
+        if step is not None:
+            return f"step {step!r}"
+        wait = self.history.waited.get(pos) or self.history.waits.get(pos)
+        if wait is not None:
+            return f"{wait.wait} {wait.name!r}"
+        lost = self.history.cancelled.get(pos)
+        if lost is not None:
+            return f"{'step' if lost.call == 'step' else lost.call} {lost.name!r} (cancelled)"
+        return None
+
     def check_finished(self, location: str) -> None:
-        """The workflow returned: the journal must hold no step the code did not reach.
+        """The workflow returned: the journal must hold no call the code did not reach
+        (a step, a wait, a child, a cancelled call) and no value it did not take.
 
         Raises:
-            DeterminismError: the journal has steps past the code's last one.
+            DeterminismError: the journal has calls or values past the code's last one.
         """
-        beyond = sorted(p for p in self.history.outcomes if p >= self.next_pos)
+        history = self.history
+        journaled = (
+            history.outcomes.keys()
+            | history.retries.keys()
+            | history.waits.keys()
+            | history.waited.keys()
+            | history.cancelled.keys()
+        )
+        beyond = sorted(p for p in journaled if p >= self.next_pos)
         if beyond:
-            first = self.history.outcomes[beyond[0]]
+            pos = beyond[0]
             raise DeterminismError(
-                f"run {self.history.run_id!r}: the journal has step {first.pos} "
-                f"{first.name!r}, but the code now returns after {self.next_pos - 1} steps "
-                f"(at {location}). The workflow's code changed while the run was in flight."
+                f"run {history.run_id!r}: the journal has call {pos} "
+                f"({self._journaled_at(pos)}), but the code now returns after "
+                f"{self.next_pos - 1} call(s) (at {location}). The workflow's code changed "
+                f"while the run was in flight; deploy the old code to finish it, or start a "
+                f"new run."
             )
-        values = self.history.values
+        values = history.values
         if self.next_value < len(values):
             left = values[self.next_value]
             raise DeterminismError(
-                f"run {self.history.run_id!r}: the journal has value {self.next_value + 1} "
+                f"run {history.run_id!r}: the journal has value {self.next_value + 1} "
                 f"(ctx.{left.kind}()), but the code now returns after taking "
                 f"{self.next_value} value(s) (at {location}). The workflow's code changed "
                 f"while the run was in flight."

@@ -22,6 +22,7 @@ import msgspec
 __all__ = (
     "Record",
     "Value",
+    "ValueRef",
     "RunStarted",
     "RunContinued",
     "StepCompleted",
@@ -53,6 +54,18 @@ class Value(msgspec.Struct, frozen=True, array_like=True):
 
     kind: str
     value: float | str
+
+
+class ValueRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A value stored out of line, too large for one record: ``size`` bytes of JSON in
+    ``chunks`` messages of the namespace's values stream, under run ``run`` (the escaped
+    ID of the run that stored it) and ``digest`` (blake2b-16 of the bytes, hex): content
+    addressed, so a writer that retries, or a zombie, can only write the same bytes."""
+
+    run: str
+    digest: str
+    size: int
+    chunks: int
 
 
 class Invocation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -109,13 +122,16 @@ class RunContinued(RunStarted, tag="run.continued", frozen=True):
 
 
 class StepCompleted(Record, tag="step.completed", frozen=True):
-    """A step's result, committed once; replay returns it instead of running the step."""
+    """A step's result, committed once; replay returns it instead of running the step.
+    A result too large for a record is stored out of line: ``result`` is ``null`` and
+    ``result_ref`` names it (written before this record, so it never names nothing)."""
 
     pos: int
     name: str
     result: msgspec.Raw
     attempt: int = 1
     duration_ms: float = 0.0
+    result_ref: ValueRef | msgspec.UnsetType = msgspec.UNSET
 
 
 class StepRetrying(Record, tag="step.retrying", frozen=True):

@@ -93,9 +93,14 @@ def format_record(record: Any, name_width: int = 0) -> str:
         timeout = f"  (timeout {format_duration(record.timeout)})" if record.timeout else ""
         body = f"{record.workflow}  <- {_value(record.input)}{timeout}"
     elif isinstance(record, StepCompleted):
+        result = (
+            _value(record.result)
+            if isinstance(record.result_ref, msgspec.UnsetType)
+            else f"<{record.result_ref.size:,} bytes, stored out of line>"
+        )
         body = (
             f"{record.name.ljust(name_width)}  (attempt {record.attempt}, "
-            f"{format_ms(record.duration_ms)})  -> {_value(record.result)}"
+            f"{format_ms(record.duration_ms)})  -> {result}"
         )
     elif isinstance(record, StepRetrying):
         body = (

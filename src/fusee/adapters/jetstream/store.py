@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,9 +36,10 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
-from fusee.errors import Fenced, FuseeError
+from fusee.errors import Fenced, FuseeError, JournalGap, NotEncodable
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
+from fusee.runtime.records import ValueRef
 
 T = TypeVar("T")
 
@@ -51,6 +53,11 @@ KIND = "Fusee-Kind"
 JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
+
+# Room kept in every message for what is not the value: the record's other fields
+# (links, name, the values ctx.now() took) and its headers. A value may be the
+# server's max_payload less this (1,032,192 bytes with the default 1 MiB).
+VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
 BATCH_DUPLICATE = 10201
@@ -81,6 +88,14 @@ class Layout:
     @property
     def stream(self) -> str:
         return self.namespace.upper()
+
+    @property
+    def values_stream(self) -> str:
+        # values too large for a record (step results), stored out of line
+        return f"{self.stream}_VALUES"
+
+    def value(self, eid: str, digest: str, chunk: int) -> str:
+        return f"{self.namespace}.val.{eid}.{digest}.{chunk}"
 
     @property
     def runs_bucket(self) -> str:
@@ -198,6 +213,27 @@ class NatsStore:
         nc.options["max_reconnect_attempts"] = -1
         return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
 
+    @property
+    def max_payload(self) -> int:
+        """The server's message limit (``max_payload`` in its INFO), headers included."""
+        return int(self.nc.max_payload)
+
+    @property
+    def max_value(self) -> int:
+        """The largest value one record may carry: ``max_payload`` less
+        ``VALUE_HEADROOM`` for the record around it."""
+        return max(0, self.max_payload - VALUE_HEADROOM)
+
+    def _check_fits(self, subject: str, data: bytes, headers: dict[str, str], what: str) -> None:
+        """Refuse a message the server would refuse (it counts the headers too, and
+        closes the connection of a client that sends one), before it is sent."""
+        size = len(data) + len(subject) + 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
+        if size > self.max_payload:
+            raise NotEncodable(
+                f"{what} would be a message of {size:,} bytes, over the NATS server's "
+                f"max_payload of {self.max_payload:,} bytes"
+            )
+
     async def close(self) -> None:
         await self.committer.close()
         with contextlib.suppress(nats.errors.ConnectionClosedError):
@@ -226,6 +262,19 @@ class NatsStore:
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
                 await self.js.add_stream(config)  # a concurrent creator may have won
+        values = StreamConfig(
+            name=lay.values_stream,
+            subjects=[f"{lay.namespace}.val.>"],
+            storage=StorageType.FILE,
+            num_replicas=self.replicas,
+            allow_direct=True,
+            max_msgs_per_subject=1,  # a chunk written again replaces itself (same bytes)
+        )
+        try:
+            await self.js.stream_info(lay.values_stream)
+        except nats.js.errors.NotFoundError:
+            with contextlib.suppress(nats.js.errors.BadRequestError):
+                await self.js.add_stream(values)
         self._runs = await self._bucket(lay.runs_bucket, "the run index")
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
         self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
@@ -267,7 +316,9 @@ class NatsStore:
             Fenced: another writer appended since ``fence``.
         """
         headers = self._fenced_headers(eid, kind, fence, msg_id)
-        item = Pending(self.layout.journal(eid), data, headers, eid, fence, msg_id, kind)
+        subject = self.layout.journal(eid)
+        self._check_fits(subject, data, headers, f"the {kind} record of {unescape(eid)!r}")
+        item = Pending(subject, data, headers, eid, fence, msg_id, kind)
         return await self.committer.append(item)
 
     def _fenced_headers(self, eid: str, kind: str, fence: int, msg_id: str) -> dict[str, str]:
@@ -317,6 +368,44 @@ class NatsStore:
                 continue
             return ack.seq  # a duplicate ack names the original, which is ours
 
+    # -- values stored out of line ----------------------------------------------------
+
+    async def put_value(self, eid: str, data: bytes) -> ValueRef:
+        """Store ``data`` (a step's result too large for a record) in the values stream,
+        in chunks of ``max_value`` bytes, one subject each, named by its digest: a
+        retry, or another writer of the same value, writes the same bytes again."""
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        size = max(1, self.max_value)
+        chunks = [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+        for i, chunk in enumerate(chunks):
+            subject = self.layout.value(eid, digest, i)
+            self._check_fits(subject, chunk, {}, f"chunk {i} of a value of {unescape(eid)!r}")
+            await self._retrying(self.js.publish, subject, chunk, 5.0, self.layout.values_stream)
+        return ValueRef(run=eid, digest=digest, size=len(data), chunks=len(chunks))
+
+    async def get_value(self, ref: ValueRef) -> bytes:
+        """The bytes of a value stored out of line, checked against its reference."""
+        parts: list[bytes] = []
+        for i in range(ref.chunks):
+            subject = self.layout.value(ref.run, ref.digest, i)
+            try:
+                raw = await self._retrying(
+                    self.js.get_last_msg, self.layout.values_stream, subject, True
+                )
+            except nats.js.errors.NotFoundError:
+                raise JournalGap(
+                    f"run {unescape(ref.run)!r}: chunk {i} of the value {ref.digest} "
+                    f"({ref.size:,} bytes, stored out of line) is missing"
+                ) from None
+            parts.append(raw.data or b"")
+        data = b"".join(parts)
+        if len(data) != ref.size or hashlib.blake2b(data, digest_size=16).hexdigest() != ref.digest:
+            raise JournalGap(
+                f"run {unescape(ref.run)!r}: the value {ref.digest} stored out of line is "
+                f"not the one the journal names ({len(data):,} bytes, not {ref.size:,})"
+            )
+        return data
+
     async def read_inbox(
         self, partition: int, eid: str, after: int = 0, *, limit: int = 0
     ) -> list[StoredMsg]:
@@ -345,9 +434,9 @@ class NatsStore:
         headers = {KIND: kind}
         if msg_id is not None:
             headers[MSG_ID] = msg_id
-        return await self._retrying(
-            self.js.publish, self.layout.inbox(partition, eid), body, 5.0, None, headers
-        )
+        subject = self.layout.inbox(partition, eid)
+        self._check_fits(subject, body, headers, f"the {kind} message to {unescape(eid)!r}")
+        return await self._retrying(self.js.publish, subject, body, 5.0, None, headers)
 
     async def load_secret(self, key: str = "config.secret") -> bytes:
         """The namespace's secret (32 random bytes, base64url in the work bucket), made by
@@ -545,10 +634,10 @@ class NatsStore:
             CURSOR: str(cursor),
             EXPECTED_SEQ: str(last),
         }
+        subject = self._state_subject(object_type, key)
+        self._check_fits(subject, data, headers, f"the state of {object_type}/{key}")
         try:
-            ack = await self._retrying(
-                self.js.publish, self._state_subject(object_type, key), data, 5.0, None, headers
-            )
+            ack = await self._retrying(self.js.publish, subject, data, 5.0, None, headers)
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
@@ -736,6 +825,7 @@ class NatsStore:
         return unsubscribe
 
     async def publish_core(self, subject: str, data: bytes) -> None:
+        self._check_fits(subject, data, {}, f"the message on {subject}")
         with contextlib.suppress(
             nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError
         ):
@@ -746,7 +836,9 @@ class NatsStore:
 
         Raises:
             NobodyListens: no subscriber at all (no worker serves the subject).
+            NotEncodable: the request is over the server's max_payload.
         """
+        self._check_fits(subject, data, {}, f"the request on {subject}")
         try:
             msg = await self.nc.request(subject, data, timeout=timeout)
         except nats.errors.NoRespondersError:

@@ -41,6 +41,8 @@ async def _body(request: Request, what: str) -> Any:
         return msgspec.json.decode(data)
     except msgspec.DecodeError as exc:
         raise InvalidArgument(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{what} nests too deeply to be read") from None
 
 
 def _timed_out(obj: ObjectKey, what: str, wait: float) -> Response:
