@@ -653,3 +653,47 @@ async def test_run_routes_refuse_object_ids(client: httpx.AsyncClient, path: str
 async def test_run_handles_refuse_object_ids(engine: fusee.Engine) -> None:
     with pytest.raises(fusee.InvalidId, match="reserved for objects"):
         engine.run("@counter/victim")
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def test_bodies_over_the_limit_are_refused_unread(
+    client: httpx.AsyncClient, api: Api
+) -> None:
+    big = b'{"text": "' + b"x" * (2 << 20) + b'"}'  # 2 MB: more than one NATS message
+    r = await client.post("/v1/objects/counter/k/call/add", content=big)
+    message = assert_error(r, 413, "PayloadTooLarge")
+    assert "1,048,576 bytes" in message
+    assert "--max-body" in message
+    patch = b'{"set": {"notes": "' + b"y" * (1200 << 10) + b'"}}'
+    assert_error(
+        await client.patch("/v1/objects/counter/k/state", content=patch), 413, "PayloadTooLarge"
+    )
+
+    # 100 MB announced: refused on its headers, the connection closed
+    before = _rss_mib(api.api.proc.pid)
+
+    async def chunks(n: int) -> Any:
+        for _ in range(n):
+            yield b"z" * (1 << 20)
+
+    headers = {"content-length": str(100 << 20), "content-type": "application/json"}
+    try:
+        r = await client.patch("/v1/objects/counter/k/state", content=chunks(100), headers=headers)
+        assert_error(r, 413, "PayloadTooLarge")
+    except (httpx.WriteError, httpx.ReadError):
+        pass  # the server answered and closed while the client was still sending
+    # sent in chunks with no length: counted as it comes, refused past the limit
+    try:
+        r = await client.patch("/v1/objects/counter/k/state", content=chunks(5))
+        assert_error(r, 413, "PayloadTooLarge")
+    except (httpx.WriteError, httpx.ReadError):
+        pass
+    assert _rss_mib(api.api.proc.pid) - before < 20  # it never held the bodies
+    # and the API still answers
+    assert (await client.get("/healthz")).status_code == 200

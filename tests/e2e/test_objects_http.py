@@ -317,7 +317,10 @@ async def test_bad_names_and_bodies(client: httpx.AsyncClient) -> None:
     r = await client.post(f"/v1/objects/counter/{key}/call/add", content=deep)
     assert "the input nests too deeply" in assert_error(r, 400, "InvalidArgument")["message"]
     r = await client.post(f"/v1/objects/counter/{key}/call/add", json={"b": "x" * 2_000_000})
-    assert "is 2,000,008 bytes as JSON" in assert_error(r, 400, "NotEncodable")["message"]
+    assert "is 2,000,008 bytes" in assert_error(r, 413, "PayloadTooLarge")["message"]
+    # under the body limit, over what one message holds with its envelope: a clear 400
+    r = await client.post(f"/v1/objects/counter/{key}/call/add", json={"b": "x" * 1_040_000})
+    assert "bytes as JSON" in assert_error(r, 400, "NotEncodable")["message"]
     r = await client.post(f"/v1/objects/counter/{key}/call/add?timeout=10m", json={})
     assert_error(r, 400, "InvalidArgument")
     r = await client.post(f"/v1/objects/counter/{key}/call/add", headers={"Idempotency-Key": ""})

@@ -193,29 +193,45 @@ async def _serve_api(
     port: int,
     keepalive: float = 15.0,
     *,
+    max_body: int = 1 << 20,
     task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     # Imported here: the HTTP stack (starlette, uvicorn) loads only for commands that serve it.
     from fusee.adapters.http.server import serve_api
 
     try:
-        await serve_api(engine, host=host, port=port, keepalive=keepalive, task_status=task_status)
+        await serve_api(
+            engine,
+            host=host,
+            port=port,
+            keepalive=keepalive,
+            max_body=max_body,
+            task_status=task_status,
+        )
     except OSError as exc:
         raise CliError(
             f"cannot serve the HTTP API on {host}:{port}: {exc.strerror or exc}"
         ) from None
 
 
-async def api(opts: GlobalOptions, *, host: str, port: int, keepalive: str = "15s") -> int:
+async def api(
+    opts: GlobalOptions, *, host: str, port: int, keepalive: str = "15s", max_body: str = "1MiB"
+) -> int:
     """Serve the HTTP API on ``host:port`` until SIGINT or SIGTERM."""
+    from fusee.adapters.http.limits import parse_size
+
     _check_port(port, "--port")
     every = parse_duration(keepalive, "--keepalive")
     if every <= 0:
         raise CliError(f"--keepalive {keepalive}: must be more than 0")
+    try:
+        limit = parse_size(max_body, "--max-body")
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
 
     async def body() -> None:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
-            await _serve_api(engine, host, port, every)
+            await _serve_api(engine, host, port, every, max_body=limit)
 
     await _until_signal(body)
     return 0

@@ -146,6 +146,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="keep-alive comments on an idle event stream this often (default: 15s)",
     )
+    api.add_argument(
+        "--max-body",
+        default="1MiB",
+        metavar="SIZE",
+        help="refuse request bodies larger than this with 413, unread (default: 1MiB)",
+    )
 
     runs = sub.add_parser(
         "runs", help="list and inspect runs", description="List and inspect runs."
@@ -396,7 +402,13 @@ def _command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awai
     if args.command == "worker":
         return lambda: commands.worker(opts, args.files)
     if args.command == "api":
-        return lambda: commands.api(opts, host=args.host, port=args.port, keepalive=args.keepalive)
+        return lambda: commands.api(
+            opts,
+            host=args.host,
+            port=args.port,
+            keepalive=args.keepalive,
+            max_body=args.max_body,
+        )
     if args.command == "objects":
         return _objects_command(args, opts)
     if args.command == "streams":

@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fusee._engine import Engine
 from fusee.adapters.http.errors import HTTP_TYPES, ApiError, error_response, status_of
+from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.paths import RawPath
 from fusee.adapters.http.routes import meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
@@ -28,7 +29,9 @@ __all__ = ("create_app", "api_state_of")
 log = structlog.get_logger("fusee")
 
 
-def create_app(engine: Engine, *, keepalive: float = 15.0) -> Starlette:
+def create_app(
+    engine: Engine, *, keepalive: float = 15.0, max_body: int = DEFAULT_MAX_BODY
+) -> Starlette:
     """The HTTP API on ``engine``, as an ASGI app (serve it with uvicorn).
 
     The app uses the engine and does not close it: whoever connected it closes it.
@@ -36,6 +39,7 @@ def create_app(engine: Engine, *, keepalive: float = 15.0) -> Starlette:
     Args:
         engine: a connected engine; every request reads its namespace.
         keepalive: seconds between keep-alive comments of an idle event stream.
+        max_body: the largest request body taken, in bytes (larger: ``413``, unread).
 
     Example:
         ``uvicorn.run(create_app(await fusee.connect()))``
@@ -43,7 +47,11 @@ def create_app(engine: Engine, *, keepalive: float = 15.0) -> Starlette:
     routes: list[BaseRoute] = [*meta.routes, *streams.routes, *runs.routes, *objects.routes]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(RawPath), Middleware(_LastResort)],
+        middleware=[
+            Middleware(RawPath),
+            Middleware(_LastResort),
+            Middleware(BodyLimit, max_body=max_body),  # inside: its refusal is no bug
+        ],
         exception_handlers={
             HTTPException: _http_error,
             ApiError: _api_error,

@@ -558,6 +558,22 @@ def documented_path(route_path: str) -> str:
     return _CONVERTER.sub(r"{\1}", route_path)
 
 
+_TOO_LARGE = _error(
+    "`PayloadTooLarge`: the body is over the API's limit (`fusee api --max-body`, default "
+    "1 MiB); it was not kept."
+)
+
+
+def _with_common(item: dict[str, Any]) -> dict[str, Any]:
+    """Statuses every operation of a kind can answer: ``413`` where a body is taken."""
+    out: dict[str, Any] = {}
+    for method, op in item.items():
+        if isinstance(op, dict) and "requestBody" in op:
+            op = {**op, "responses": {**op["responses"], "413": _TOO_LARGE}}
+        out[method] = op
+    return out
+
+
 def openapi_document(routes: Sequence[BaseRoute], version: str = "") -> dict[str, Any]:
     """The OpenAPI document for ``routes``.
 
@@ -578,6 +594,6 @@ def openapi_document(routes: Sequence[BaseRoute], version: str = "") -> dict[str
             "description": "Runs and keyed objects of a fusee namespace over HTTP. Every error is "
             '`{"error": {"type", "message", "status"}}`.',
         },
-        "paths": {path: PATHS[path] for path in sorted(served)},
+        "paths": {path: _with_common(PATHS[path]) for path in sorted(served)},
         "components": {"schemas": {**_SCHEMAS, **OBJECT_SCHEMAS}},
     }

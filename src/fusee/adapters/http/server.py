@@ -21,6 +21,7 @@ from anyio.abc import TaskStatus
 
 from fusee._engine import Engine
 from fusee.adapters.http.app import api_state_of, create_app
+from fusee.adapters.http.limits import DEFAULT_MAX_BODY
 
 __all__ = ("serve_api", "Bound")
 
@@ -80,6 +81,7 @@ async def serve_api(
     host: str = "127.0.0.1",
     port: int = 8000,
     keepalive: float = 15.0,
+    max_body: int = DEFAULT_MAX_BODY,
     task_status: TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the HTTP API on ``engine`` until cancelled; then stop gracefully.
@@ -94,7 +96,7 @@ async def serve_api(
     Example:
         ``bound = await tg.start(functools.partial(serve_api, engine, port=0))``
     """
-    app = create_app(engine, keepalive=keepalive)
+    app = create_app(engine, keepalive=keepalive, max_body=max_body)
     sock = _bind(host, port)
     bound = Bound(host, sock.getsockname()[1])
     config = uvicorn.Config(
