@@ -4,6 +4,7 @@ Every model call and tool call is a step: a crash resumes at the call that was
 running, and nothing that finished runs again.
 """
 
+from fusee._engine import CompletionInfo as CompletionInfo
 from fusee._engine import Engine as Engine
 from fusee._engine import Run as Run
 from fusee._engine import connect as connect
@@ -45,6 +46,7 @@ __all__ = (
     "Engine",
     "Run",
     "RunInfo",
+    "CompletionInfo",
     "workflow",
     "Workflow",
     "object",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import os
 import secrets
 import time
@@ -55,6 +56,7 @@ from fusee.runtime.records import (
     AnyRecord,
     RunCompleted,
     RunStarted,
+    WaitStarted,
     decode_record,
     encode_record,
     kind_of,
@@ -70,7 +72,7 @@ from fusee.runtime.records import StepFailed as StepFailedRecord
 from fusee.runtime.reuse import reusable
 from fusee.runtime.tokens import TokenEvent
 
-__all__ = ("Engine", "Run", "connect")
+__all__ = ("Engine", "Run", "CompletionInfo", "connect")
 
 log = structlog.get_logger("fusee")
 
@@ -447,44 +449,23 @@ class Engine:
         Example:
             ``await engine.complete(token, {"approved": False, "reason": "too much"})``
         """
-        run_id, pos, mac = parse_token(token)
+        run_id, pos, history, wait = await self._completion_wait(token)
         data = canonical(value, "the value of a completion", limit=self.store.max_value)
         eid = escape(run_id)
-        history = History(run_id)
-        for msg in await self.store.read_journal(eid):
-            history.feed(msg.seq, msg.data)
-        wait = history.waits.get(pos)
-        if history.started is None or wait is None or wait.wait != "completion":
-            raise InvalidToken(
-                f"completion token for run {run_id!r} position {pos}: no such completion wait "
-                f"in namespace {self.namespace!r} (forged, or for another namespace)"
-            )
-        if not mac_matches(
-            mac,
-            self.store.completion_secret,
-            self.namespace,
-            run_id,
-            history.started_seq,
-            pos,
-            wait.name,
-        ):
-            raise InvalidToken(
-                f"completion token for run {run_id!r} position {pos}: forged (its MAC does "
-                f"not match)"
-            )
         what = f"completion {wait.name!r} of run {run_id!r}"
         done = history.waited.get(pos)
         if done is not None:
             if done.timed_out:
-                raise InvalidToken(f"{what} has expired: its wait timed out")
+                raise InvalidToken(f"{what} has expired: its wait timed out", spent=True)
             if canonical(decode_value(bytes(done.value)), "") == data:
                 return False
-            raise InvalidToken(f"{what} was already used: it was completed with another value")
-        if history.ended:
-            raise InvalidToken(f"{what} has expired: the run ended while it waited")
-        asked = history.outcomes.get(pos + 1)
-        if isinstance(asked, StepFailedRecord) and asked.name == f"ask/{wait.name}":
-            raise InvalidToken(f"{what} has expired: its ask step failed, so it never waited")
+            raise InvalidToken(
+                f"{what} was already used: it was completed with another value", spent=True
+            )
+        expired = _expired(history, pos, wait.name)
+        if expired is not None:
+            raise InvalidToken(f"{what} has expired: {expired}", spent=True)
+        assert history.started is not None
         partition = history.started.partition
         body = msgspec.json.encode(
             {
@@ -507,7 +488,62 @@ class Engine:
             return True
         if first == data:
             return False
-        raise InvalidToken(f"{what} was already used: it was completed with another value")
+        raise InvalidToken(
+            f"{what} was already used: it was completed with another value", spent=True
+        )
+
+    async def completion(self, token: str) -> CompletionInfo:
+        """What the ``ctx.await_completion`` wait that ``token`` names asks for, and
+        whether it still waits (what ``GET /v1/completions/<token>`` shows a person).
+
+        Raises:
+            InvalidToken: the token is malformed or forged, or names no completion wait
+                of this namespace.
+        """
+        run_id, pos, history, wait = await self._completion_wait(token)
+        assert history.started is not None
+        info = CompletionInfo(
+            run_id=run_id,
+            workflow=history.started.workflow,
+            name=wait.name,
+            status="waiting",
+            until=wait.until,
+        )
+        done = history.waited.get(pos)
+        if done is not None and done.timed_out:
+            info.status, info.reason = "expired", "its wait timed out"
+        elif done is not None:
+            info.status, info.value = "completed", decode_value(bytes(done.value))
+        elif (expired := _expired(history, pos, wait.name)) is not None:
+            info.status, info.reason = "expired", expired
+        return info
+
+    async def _completion_wait(self, token: str) -> tuple[str, int, History, WaitStarted]:
+        """The run, position, journal and wait a completion token names, its MAC checked."""
+        run_id, pos, mac = parse_token(token)
+        history = History(run_id)
+        for msg in await self.store.read_journal(escape(run_id)):
+            history.feed(msg.seq, msg.data)
+        wait = history.waits.get(pos)
+        if history.started is None or wait is None or wait.wait != "completion":
+            raise InvalidToken(
+                f"completion token for run {run_id!r} position {pos}: no such completion wait "
+                f"in namespace {self.namespace!r} (forged, or for another namespace)"
+            )
+        if not mac_matches(
+            mac,
+            self.store.completion_secret,
+            self.namespace,
+            run_id,
+            history.started_seq,
+            pos,
+            wait.name,
+        ):
+            raise InvalidToken(
+                f"completion token for run {run_id!r} position {pos}: forged (its MAC does "
+                f"not match)"
+            )
+        return run_id, pos, history, wait
 
     async def _completions(
         self, partition: int, eid: str, history: History, pos: int
@@ -573,6 +609,35 @@ class Engine:
                 yield w
             finally:
                 tg.cancel_scope.cancel()
+
+
+def _expired(history: History, pos: int, name: str) -> str | None:
+    """Why the completion wait at ``pos`` can no longer be completed (not done yet)."""
+    if history.ended:
+        return "the run ended while it waited"
+    asked = history.outcomes.get(pos + 1)
+    if isinstance(asked, StepFailedRecord) and asked.name == f"ask/{name}":
+        return "its ask step failed, so it never waited"
+    return None
+
+
+@dataclasses.dataclass
+class CompletionInfo:
+    """A completion wait, as its token shows it (``Engine.completion``).
+
+    Attributes:
+        status: ``waiting``, ``completed`` (``value`` is what it got) or ``expired``
+            (``reason`` says why).
+        until: when it times out (epoch seconds), if it does.
+    """
+
+    run_id: str
+    workflow: str
+    name: str
+    status: str
+    until: float | None = None
+    value: Any = None
+    reason: str | None = None
 
 
 class Run:

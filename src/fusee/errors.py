@@ -153,7 +153,12 @@ class Timeout(FuseeError, TimeoutError):
 class InvalidToken(FuseeError, ValueError):
     """A completion token that cannot be accepted: malformed, forged, for a run or wait
     that does not exist, expired (its wait timed out or its run ended), or already used
-    with another value. The message says which."""
+    with another value. The message says which; ``spent`` is True for the last two (the
+    token was good, its wait is over)."""
+
+    def __init__(self, message: str, *, spent: bool = False) -> None:
+        super().__init__(message)
+        self.spent = spent
 
 
 class Fenced(BaseException):

@@ -47,3 +47,28 @@ def test_the_url_puts_the_token_under_v1_completions() -> None:
         completion_url("https://x.example/a/", "t.1.m")
         == "https://x.example/a/v1/completions/t.1.m"
     )
+
+
+def _spare_bits_set(part: str) -> str:
+    """The same bytes written another way: the last character's unused low bits set."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    spare = {2: 4, 3: 2}[len(part) % 4]  # unused bits in the last char of 2- or 3-char tails
+    last = alphabet.index(part[-1])
+    return part[:-1] + alphabet[last | ((1 << spare) - 1)]
+
+
+def test_only_the_canonical_encoding_is_accepted() -> None:
+    token = completion_token(SECRET, *ARGS)
+    run_part, pos_part, mac_part = token.split(".")
+    # 32 MAC bytes are 43 characters, 2 spare bits: same bytes, another string
+    other = _spare_bits_set(mac_part)
+    assert other != mac_part
+    with pytest.raises(InvalidToken, match="malformed"):
+        parse_token(f"{run_part}.{pos_part}.{other}")
+    with pytest.raises(InvalidToken, match="bad position"):
+        parse_token(f"{run_part}.0{pos_part}.{mac_part}")  # 04: a leading zero
+    if len(run_part) % 4 in (2, 3):
+        with pytest.raises(InvalidToken, match="malformed"):
+            parse_token(f"{_spare_bits_set(run_part)}.{pos_part}.{mac_part}")
+    assert parse_token(token)[1] == 4
+    assert parse_token(completion_token(SECRET, "fusee", "r", 1, 0, "w"))[1] == 0

@@ -13,6 +13,7 @@ PUBLIC = (
     "Engine",
     "Run",
     "RunInfo",
+    "CompletionInfo",
     "workflow",
     "Workflow",
     "object",

@@ -48,9 +48,15 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
+    """Decode unpadded base64url, accepting only the one encoding :func:`_b64` makes
+    (the spare bits of the last character zero, no padding), so no two tokens name the
+    same bytes."""
     if not text or any(c not in _B64_CHARS for c in text):
         raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(data) != text:
+        raise ValueError("not the canonical base64url encoding")
+    return data
 
 
 _B64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -94,7 +100,12 @@ def parse_token(token: object) -> tuple[str, int, bytes]:
         mac = _unb64(mac_part)
     except (ValueError, binascii.Error, UnicodeDecodeError, InvalidId):
         raise InvalidToken(f"malformed completion token: {_show(token)}") from None
-    if not pos_part.isascii() or not pos_part.isdigit() or len(pos_part) > 9:
+    if (
+        not pos_part.isascii()
+        or not pos_part.isdigit()
+        or len(pos_part) > 9
+        or (pos_part.startswith("0") and pos_part != "0")  # one way to write a number
+    ):
         raise InvalidToken(f"malformed completion token: {_show(token)} (bad position)")
     if len(mac) != MAC_BYTES:
         raise InvalidToken(f"malformed completion token: {_show(token)} (short MAC)")

@@ -20,7 +20,7 @@ from fusee._engine import Engine
 from fusee.adapters.http.errors import HTTP_TYPES, ApiError, error_response, status_of
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.paths import RawPath
-from fusee.adapters.http.routes import meta, objects, runs, streams
+from fusee.adapters.http.routes import completions, meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
 
@@ -44,7 +44,13 @@ def create_app(
     Example:
         ``uvicorn.run(create_app(await fusee.connect()))``
     """
-    routes: list[BaseRoute] = [*meta.routes, *streams.routes, *runs.routes, *objects.routes]
+    routes: list[BaseRoute] = [
+        *meta.routes,
+        *streams.routes,
+        *runs.routes,
+        *objects.routes,
+        *completions.routes,
+    ]
     app = Starlette(
         routes=routes,
         middleware=[

@@ -33,7 +33,7 @@ _RUN_ID = {
     "name": "run_id",
     "in": "path",
     "required": True,
-    "description": "The run's ID (it may contain `/`).",
+    "description": "The run's ID, percent-encoded as one path segment (a `/` in it is `%2F`).",
     "schema": {"type": "string", "minLength": 1},
 }
 _BAD_ID = _error(
@@ -374,6 +374,78 @@ OBJECT_PATHS: dict[str, dict[str, Any]] = {
 }
 PATHS.update(OBJECT_PATHS)
 
+_TOKEN = {
+    "name": "token",
+    "in": "path",
+    "required": True,
+    "description": "The completion token `ctx.await_completion` made (the callback URL's "
+    "last segment): it authenticates the request by itself.",
+    "schema": {"type": "string", "minLength": 1},
+}
+_TOKEN_UNKNOWN = _error(
+    "`InvalidToken`: the token is malformed or forged, or names no completion wait."
+)
+_TOKEN_SPENT = _error(
+    "`InvalidToken`: the wait is over: it timed out, its run ended, or it was completed "
+    "with another value."
+)
+PATHS["/v1/completions/{token}"] = {
+    "get": {
+        "operationId": "showCompletion",
+        "summary": "What a completion wait asks for (the callback URL)",
+        "description": "JSON, or an HTML page with Approve and Reject buttons when the "
+        "client accepts `text/html` (a browser).",
+        "parameters": [_TOKEN],
+        "responses": {
+            "200": {
+                "description": "The wait, and whether it still waits.",
+                "content": {
+                    _JSON: {"schema": _ref("Completion")},
+                    "text/html": {"schema": {"type": "string"}},
+                },
+            },
+            "404": _TOKEN_UNKNOWN,
+        },
+    },
+    "post": {
+        "operationId": "complete",
+        "summary": "Complete a wait: approve, reject, or answer with any JSON value",
+        "description": "The body is the value the workflow's `await_completion` returns: "
+        '`true`, `false`, `{"approved": false, "reason": "..."}` or any JSON. The HTML '
+        "page's form (`approved=true|false`, `reason`) works too. Completing again with "
+        "the same value is a no-op (`stored: false`).",
+        "parameters": [_TOKEN],
+        "requestBody": {
+            "required": True,
+            "content": {
+                _JSON: {"schema": _ANY_JSON},
+                "application/x-www-form-urlencoded": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["approved"],
+                        "properties": {
+                            "approved": {"enum": ["true", "false"]},
+                            "reason": {"type": "string"},
+                        },
+                    }
+                },
+            },
+        },
+        "responses": {
+            "200": {
+                "description": "Completed (JSON), or the page again (form).",
+                "content": {
+                    _JSON: {"schema": _ref("Completed")},
+                    "text/html": {"schema": {"type": "string"}},
+                },
+            },
+            "400": _error("`InvalidArgument`: the body is not JSON, or the form is not."),
+            "404": _TOKEN_UNKNOWN,
+            "409": _TOKEN_SPENT,
+        },
+    },
+}
+
 _INVOCATION = {
     "type": "object",
     "required": ["seq", "handler"],
@@ -537,6 +609,28 @@ _SCHEMAS: dict[str, Any] = {
                     "message": {"type": "string"},
                 },
             },
+        },
+    },
+    "Completion": {
+        "type": "object",
+        "required": ["run_id", "workflow", "name", "status"],
+        "properties": {
+            "run_id": {"type": "string"},
+            "workflow": {"type": "string"},
+            "name": {"type": "string"},
+            "status": {"enum": ["waiting", "completed", "expired"]},
+            "until": {"type": ["number", "null"]},
+            "value": {},
+            "reason": {"type": ["string", "null"]},
+        },
+    },
+    "Completed": {
+        "type": "object",
+        "required": ["completed", "stored", "value"],
+        "properties": {
+            "completed": {"const": True},
+            "stored": {"type": "boolean"},
+            "value": {},
         },
     },
     "RunWaiting": {
