@@ -314,7 +314,10 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/v1/objects/{type}/{key}/call/{handler}",
         "/v1/objects/{type}/{key}/send/{handler}",
         "/v1/objects/{type}/{key}/cancel",
+        "/v1/completions/{token}",
     }
+    completions = doc["paths"]["/v1/completions/{token}"]
+    assert {"200", "400", "404", "409", "413"} <= set(completions["post"]["responses"])
     for path, item in doc["paths"].items():
         for op in item.values():
             assert op["responses"], path
