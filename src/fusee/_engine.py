@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import math
 import os
 import secrets
 import time
@@ -148,18 +149,21 @@ async def _partition_count(store: NatsStore, wanted: int | None) -> int:
     """The namespace's partition count: fixed when the namespace is created, because
     every client must hash run IDs the same way."""
     key = "config.partitions"
-    if wanted is not None and (not isinstance(wanted, int) or not 1 <= wanted <= 4096):
+    if wanted is not None and (
+        isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= 4096
+    ):
         raise InvalidArgument(f"partitions={wanted!r}: must be an int from 1 to 4096")
+    # a new namespace stores it; an error reading it (NATS away) surfaces as itself
+    value = await store.init_config(key, str(wanted or 16).encode())
     try:
-        entry = await store.work.get(key)
-        stored = int(entry.value or b"0")
-    except Exception:  # noqa: BLE001 - KeyNotFoundError: a new namespace
+        stored = int(value)
+    except ValueError:
         stored = 0
-    if stored == 0:
-        with contextlib.suppress(Exception):
-            await store.work.create(key, str(wanted or 16).encode())
-        entry = await store.work.get(key)
-        stored = int(entry.value or b"16")
+    if not 1 <= stored <= 4096:
+        raise FuseeError(
+            f"{key} in bucket {store.layout.work_bucket} holds {value!r}, not a partition "
+            f"count from 1 to 4096: the namespace {store.layout.namespace!r} is damaged"
+        )
     if wanted is not None and wanted != stored:
         raise InvalidArgument(
             f"partitions={wanted}: namespace {store.layout.namespace!r} was created with "
@@ -524,7 +528,8 @@ class Engine:
         Example:
             ``await engine.serve()``
         """
-        await self._worker(registry=registry).run()
+        with self.store.retrying_for(math.inf):  # actors ride out a NATS outage
+            await self._worker(registry=registry).run()
 
     @contextlib.asynccontextmanager
     async def worker(
@@ -537,7 +542,10 @@ class Engine:
         """
         w = self._worker(registry=registry, config=config)
         async with anyio.create_task_group() as tg:
-            await tg.start(w.run)
+            # the worker's tasks copy this context: its actors ride out a NATS outage,
+            # while this engine's own calls keep the client's bounded retries
+            with self.store.retrying_for(math.inf):
+                await tg.start(w.run)
             try:
                 yield w
             finally:
