@@ -22,7 +22,7 @@ from fusee.actors.context import COMPENSATE
 from fusee.actors.registry import REGISTRY, ObjectType, Registry, Workflow
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
-from fusee.adapters.jetstream.store import NatsStore
+from fusee.adapters.jetstream.store import NatsStore, StoredMsg
 from fusee.errors import (
     Fenced,
     FuseeError,
@@ -681,19 +681,33 @@ class Run:
             ``answer = await engine.run("support-42").result(timeout="30s")``
         """
         limit = parse_duration(timeout, "timeout") if timeout is not None else None
+        with anyio.move_on_after(limit if limit is not None else math.inf):
+            return await self._wait_end()
+        raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
+
+    async def _wait_end(self) -> Any:
+        """The run's outcome, once its end record is stored. The engine's journal watch
+        says when an end record of this run is stored (no consumer per waiter, no step
+        record read); the record itself is read by Direct Get."""
         store = self.engine.store
         last = await store.last_in_journal(self.eid)
         if last is None:
             raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
-        outcome = _outcome(self.run_id, last.data)
-        if outcome is not None:
+        if (outcome := _outcome_of(self.run_id, last)) is not None:
             return outcome()
-        with anyio.move_on_after(limit if limit is not None else float("inf")):
-            async for msg in store.follow_journal(self.eid, last.seq):
-                outcome = _outcome(self.run_id, msg.data)
-                if outcome is not None:
-                    return outcome()
-        raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
+        watch = store.journal_watch
+        async with watch.watching(self.eid, _ENDED) as waiter:
+            reread = True  # what was stored before the watch began, or while it was blind
+            while True:
+                if reread:
+                    last = await store.last_in_journal(self.eid)
+                    if last is not None and (outcome := _outcome_of(self.run_id, last)):
+                        return outcome()
+                seqs, reread = await watch.next(waiter, math.inf)
+                for seq in seqs:
+                    found = await store.journal_at(self.eid, seq)
+                    if found is not None and (outcome := _outcome_of(self.run_id, found)):
+                        return outcome()
 
     # -- token streams (issue #5) ------------------------------------------------------
 
@@ -744,6 +758,13 @@ class Run:
 
 
 _ENDED = ("run.completed", "run.failed", "run.cancelled")
+
+
+def _outcome_of(run_id: str, msg: StoredMsg) -> Any:
+    """The run's outcome if ``msg`` is its end record (else None; nothing decoded)."""
+    if msg.headers.get("Fusee-Kind") not in _ENDED:
+        return None
+    return _outcome(run_id, msg.data)
 
 
 def _outcome(run_id: str, data: bytes) -> Any:

@@ -307,24 +307,41 @@ class ObjectKey:
     async def _await_outcome(
         self, seq: int, subject: str, duplicate: bool, deadline: float
     ) -> dict[str, Any] | None:
+        if not subject or duplicate:
+            return await self._watch_done(seq, deadline)
         replies = self.engine._replies()
         searched = seq  # the journal is read from here on, a page at a time
-        wait = 1.0
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            if subject and not duplicate:
-                data = await replies.wait(subject, min(wait, left))
-                if data is not None:
-                    body: dict[str, Any] = msgspec.json.decode(data)
-                    return body
+            data = await replies.wait(subject, min(1.0, left))
+            if data is not None:
+                body: dict[str, Any] = msgspec.json.decode(data)
+                return body
             found, searched = await self._find_done(seq, searched)
             if found is not None:
                 return found
-            if not subject or duplicate:
-                await anyio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
             await self.engine.store.ensure_active(self._partition, self.eid)
+
+    async def _watch_done(self, seq: int, deadline: float) -> dict[str, Any] | None:
+        """No reply to wait for (``result(seq)``, a duplicate call): the engine's journal
+        watch says when an ``obj.done`` is stored in the object's journal (no consumer
+        of this caller's own, no polling); the journal is read then."""
+        store = self.engine.store
+        watch = store.journal_watch
+        searched = seq  # the journal is read from here on, a page at a time
+        async with watch.watching(self.eid, ("obj.done",)) as waiter:
+            while True:
+                found, searched = await self._find_done(seq, searched)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                # a second at most: the active marker is looked at again meanwhile
+                await watch.next(waiter, min(1.0, left))
+                await store.ensure_active(self._partition, self.eid)
 
     async def _find_done(self, seq: int, after: int) -> tuple[dict[str, Any] | None, int]:
         for msg in await self.engine.store.read_journal(self.eid, after):

@@ -13,7 +13,7 @@ import contextlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,7 +26,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
-    ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
     PubAck,
@@ -37,6 +36,7 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
+from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import ConnectionLost, Fenced, FuseeError, StorageFull
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
@@ -200,6 +200,8 @@ class NatsStore:
         self.committer = GroupCommitter(nc, self.js, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
         self.tokens = TokenStore(self, max_age=tokens_max_age)
+        # callers waiting for results: one consumer for all of them (see watch.py)
+        self.journal_watch = JournalWatch(self)
         # completions (issue 3): the namespace's secret (``config.secret`` in the work
         # bucket, read at connect) and the base of callback URLs
         self.completion_secret = b""
@@ -526,7 +528,11 @@ class NatsStore:
         return await self._retrying(self._direct_last, self.layout.journal(eid))
 
     async def first_in_journal(self, eid: str) -> StoredMsg | None:
-        found = await self._direct_batch(self.layout.journal(eid), 1, limit=1)
+        return await self.journal_at(eid, 1)
+
+    async def journal_at(self, eid: str, seq: int) -> StoredMsg | None:
+        """The first record of the run's journal at or after sequence ``seq``."""
+        found = await self._direct_batch(self.layout.journal(eid), seq, limit=1)
         return found[0] if found else None
 
     async def _direct_last(self, subject: str) -> StoredMsg | None:
@@ -586,26 +592,6 @@ class NatsStore:
             StoredMsg(seq, headers.get("Nats-Subject", subject), data, headers)
             async for seq, headers, data in direct_page(self.nc, api, subject, start, batch)
         ]
-
-    async def follow_journal(self, eid: str, after: int) -> AsyncIterator[StoredMsg]:
-        """Records appended after sequence ``after``, as they are stored (ordered consumer)."""
-        sub = await self.js.subscribe(
-            self.layout.journal(eid),
-            ordered_consumer=True,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
-            ),
-            stream=self.layout.stream,
-        )
-        try:
-            async for msg in sub.messages:
-                meta = msg.metadata
-                yield StoredMsg(
-                    meta.sequence.stream, msg.subject, msg.data, dict(msg.headers or {})
-                )
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
 
     # -- keyed objects: the state projection -----------------------------------------
 
