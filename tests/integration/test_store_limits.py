@@ -17,6 +17,7 @@ import anyio
 import nats
 import nats.js.errors
 import pytest
+import structlog.testing
 from nats.js.api import StorageType, StreamConfig
 
 import fusee
@@ -134,3 +135,53 @@ async def test_a_damaged_partition_count_is_a_clear_error(nats_server: Any, name
     # the old code took any error reading it for a new namespace, then failed on int()
     with pytest.raises(fusee.FuseeError, match=r"config\.partitions .* holds b'many'"):
         await fusee.connect(nats_server.url, namespace=namespace)
+
+
+gate = anyio.Event()
+stepping = anyio.Event()
+executions: list[int] = []
+
+
+@fusee.workflow("limits_gated")
+async def gated(ctx: fusee.Context, arg: int) -> int:
+    async def held() -> int:
+        executions.append(arg)
+        stepping.set()
+        await gate.wait()
+        return arg * 3
+
+    return await ctx.step("held", held)
+
+
+async def test_the_worker_rides_out_an_outage_longer_than_a_client_waits(
+    nats_server_private: EmbeddedServer,
+) -> None:
+    """Actors are not bound by the client's patience: a step that ends while NATS is
+    frozen is journaled once NATS is back, and the run completes."""
+    global gate, stepping
+    gate, stepping = anyio.Event(), anyio.Event()
+    executions.clear()
+    engine = await fusee.connect(nats_server_private.url, namespace="ride", partitions=2)
+    try:
+        with (
+            structlog.testing.capture_logs() as logs,
+            engine.store.retrying_for(1.0),  # the client's patience, for this test
+        ):
+            async with engine.worker():  # the worker's: as long as it takes
+                run = await engine.start(gated, "r1", 5)
+                with anyio.fail_after(10):
+                    await stepping.wait()
+                with stopped(nats_server_private):
+                    gate.set()  # the step ends: its record cannot be stored yet
+                    await anyio.sleep(3)  # the outage's length, past the client's 1 s
+                assert await run.result(timeout="30s") == 15
+                kinds = [type(r).__name__ for _, r in await run.journal()]
+                assert kinds == ["RunStarted", "StepCompleted", "RunCompleted"]
+                assert executions == [5]  # the step's record waited; the step did not rerun
+        # the actor kept waiting for its append: it did not give up, fail the run (then
+        # fenced by its own late record) and resume by replay
+        events = [e["event"] for e in logs]
+        assert "actor.fenced" not in events
+        assert "run.resumed" not in events
+    finally:
+        await engine.close()
