@@ -149,5 +149,7 @@ async def test_a_waiter_rides_out_a_server_restart(
             server.kill()
             await anyio.to_thread.run_sync(server.restart)
         assert result == [chain_result(arg)]
+        # the consumer died with the server; the watch noticed and made another
+        assert engine.store.journal_watch.consumers_made == 2
     finally:
         await engine.close()

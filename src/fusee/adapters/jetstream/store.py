@@ -218,7 +218,11 @@ class NatsStore:
         tokens_max_age: float = DEFAULT_MAX_AGE,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
     ) -> NatsStore:
+        made: list[NatsStore] = []
+
         async def reconnected() -> None:
+            for store in made:
+                store.journal_watch.reconnected()
             if on_reconnect is not None:
                 await on_reconnect()
 
@@ -245,7 +249,9 @@ class NatsStore:
             ) from None
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
-        return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
+        store = cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
+        made.append(store)
+        return store
 
     async def close(self) -> None:
         with contextlib.suppress(nats.errors.ConnectionClosedError):

@@ -13,7 +13,7 @@ The watch is a hint, the journal the truth: a waiter reads the record it was tol
 (or its journal's last record) by Direct Get. A waiter first registers, then the
 consumer exists, then the waiter reads: a record stored before the consumer was made
 is in that read, one stored after is delivered. When the watch may have missed records
-(a gap in the consumer's sequence, no heartbeat for a while: a reconnect, a server
+(a reconnect; a gap in the consumer's sequence; no heartbeat for a while: a server
 restart), the next waiter to notice makes a new consumer and every waiter reads again.
 """
 
@@ -211,6 +211,12 @@ class JournalWatch:
         for waiter in self._waiters.get(eid, ()):
             if kind in waiter.kinds:
                 waiter._note(meta.sequence.stream)
+
+    def reconnected(self) -> None:
+        """The connection came back: what was stored meanwhile may not be delivered (and
+        after a server restart the consumer is gone), so renew it at once."""
+        if self._sub is not None:
+            self._lose_all()
 
     def _lose_all(self) -> None:
         self._broken = True
