@@ -557,14 +557,16 @@ class NatsStore:
             StorageFull: a write the server refused for want of storage (not retried).
             ConnectionLost: no answer in time, or the connection is closed.
         """
-        what = what or (f"a request on {args[0]}" if args and isinstance(args[0], str) else "")
+        if not what:  # the call itself, e.g. "KeyValue.put('r1')"
+            name = getattr(fn, "__qualname__", "") or getattr(fn, "__name__", "a call")
+            what = f"{name}({args[0]!r})" if args and isinstance(args[0], str) else name
         patience = _patience.get()
         give_up, delay = time.monotonic() + patience, 0.05
         while True:
             try:
                 return await fn(*args)
             except nats.js.errors.APIError as exc:
-                if (full := storage_full(exc, what or "a write")) is not None:
+                if (full := storage_full(exc, what)) is not None:
                     raise full from None
                 if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
                     raise
@@ -572,9 +574,9 @@ class NatsStore:
             except _NO_ANSWER as exc:
                 failed = exc
             except nats.errors.ConnectionClosedError:
-                raise _closed(what or fn.__name__) from None
+                raise _closed(what) from None
             if time.monotonic() + delay >= give_up:
-                raise _gave_up(what or fn.__name__, patience, failed) from None
+                raise _gave_up(what, patience, failed) from None
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
