@@ -681,6 +681,12 @@ class Run:
             ``answer = await engine.run("support-42").result(timeout="30s")``
         """
         limit = parse_duration(timeout, "timeout") if timeout is not None else None
+        # read before the time counts: an ended run answers even with timeout=0
+        last = await self.engine.store.last_in_journal(self.eid)
+        if last is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        if (outcome := _outcome_of(self.run_id, last)) is not None:
+            return outcome()
         with anyio.move_on_after(limit if limit is not None else math.inf):
             return await self._wait_end()
         raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
@@ -690,11 +696,6 @@ class Run:
         says when an end record of this run is stored (no consumer per waiter, no step
         record read); the record itself is read by Direct Get."""
         store = self.engine.store
-        last = await store.last_in_journal(self.eid)
-        if last is None:
-            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
-        if (outcome := _outcome_of(self.run_id, last)) is not None:
-            return outcome()
         watch = store.journal_watch
         async with watch.watching(self.eid, _ENDED) as waiter:
             reread = True  # what was stored before the watch began, or while it was blind

@@ -153,3 +153,17 @@ async def test_a_waiter_rides_out_a_server_restart(
         assert engine.store.journal_watch.consumers_made == 2
     finally:
         await engine.close()
+
+
+async def test_an_ended_run_answers_with_a_zero_timeout(engine: fusee.Engine) -> None:
+    global release
+    release = anyio.Event()
+    release.set()
+    async with engine.worker():
+        run = await engine.start(gated, "quick", 4)
+        assert await run.result(timeout="30s") == 8
+    made = engine.store.journal_watch.consumers_made
+    # no waiting at all: the end record is read before the timeout counts (the old
+    # code did so; a first version of the watch raised Timeout here)
+    assert await run.result(timeout=0) == 8
+    assert engine.store.journal_watch.consumers_made == made  # and no watch for it
