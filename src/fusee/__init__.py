@@ -20,6 +20,7 @@ from fusee.actors.registry import object as object  # noqa: A004 - fusee.object
 from fusee.actors.registry import shared as shared
 from fusee.actors.registry import workflow as workflow
 from fusee.errors import ConfigError as ConfigError
+from fusee.errors import ConnectionLost as ConnectionLost
 from fusee.errors import DeterminismError as DeterminismError
 from fusee.errors import FatalError as FatalError
 from fusee.errors import FuseeError as FuseeError
@@ -35,6 +36,7 @@ from fusee.errors import RunFailed as RunFailed
 from fusee.errors import RunNotFound as RunNotFound
 from fusee.errors import StepError as StepError
 from fusee.errors import StepTimeout as StepTimeout
+from fusee.errors import StorageFull as StorageFull
 from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
 from fusee.runtime.completions import Completion as Completion
@@ -76,6 +78,8 @@ __all__ = (
     "RunCancelled",
     "StreamNotFound",
     "Timeout",
+    "ConnectionLost",
+    "StorageFull",
     "Completion",
     "InvalidToken",
 )

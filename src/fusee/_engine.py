@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import dataclasses
+import math
 import os
 import secrets
 import time
@@ -24,7 +25,7 @@ from fusee.actors.registry import REGISTRY, ObjectType, Registry, Workflow
 from fusee.actors.run_index import project_index
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
-from fusee.adapters.jetstream.store import NatsStore
+from fusee.adapters.jetstream.store import NatsStore, StoredMsg
 from fusee.errors import (
     Fenced,
     FuseeError,
@@ -159,18 +160,21 @@ async def _partition_count(store: NatsStore, wanted: int | None) -> int:
     """The namespace's partition count: fixed when the namespace is created, because
     every client must hash run IDs the same way."""
     key = "config.partitions"
-    if wanted is not None and (not isinstance(wanted, int) or not 1 <= wanted <= 4096):
+    if wanted is not None and (
+        isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= 4096
+    ):
         raise InvalidArgument(f"partitions={wanted!r}: must be an int from 1 to 4096")
+    # a new namespace stores it; an error reading it (NATS away) surfaces as itself
+    value = await store.init_config(key, str(wanted or 16).encode())
     try:
-        entry = await store.work.get(key)
-        stored = int(entry.value or b"0")
-    except Exception:  # noqa: BLE001 - KeyNotFoundError: a new namespace
+        stored = int(value)
+    except ValueError:
         stored = 0
-    if stored == 0:
-        with contextlib.suppress(Exception):
-            await store.work.create(key, str(wanted or 16).encode())
-        entry = await store.work.get(key)
-        stored = int(entry.value or b"16")
+    if not 1 <= stored <= 4096:
+        raise FuseeError(
+            f"{key} in bucket {store.layout.work_bucket} holds {value!r}, not a partition "
+            f"count from 1 to 4096: the namespace {store.layout.namespace!r} is damaged"
+        )
     if wanted is not None and wanted != stored:
         raise InvalidArgument(
             f"partitions={wanted}: namespace {store.layout.namespace!r} was created with "
@@ -591,7 +595,8 @@ class Engine:
         Example:
             ``await engine.serve()``
         """
-        await self._worker(registry=registry).run()
+        with self.store.retrying_for(math.inf):  # actors ride out a NATS outage
+            await self._worker(registry=registry).run()
 
     @contextlib.asynccontextmanager
     async def worker(
@@ -604,7 +609,10 @@ class Engine:
         """
         w = self._worker(registry=registry, config=config)
         async with anyio.create_task_group() as tg:
-            await tg.start(w.run)
+            # the worker's tasks copy this context: its actors ride out a NATS outage,
+            # while this engine's own calls keep the client's bounded retries
+            with self.store.retrying_for(math.inf):
+                await tg.start(w.run)
             try:
                 yield w
             finally:
@@ -775,19 +783,34 @@ class Run:
             ``answer = await engine.run("support-42").result(timeout="30s")``
         """
         limit = parse_duration(timeout, "timeout") if timeout is not None else None
-        store = self.engine.store
-        last = await store.last_in_journal(self.eid)
+        # read before the time counts: an ended run answers even with timeout=0
+        last = await self.engine.store.last_in_journal(self.eid)
         if last is None:
             raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
-        outcome = _outcome(self.run_id, last.data)
-        if outcome is not None:
+        if (outcome := _outcome_of(self.run_id, last)) is not None:
             return outcome()
-        with anyio.move_on_after(limit if limit is not None else float("inf")):
-            async for msg in store.follow_journal(self.eid, last.seq):
-                outcome = _outcome(self.run_id, msg.data)
-                if outcome is not None:
-                    return outcome()
+        with anyio.move_on_after(limit if limit is not None else math.inf):
+            return await self._wait_end()
         raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
+
+    async def _wait_end(self) -> Any:
+        """The run's outcome, once its end record is stored. The engine's journal watch
+        says when an end record of this run is stored (no consumer per waiter, no step
+        record read); the record itself is read by Direct Get."""
+        store = self.engine.store
+        watch = store.journal_watch
+        async with watch.watching(self.eid, _ENDED) as waiter:
+            reread = True  # what was stored before the watch began, or while it was blind
+            while True:
+                if reread:
+                    last = await store.last_in_journal(self.eid)
+                    if last is not None and (outcome := _outcome_of(self.run_id, last)):
+                        return outcome()
+                seqs, reread = await watch.next(waiter, math.inf)
+                for seq in seqs:
+                    found = await store.journal_at(self.eid, seq)
+                    if found is not None and (outcome := _outcome_of(self.run_id, found)):
+                        return outcome()
 
     # -- token streams (issue #5) ------------------------------------------------------
 
@@ -838,6 +861,13 @@ class Run:
 
 
 _ENDED = ("run.completed", "run.failed", "run.cancelled")
+
+
+def _outcome_of(run_id: str, msg: StoredMsg) -> Any:
+    """The run's outcome if ``msg`` is its end record (else None; nothing decoded)."""
+    if msg.headers.get("Fusee-Kind") not in _ENDED:
+        return None
+    return _outcome(run_id, msg.data)
 
 
 def _outcome(run_id: str, data: bytes) -> Any:

@@ -10,6 +10,7 @@ invocation's ``obj.done`` and keeps looking until it is there.
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import time
 from collections.abc import AsyncGenerator
@@ -23,6 +24,7 @@ from fusee.actors.object_state import current_state, read_object
 from fusee.actors.registry import ObjectType
 from fusee.adapters.jetstream.store import NobodyListens
 from fusee.errors import (
+    FuseeError,
     HandlerCancelled,
     HandlerFailed,
     InvalidArgument,
@@ -168,8 +170,17 @@ class ObjectKey:
         limit = parse_duration(timeout, "timeout") if timeout is not None else None
         if self._is_shared(handler):
             return await self._call_shared(handler, arg, limit, type)
-        seq, subject, duplicate = await self._enqueue(handler, arg, idempotency_key, reply=True)
         deadline = time.monotonic() + limit if limit is not None else float("inf")
+        data = canonical(arg, f"the input of {self!r}.{handler}", limit=self.engine.store.max_value)
+        with anyio.move_on_after(limit if limit is not None else math.inf) as storing:
+            seq, subject, duplicate = await self._enqueue_raw(
+                handler, data, idempotency_key, reply=True
+            )
+        if storing.cancelled_caught:
+            raise Timeout(
+                f"{self!r}.call({handler!r}): NATS did not store the invocation within "
+                f"{timeout} (it may or may not be queued)"
+            )
         try:
             body = await self._outcome(seq, subject, duplicate, deadline)
         finally:
@@ -235,6 +246,9 @@ class ObjectKey:
         self, handler: str, data: bytes, idempotency_key: str | None, *, reply: bool
     ) -> tuple[int, str, bool]:
         engine = self.engine
+        msg_id = None
+        if idempotency_key is not None:
+            msg_id = f"{self.eid}:invoke:{validate_id(idempotency_key, 'idempotency key')}"
         subject = ""
         if reply:
             replies = engine._replies()
@@ -244,14 +258,18 @@ class ObjectKey:
         if subject:
             body["reply"] = subject
         store, p = engine.store, self._partition
-        if idempotency_key is not None:
-            msg_id = f"{self.eid}:invoke:{validate_id(idempotency_key, 'idempotency key')}"
-            seq, duplicate = await store.send_inbox_once(
-                p, self.eid, "invoke", msgspec.json.encode(body), msg_id=msg_id
-            )
-        else:
-            seq = await store.send_inbox(p, self.eid, "invoke", msgspec.json.encode(body))
-            duplicate = False
+        try:
+            if msg_id is not None:
+                seq, duplicate = await store.send_inbox_once(
+                    p, self.eid, "invoke", msgspec.json.encode(body), msg_id=msg_id
+                )
+            else:
+                seq = await store.send_inbox(p, self.eid, "invoke", msgspec.json.encode(body))
+                duplicate = False
+        except BaseException:
+            if subject:
+                engine._replies().drop(subject)
+            raise
         if not reply:
             await store.ensure_active(p, self.eid)  # a caller that waits does it meanwhile
         return seq, subject, duplicate
@@ -269,32 +287,61 @@ class ObjectKey:
         answered = self.engine._objects_answered.get(self.eid)
         if answered is not None and time.monotonic() - answered < STILL_ACTIVE:
             return await self._await_outcome(seq, subject, duplicate, deadline)
+        failed: list[FuseeError] = []
+
+        async def mark(scope: anyio.CancelScope) -> None:
+            try:
+                await self.engine.store.ensure_active(self._partition, self.eid)
+            except FuseeError as exc:  # the store is full, NATS is away: the caller's error
+                failed.append(exc)
+                scope.cancel()
+
+        body = None
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self.engine.store.ensure_active, self._partition, self.eid)
-            return await self._await_outcome(seq, subject, duplicate, deadline)
-        raise AssertionError("unreachable: the task group re-raises")  # for mypy
+            tg.start_soon(mark, tg.cancel_scope)
+            body = await self._await_outcome(seq, subject, duplicate, deadline)
+        if failed:
+            raise failed[0]
+        return body
 
     async def _await_outcome(
         self, seq: int, subject: str, duplicate: bool, deadline: float
     ) -> dict[str, Any] | None:
+        if not subject or duplicate:
+            return await self._watch_done(seq, deadline)
         replies = self.engine._replies()
         searched = seq  # the journal is read from here on, a page at a time
-        wait = 1.0
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
-            if subject and not duplicate:
-                data = await replies.wait(subject, min(wait, left))
-                if data is not None:
-                    body: dict[str, Any] = msgspec.json.decode(data)
-                    return body
+            data = await replies.wait(subject, min(1.0, left))
+            if data is not None:
+                body: dict[str, Any] = msgspec.json.decode(data)
+                return body
             found, searched = await self._find_done(seq, searched)
             if found is not None:
                 return found
-            if not subject or duplicate:
-                await anyio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
             await self.engine.store.ensure_active(self._partition, self.eid)
+
+    async def _watch_done(self, seq: int, deadline: float) -> dict[str, Any] | None:
+        """No reply to wait for (``result(seq)``, a duplicate call): the engine's journal
+        watch says when an ``obj.done`` is stored in the object's journal (no consumer
+        of this caller's own, no polling); the journal is read then."""
+        store = self.engine.store
+        watch = store.journal_watch
+        searched = seq  # the journal is read from here on, a page at a time
+        async with watch.watching(self.eid, ("obj.done",)) as waiter:
+            while True:
+                found, searched = await self._find_done(seq, searched)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                # a second at most: the active marker is looked at again meanwhile
+                await watch.next(waiter, min(1.0, left))
+                await store.ensure_active(self._partition, self.eid)
 
     async def _find_done(self, seq: int, after: int) -> tuple[dict[str, Any] | None, int]:
         for msg in await self.engine.store.read_journal(self.eid, after):
@@ -421,8 +468,11 @@ class ObjectKey:
         edit_changes(edit, f"edit of {self!r}")  # checked here: a bad edit is never queued
         limit = parse_duration(timeout, "timeout") if timeout is not None else None
         data = canonical(edit, f"the edit of {self!r}", limit=self.engine.store.max_value)
-        seq, subject, _ = await self._enqueue_raw(EDIT, data, None, reply=True)
         deadline = time.monotonic() + limit if limit is not None else float("inf")
+        with anyio.move_on_after(limit if limit is not None else math.inf) as storing:
+            seq, subject, _ = await self._enqueue_raw(EDIT, data, None, reply=True)
+        if storing.cancelled_caught:
+            raise Timeout(f"the edit of {self!r} was not stored within {timeout}")
         try:
             body = await self._outcome(seq, subject, False, deadline)
         finally:

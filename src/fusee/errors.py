@@ -25,6 +25,8 @@ __all__ = (
     "StepTimeout",
     "Timeout",
     "InvalidToken",
+    "ConnectionLost",
+    "StorageFull",
     "Fenced",
     "JournalGap",
     "Evicted",
@@ -159,6 +161,18 @@ class InvalidToken(FuseeError, ValueError):
     def __init__(self, message: str, *, spent: bool = False) -> None:
         super().__init__(message)
         self.spent = spent
+
+
+class ConnectionLost(FuseeError):
+    """NATS did not answer in time (unreachable, restarting, or too slow): the operation
+    may or may not have happened. A client call retries for a while (30 s by default)
+    before it raises this; a worker's actors wait as long as it takes."""
+
+
+class StorageFull(FuseeError):
+    """The NATS server refused to store a write because JetStream has no storage left
+    (``err_code`` 10023 "insufficient resources", or its storage limit is reached).
+    Nothing was stored; the call can be retried once space is freed."""
 
 
 class Fenced(BaseException):

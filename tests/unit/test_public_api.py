@@ -43,6 +43,8 @@ PUBLIC = (
     "RunCancelled",
     "StreamNotFound",
     "Timeout",
+    "ConnectionLost",
+    "StorageFull",
     "Completion",
     "InvalidToken",
 )
@@ -77,7 +79,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 19
+    assert len(errors) == 21
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

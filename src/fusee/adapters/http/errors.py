@@ -74,6 +74,7 @@ _STATUS_BY_NAME: dict[str, int] = {
     "RunExists": 409,
     "Timeout": 504,
     "ConnectionLost": 503,
+    "StorageFull": 503,
 }
 
 

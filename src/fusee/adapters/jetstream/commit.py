@@ -53,12 +53,17 @@ class Pending:
     fence: int
     msg_id: str
     kind: str
+    give_up: float  # when (time.monotonic()) its retries stop: math.inf for actors
     done: asyncio.Future[int] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
+    def alone_args(self) -> tuple[str, str, bytes, int, str, float]:
+        """The arguments of an append alone (``Direct``)."""
+        return self.eid, self.kind, self.data, self.fence, self.msg_id, self.give_up
 
-Direct = Callable[[str, str, bytes, int, str], Awaitable[int]]
+
+Direct = Callable[[str, str, bytes, int, str, float], Awaitable[int]]
 
 
 class GroupCommitter:
@@ -79,7 +84,7 @@ class GroupCommitter:
         if self.in_flight < self.direct_limit and not self.queue and self._committer is None:
             self.in_flight += 1
             try:
-                return await self.direct(item.eid, item.kind, item.data, item.fence, item.msg_id)
+                return await self.direct(*item.alone_args())
             finally:
                 self.in_flight -= 1
         self.queue.append(item)
@@ -150,7 +155,7 @@ class GroupCommitter:
 
     async def _alone(self, item: Pending) -> None:
         try:
-            seq = await self.direct(item.eid, item.kind, item.data, item.fence, item.msg_id)
+            seq = await self.direct(*item.alone_args())
         except (Exception, Fenced) as exc:  # noqa: BLE001 - handed to its appender, which raises it
             if not item.done.done():
                 item.done.set_exception(exc)

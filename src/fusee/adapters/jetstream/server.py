@@ -123,25 +123,37 @@ class EmbeddedServer:
     port: int
     pid: int
 
-    def __init__(self, store_dir: Path, *, port: int = -1) -> None:
-        """Prepare a server without starting it; most callers want :meth:`start`."""
+    def __init__(
+        self, store_dir: Path, *, port: int = -1, max_file_store: int | None = None
+    ) -> None:
+        """Prepare a server without starting it; most callers want :meth:`start`.
+        ``max_file_store``: JetStream's storage limit in bytes (default: the disk's)."""
         self.store_dir = Path(store_dir).absolute()
         self.port = port
+        self.max_file_store = max_file_store
         self.url = ""
         self.monitor_url = ""
         self.pid = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def start(cls, store_dir: Path, *, port: int = -1, timeout: float = 10.0) -> Self:
+    def start(
+        cls,
+        store_dir: Path,
+        *,
+        port: int = -1,
+        timeout: float = 10.0,
+        max_file_store: int | None = None,
+    ) -> Self:
         """Start a server on ``port`` (``-1``: a free one) and wait until JetStream is up.
+        ``max_file_store`` caps JetStream's storage, in bytes.
 
         Raises:
             ServerNotFound: no ``nats-server`` binary (see :func:`find_nats_server_binary`).
             FuseeError: the server exited or was not healthy within ``timeout`` seconds;
                 the message holds the end of its log.
         """
-        server = cls(store_dir, port=port)
+        server = cls(store_dir, port=port, max_file_store=max_file_store)
         server._launch(timeout)
         return server
 
@@ -249,7 +261,8 @@ class EmbeddedServer:
             # nats-server appends "jetstream" to store_dir: the data lands in <store_dir>/jetstream
             f"  store_dir: {q(str(self.store_dir))}\n"
             "  sync_interval: always  # fsync before every ack: an acked journal entry survives a crash\n"
-            "}\n"
+            + (f"  max_file_store: {self.max_file_store}\n" if self.max_file_store else "")
+            + "}\n"
         )
 
     def _wait_ready(self, timeout: float, log_path: Path) -> None:

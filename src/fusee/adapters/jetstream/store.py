@@ -13,7 +13,9 @@ import contextlib
 import hashlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -25,7 +27,6 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
-    ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
     PubAck,
@@ -36,14 +37,23 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
-from fusee.errors import Fenced, FuseeError, JournalGap, NotEncodable
+from fusee.adapters.jetstream.watch import JournalWatch
+from fusee.errors import ConnectionLost, Fenced, FuseeError, JournalGap, NotEncodable, StorageFull
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
 
 T = TypeVar("T")
 
-__all__ = ("NatsStore", "Layout", "StoredMsg", "ConnectionLost", "NobodyListens")
+__all__ = (
+    "NatsStore",
+    "Layout",
+    "StoredMsg",
+    "ConnectionLost",
+    "NobodyListens",
+    "StorageFull",
+    "CLIENT_PATIENCE",
+)
 
 # Headers the server reads; nats-py has no constant for the subtree fence.
 EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
@@ -61,14 +71,51 @@ VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
 BATCH_DUPLICATE = 10201
+# JetStream's "insufficient resources" (10023), and its storage (10047) and memory
+# (10028) resources exceeded: nothing was stored, and retrying does not help.
+STORAGE_FULL = frozenset({10023, 10028, 10047})
+
+# How long a store call retries while NATS does not answer (unreachable, restarting,
+# electing a leader) before it raises ConnectionLost: bounded for client calls, so a
+# caller gets an answer; a worker's actors wait as long as it takes (``retrying_for``).
+CLIENT_PATIENCE = 30.0
+_patience: ContextVar[float] = ContextVar("fusee_store_patience", default=CLIENT_PATIENCE)
+
+# nats-py errors that mean "no answer (yet)": the write may or may not have happened.
+_NO_ANSWER = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+)
 
 
 class NobodyListens(FuseeError):
     """A core NATS request found no subscriber."""
 
 
-class ConnectionLost(FuseeError):
-    """NATS did not answer in time; the operation may or may not have happened."""
+def storage_full(exc: BaseException, what: str) -> StorageFull | None:
+    """The fusee error for a JetStream refusal for want of storage, else None."""
+    code = getattr(exc, "err_code", None)  # KV errors are APIErrors without one
+    if not isinstance(exc, nats.js.errors.APIError) or code not in STORAGE_FULL:
+        return None
+    return StorageFull(
+        f"the NATS server has no storage left: {what} was not stored (JetStream: "
+        f"{exc.description}, err_code={code}); free space on the server or raise "
+        f"its JetStream max_file_store, then retry"
+    )
+
+
+def _gave_up(what: str, patience: float, exc: BaseException) -> ConnectionLost:
+    return ConnectionLost(
+        f"NATS did not answer for {patience:g}s ({what}: {type(exc).__name__}); "
+        f"the operation may or may not have happened"
+    )
+
+
+def _closed(what: str) -> ConnectionLost:
+    return ConnectionLost(f"the connection to NATS is closed ({what})")
 
 
 @dataclass(frozen=True)
@@ -168,6 +215,8 @@ class NatsStore:
         self.committer = GroupCommitter(nc, self.js, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
         self.tokens = TokenStore(self, max_age=tokens_max_age)
+        # callers waiting for results: one consumer for all of them (see watch.py)
+        self.journal_watch = JournalWatch(self)
         # completions (issue 3): the namespace's secret (``config.secret`` in the work
         # bucket, read at connect) and the base of callback URLs
         self.completion_secret = b""
@@ -184,7 +233,11 @@ class NatsStore:
         tokens_max_age: float = DEFAULT_MAX_AGE,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
     ) -> NatsStore:
+        made: list[NatsStore] = []
+
         async def reconnected() -> None:
+            for store in made:
+                store.journal_watch.reconnected()
             if on_reconnect is not None:
                 await on_reconnect()
 
@@ -211,7 +264,9 @@ class NatsStore:
             ) from None
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
-        return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
+        store = cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
+        made.append(store)
+        return store
 
     @property
     def max_payload(self) -> int:
@@ -318,8 +373,21 @@ class NatsStore:
         headers = self._fenced_headers(eid, kind, fence, msg_id)
         subject = self.layout.journal(eid)
         self._check_fits(subject, data, headers, f"the {kind} record of {unescape(eid)!r}")
-        item = Pending(subject, data, headers, eid, fence, msg_id, kind)
+        give_up = time.monotonic() + _patience.get()
+        item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up)
         return await self.committer.append(item)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def retrying_for(seconds: float) -> Iterator[None]:
+        """Store calls made in this context (and in tasks started from it) retry for up
+        to ``seconds`` while NATS does not answer, instead of ``CLIENT_PATIENCE``:
+        ``math.inf`` for a worker, whose actors must ride out an outage."""
+        token = _patience.set(seconds)
+        try:
+            yield
+        finally:
+            _patience.reset(token)
 
     def _fenced_headers(self, eid: str, kind: str, fence: int, msg_id: str) -> dict[str, str]:
         return {
@@ -329,20 +397,27 @@ class NatsStore:
             MSG_ID: msg_id,
         }
 
-    async def _append_alone(self, eid: str, kind: str, data: bytes, fence: int, msg_id: str) -> int:
+    async def _append_alone(
+        self, eid: str, kind: str, data: bytes, fence: int, msg_id: str, give_up: float
+    ) -> int:
         """Append one record under the actor's fence; returns its stream sequence.
 
         ``fence`` is the last sequence the writer saw under ``<ns>.run.<id>.>`` (0: the
         journal must not exist yet). A retry after a lost reply carries the same
         ``msg_id``: when the server refuses it (10071 on R1, 10201 for batches), the
-        last record tells whether this write landed or another writer's did.
+        last record tells whether this write landed or another writer's did. Retries
+        stop at ``give_up`` (a ``time.monotonic()`` instant; ``math.inf``: never).
 
         Raises:
             Fenced: another writer appended since ``fence``.
+            StorageFull: the server has no storage left (nothing was stored).
+            ConnectionLost: NATS did not answer until ``give_up`` (the record may have
+                landed: a retry with the same ``msg_id`` and fence finds out).
         """
         lay = self.layout
         headers = self._fenced_headers(eid, kind, fence, msg_id)
-        delay = 0.05
+        what = f"the {kind} record of {unescape(eid)!r}"
+        started, delay = time.monotonic(), 0.05
         while True:
             try:
                 ack = await self.js.publish(lay.journal(eid), data, headers=headers, timeout=2.0)
@@ -353,20 +428,24 @@ class NatsStore:
                 if last is not None and last.headers.get(MSG_ID) == msg_id:
                     return last.seq  # our earlier try landed; its reply was lost
                 raise Fenced(f"journal of {eid} moved past sequence {fence}") from None
-            except (
-                nats.errors.TimeoutError,
-                nats.errors.NoRespondersError,
-                nats.js.errors.NoStreamResponseError,
-                nats.errors.ConnectionReconnectingError,
-                nats.errors.ConnectionClosedError,
-                nats.errors.OutboundBufferLimitError,
-            ):
+            except nats.js.errors.APIError as exc:
+                if (full := storage_full(exc, what)) is not None:
+                    raise full from None
+                if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                    raise
+                failed: BaseException = exc  # JetStream not ready (a restart, an election)
+            except _NO_ANSWER as exc:
                 # The server is down or electing a leader: keep the same msg_id and
                 # fence and try again; dedupe or the read-back above sorts it out.
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            return ack.seq  # a duplicate ack names the original, which is ours
+                failed = exc
+            except nats.errors.ConnectionClosedError:
+                raise _closed(what) from None
+            else:
+                return ack.seq  # a duplicate ack names the original, which is ours
+            if time.monotonic() + delay >= give_up:
+                raise _gave_up(what, give_up - started, failed) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     # -- values stored out of line ----------------------------------------------------
 
@@ -436,7 +515,34 @@ class NatsStore:
             headers[MSG_ID] = msg_id
         subject = self.layout.inbox(partition, eid)
         self._check_fits(subject, body, headers, f"the {kind} message to {unescape(eid)!r}")
-        return await self._retrying(self.js.publish, subject, body, 5.0, None, headers)
+        return await self._retrying(
+            self.js.publish,
+            subject,
+            body,
+            5.0,
+            None,
+            headers,
+            what=f"the {kind} message to {unescape(eid)!r}",
+        )
+
+    async def init_config(self, key: str, value: bytes) -> bytes:
+        """The namespace setting ``key`` (in the work bucket), stored as ``value`` by the
+        first client that asks: ``create`` lets concurrent first clients agree."""
+        entry = await self._config(key)
+        if entry is None:
+            with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+                await self._retrying(self.work.create, key, value)
+            entry = await self._config(key)
+        if entry is None:  # pragma: no cover - created above, and the bucket keeps it
+            raise FuseeError(f"{key} in {self.layout.work_bucket} vanished as it was made")
+        return entry
+
+    async def _config(self, key: str) -> bytes | None:
+        try:
+            entry = await self._retrying(self.work.get, key)
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return entry.value or b""
 
     async def load_secret(self, key: str = "config.secret") -> bytes:
         """The namespace's secret (32 random bytes, base64url in the work bucket), made by
@@ -523,7 +629,11 @@ class NatsStore:
         return await self._retrying(self._direct_last, self.layout.journal(eid))
 
     async def first_in_journal(self, eid: str) -> StoredMsg | None:
-        found = await self._direct_batch(self.layout.journal(eid), 1, limit=1)
+        return await self.journal_at(eid, 1)
+
+    async def journal_at(self, eid: str, seq: int) -> StoredMsg | None:
+        """The first record of the run's journal at or after sequence ``seq``."""
+        found = await self._direct_batch(self.layout.journal(eid), seq, limit=1)
         return found[0] if found else None
 
     async def _direct_last(self, subject: str) -> StoredMsg | None:
@@ -534,19 +644,36 @@ class NatsStore:
         headers = dict(raw.headers or {})
         return StoredMsg(raw.seq or 0, raw.subject or subject, raw.data or b"", headers)
 
-    async def _retrying(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        delay = 0.05
+    async def _retrying(self, fn: Callable[..., Awaitable[T]], *args: Any, what: str = "") -> T:
+        """``fn(*args)``, tried again while NATS does not answer, for as long as the
+        context allows (``retrying_for``; ``CLIENT_PATIENCE`` by default).
+
+        Raises:
+            StorageFull: a write the server refused for want of storage (not retried).
+            ConnectionLost: no answer in time, or the connection is closed.
+        """
+        if not what:  # the call itself, e.g. "KeyValue.put('r1')"
+            name = getattr(fn, "__qualname__", "") or getattr(fn, "__name__", "a call")
+            what = f"{name}({args[0]!r})" if args and isinstance(args[0], str) else name
+        patience = _patience.get()
+        give_up, delay = time.monotonic() + patience, 0.05
         while True:
             try:
                 return await fn(*args)
-            except (
-                nats.errors.TimeoutError,
-                nats.errors.NoRespondersError,
-                nats.errors.ConnectionReconnectingError,
-                nats.js.errors.ServiceUnavailableError,
-            ):
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+            except nats.js.errors.APIError as exc:
+                if (full := storage_full(exc, what)) is not None:
+                    raise full from None
+                if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                    raise
+                failed: BaseException = exc  # JetStream not ready (a restart, an election)
+            except _NO_ANSWER as exc:
+                failed = exc
+            except nats.errors.ConnectionClosedError:
+                raise _closed(what) from None
+            if time.monotonic() + delay >= give_up:
+                raise _gave_up(what, patience, failed) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _direct_batch(self, subject: str, start: int, *, limit: int = 0) -> list[StoredMsg]:
         """Batched Direct Get (nats-py has no API for it): every message on ``subject``
@@ -568,26 +695,6 @@ class NatsStore:
             StoredMsg(seq, headers.get("Nats-Subject", subject), data, headers)
             async for seq, headers, data in direct_page(self.nc, api, subject, start, batch)
         ]
-
-    async def follow_journal(self, eid: str, after: int) -> AsyncIterator[StoredMsg]:
-        """Records appended after sequence ``after``, as they are stored (ordered consumer)."""
-        sub = await self.js.subscribe(
-            self.layout.journal(eid),
-            ordered_consumer=True,
-            config=ConsumerConfig(
-                deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1
-            ),
-            stream=self.layout.stream,
-        )
-        try:
-            async for msg in sub.messages:
-                meta = msg.metadata
-                yield StoredMsg(
-                    meta.sequence.stream, msg.subject, msg.data, dict(msg.headers or {})
-                )
-        finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
 
     # -- keyed objects: the state projection -----------------------------------------
 

@@ -406,6 +406,8 @@ async def direct_page(
                 continue
             if status in ("204", "404"):  # end of batch / nothing there
                 return
+            if status == "503":  # no responders: JetStream is (re)starting; retried
+                raise nats.errors.NoRespondersError
             raise FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
     finally:
         replies.queues.pop(inbox, None)

@@ -1,0 +1,225 @@
+"""One watch per connection on every journal: how callers learn a result may be there.
+
+``Run.result()`` waits for a run's end record, ``ObjectKey.result()`` for an
+invocation's ``obj.done``. Each used to open a JetStream consumer of its own (an ordered
+consumer on the journal), so 1,200 waiters hit the stream's consumer limit, and the
+consumers outlived the calls. Here a connection has at most one consumer for all its
+waiters: headers only (no record is sent or decoded, a few hundred bytes a record),
+filtered on every journal subject (``<ns>.run.*.j``), delivering new records only. It
+is made when the first waiter comes and deleted when the last one leaves, so a client
+that waits for nothing holds nothing on the server.
+
+The watch is a hint, the journal the truth: a waiter reads the record it was told of
+(or its journal's last record) by Direct Get. A waiter first registers, then the
+consumer exists, then the waiter reads: a record stored before the consumer was made
+is in that read, one stored after is delivered. When the watch may have missed records
+(a reconnect; a gap in the consumer's sequence; no heartbeat for a while: a server
+restart), the next waiter to notice makes a new consumer and every waiter reads again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+if TYPE_CHECKING:
+    from fusee.adapters.jetstream.store import NatsStore
+
+__all__ = ("JournalWatch", "Waiter")
+
+HEARTBEAT = 2.0  # the consumer's idle heartbeat, asked of the server
+STALE = 3 * HEARTBEAT  # nothing heard for this long: the consumer is gone, make another
+INACTIVE = 30.0  # the server deletes the consumer of a client that died this long ago
+KIND = "Fusee-Kind"
+
+
+class Waiter:
+    """One caller's interest in one journal: the sequences of records of ``kinds``
+    stored since it last looked, and whether the watch may have missed some."""
+
+    def __init__(self, kinds: frozenset[str]) -> None:
+        self.kinds = kinds
+        self._seqs: list[int] = []
+        self._missed = False
+        self._event = anyio.Event()
+
+    def _note(self, seq: int) -> None:
+        self._seqs.append(seq)
+        self._event.set()
+
+    def _lost(self) -> None:
+        self._missed = True
+        self._event.set()
+
+    def _take(self) -> tuple[list[int], bool]:
+        seqs, missed = self._seqs, self._missed
+        self._seqs, self._missed = [], False
+        if self._event.is_set():
+            self._event = anyio.Event()
+        return seqs, missed
+
+
+class JournalWatch:
+    """The connection's watch on its namespace's journals (see the module doc)."""
+
+    def __init__(self, store: NatsStore) -> None:
+        self.store = store
+        lay = store.layout
+        self._filter = f"{lay.namespace}.run.*.j"
+        self._prefix = f"{lay.namespace}.run."
+        self._waiters: dict[str, set[Waiter]] = {}
+        self._count = 0
+        self._lock = anyio.Lock()
+        self._sub: Any = None  # the core subscription on the consumer's deliver subject
+        self._consumer = ""
+        self._next = 1  # the consumer sequence expected next
+        self._heard = 0.0  # time.monotonic() of the last message or heartbeat
+        self._broken = False
+        self.consumers_made = 0  # for tests and benchmarks
+
+    @property
+    def waiting(self) -> int:
+        """How many callers wait (each holds no server state of its own)."""
+        return self._count
+
+    @contextlib.asynccontextmanager
+    async def watching(self, eid: str, kinds: Iterable[str]) -> AsyncIterator[Waiter]:
+        """Be told of records of ``kinds`` stored in ``eid``'s journal from now on: read
+        what is already there after entering, then ``await next(waiter, ...)``."""
+        waiter = Waiter(frozenset(kinds))
+        self._waiters.setdefault(eid, set()).add(waiter)
+        self._count += 1
+        try:
+            async with self._lock:
+                if self._sub is None:
+                    await self._open()
+            yield waiter
+        finally:
+            waiting = self._waiters.get(eid)
+            if waiting is not None:
+                waiting.discard(waiter)
+                if not waiting:
+                    del self._waiters[eid]
+            self._count -= 1
+            if self._count == 0:
+                # the last waiter leaves (returned, timed out or cancelled): nothing of
+                # it stays on the server
+                with anyio.move_on_after(5.0, shield=True):
+                    async with self._lock:
+                        if self._count == 0:
+                            await self._close()
+
+    async def next(self, waiter: Waiter, timeout: float) -> tuple[list[int], bool]:
+        """Wait up to ``timeout`` seconds for news: ``(sequences of records of the
+        waiter's kinds, in order; whether records may have been missed: then read the
+        journal again)``. Both empty and False when the time passed."""
+        with anyio.move_on_after(min(timeout, STALE)):
+            await waiter._event.wait()
+        if self._broken or time.monotonic() - self._heard > STALE:
+            await self._renew()
+        return waiter._take()
+
+    # -- the consumer -------------------------------------------------------------
+
+    async def _open(self) -> None:
+        nc = self.store.nc
+        inbox = nc.new_inbox()
+        # subscribed first: the consumer delivers from the moment it exists
+        sub = await nc.subscribe(inbox, cb=self._on_msg)
+        config = ConsumerConfig(
+            description="fusee: callers waiting for results (one per connection)",
+            deliver_subject=inbox,
+            filter_subject=self._filter,
+            deliver_policy=DeliverPolicy.NEW,
+            ack_policy=AckPolicy.NONE,
+            headers_only=True,
+            idle_heartbeat=HEARTBEAT,
+            inactive_threshold=INACTIVE,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        try:
+            info = await self.store._retrying(
+                self.store.js.add_consumer, self.store.layout.stream, config, what="a watch"
+            )
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            raise
+        self._sub, self._consumer = sub, info.name
+        self._next, self._heard, self._broken = 1, time.monotonic(), False
+        self.consumers_made += 1
+
+    async def _close(self) -> None:
+        sub, consumer = self._sub, self._consumer
+        self._sub, self._consumer = None, ""
+        if sub is None:
+            return
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        # Deleted now, not when the server finds it inactive (INACTIVE) a while later:
+        # one round trip on the last waiter's return (an error: INACTIVE does it)
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            await self.store.js.delete_consumer(self.store.layout.stream, consumer)
+
+    async def _renew(self) -> None:
+        """A new consumer, then every waiter reads its journal again."""
+        async with self._lock:
+            if (
+                self._sub is not None
+                and not self._broken
+                and (time.monotonic() - self._heard <= STALE)
+            ):
+                return  # another waiter renewed it meanwhile
+            if self._count == 0:
+                return
+            await self._close()
+            await self._open()
+        for waiting in self._waiters.values():
+            for waiter in waiting:
+                waiter._lost()
+
+    async def _on_msg(self, msg: Msg) -> None:
+        self._heard = time.monotonic()
+        headers = msg.headers or {}
+        if not msg.reply:
+            # a status message: the idle heartbeat names the last consumer sequence
+            last = headers.get("Nats-Last-Consumer")
+            if last is not None and last.isdigit() and int(last) != self._next - 1:
+                self._lose_all()
+            return
+        try:
+            meta = msg.metadata
+        except (ValueError, IndexError, nats.errors.Error):
+            return
+        if meta.sequence.consumer != self._next:
+            self._lose_all()  # a message was dropped (a reconnect, a slow consumer)
+            return
+        self._next += 1
+        subject = msg.subject
+        if not subject.startswith(self._prefix):
+            return
+        eid = subject[len(self._prefix) : -2]  # <ns>.run.<eid>.j
+        kind = headers.get(KIND)
+        for waiter in self._waiters.get(eid, ()):
+            if kind in waiter.kinds:
+                waiter._note(meta.sequence.stream)
+
+    def reconnected(self) -> None:
+        """The connection came back: what was stored meanwhile may not be delivered (and
+        after a server restart the consumer is gone), so renew it at once."""
+        if self._sub is not None:
+            self._lose_all()
+
+    def _lose_all(self) -> None:
+        self._broken = True
+        for waiting in self._waiters.values():
+            for waiter in waiting:
+                waiter._lost()
