@@ -16,8 +16,8 @@ from typing import Any
 
 import anyio
 import msgspec
-import structlog
 
+from fusee._logging import get_logger
 from fusee._objects import ObjectKey, Replies
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
@@ -75,7 +75,7 @@ from fusee.runtime.tokens import TokenEvent
 
 __all__ = ("Engine", "Run", "CompletionInfo", "connect")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 DurationLike = str | float | int | timedelta
 

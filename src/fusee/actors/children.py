@@ -7,8 +7,8 @@ import secrets
 from typing import Any
 
 import msgspec
-import structlog
 
+from fusee._logging import get_logger
 from fusee.actors.ports import RunStore
 from fusee.actors.run_index import project_index
 from fusee.errors import Fenced, RunExists
@@ -28,7 +28,7 @@ from fusee.runtime.records import (
 
 __all__ = ("start_child", "notify_parent", "cancel_children", "live_children")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 
 async def start_child(

@@ -18,6 +18,7 @@ import anyio
 import msgspec
 import structlog
 
+from fusee._logging import get_logger
 from fusee.actors.children import cancel_child, start_child
 from fusee.errors import (
     Evicted,
@@ -75,7 +76,7 @@ __all__ = (
 )
 
 T = TypeVar("T")
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 DEFAULT_RETRY = Retry()
 COMPENSATE = "compensate:"  # the step name of a compensation is this prefix + its name

@@ -27,6 +27,7 @@ import anyio.abc
 import msgspec
 import structlog
 
+from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children
 from fusee.actors.context import (
     Context,
@@ -63,7 +64,7 @@ from fusee.runtime.records import Invocation, ObjectDone
 
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 # The projection is rewritten after this many journal records even when the state did
 # not change, so an activation never reads more than about this many records.

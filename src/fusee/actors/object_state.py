@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import structlog
-
+from fusee._logging import get_logger
 from fusee.actors.ports import RunStore
 from fusee.errors import JournalGap
 from fusee.runtime.history import History
@@ -21,7 +20,7 @@ from fusee.runtime.records import Invocation, ObjectDone, decode_record
 
 __all__ = ("ObjectSnapshot", "read_object", "current_state")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 
 @dataclass

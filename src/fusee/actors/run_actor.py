@@ -15,6 +15,7 @@ import anyio
 import msgspec
 import structlog
 
+from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children, notify_parent
 from fusee.actors.context import (
     Context,
@@ -56,7 +57,7 @@ from fusee.runtime.records import (
 
 __all__ = ("RunActor", "Outcome")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 Outcome = str  # "ended" | "paused" | "unrunnable"
 

@@ -11,8 +11,8 @@ from typing import Any, NoReturn
 
 import anyio
 import msgspec
-import structlog
 
+from fusee._logging import get_logger
 from fusee.actors.context import error_message, error_type_name
 from fusee.actors.object_state import current_state
 from fusee.actors.ports import ClusterStore
@@ -24,7 +24,7 @@ from fusee.runtime.objects import ReadOnlyState, object_id
 
 __all__ = ("SharedContext", "serve_shared_call")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 
 class SharedContext:

@@ -26,6 +26,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from fusee._logging import get_logger
 from fusee.actors.object_actor import ObjectActor
 from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
@@ -37,7 +38,7 @@ from fusee.runtime.objects import parse_object_id
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 
 # How long an idle object's marker lasts: a worker that dies just as an object goes idle

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 import msgspec
-import structlog
 
 import fusee
+from fusee._logging import get_logger
 from fusee.actors.registry import REGISTRY
 from fusee.adapters.cli.loader import load_file
 from fusee.adapters.cli.options import GlobalOptions, command_hint
@@ -40,7 +40,7 @@ __all__ = (
     "streams_follow",
 )
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 # Every network wait has a deadline. A worker may be started while NATS is still
 # coming up (compose, a restarting cluster), so it waits longer than a query does.

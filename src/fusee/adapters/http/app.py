@@ -7,7 +7,6 @@ Bodies are encoded with msgspec. See ``docs/reference/http-api.md``.
 
 from __future__ import annotations
 
-import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -17,6 +16,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fusee._engine import Engine
+from fusee._logging import get_logger
 from fusee.adapters.http.errors import HTTP_TYPES, ApiError, error_response, status_of
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.paths import RawPath
@@ -26,7 +26,7 @@ from fusee.errors import FuseeError
 
 __all__ = ("create_app", "api_state_of")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 
 def create_app(

@@ -15,17 +15,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import anyio
-import structlog
 import uvicorn
 from anyio.abc import TaskStatus
 
 from fusee._engine import Engine
+from fusee._logging import get_logger
 from fusee.adapters.http.app import api_state_of, create_app
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY
 
 __all__ = ("serve_api", "Bound")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 # How long open requests get to finish once the server stops (event streams are ended
 # at once; this bounds a long poll of /result).

@@ -22,12 +22,12 @@ from typing import Any, Protocol
 
 import anyio
 import msgspec
-import structlog
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from fusee._logging import get_logger
 from fusee.adapters.http.errors import error_body, error_response, status_of
 from fusee.errors import FuseeError
 
@@ -41,7 +41,7 @@ __all__ = (
     "FIRST_ITEM_GRACE",
 )
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 # How long the response of a run that is over waits for the reader's first item (or its
 # error) before sending its headers: everything is stored, so it comes at once.

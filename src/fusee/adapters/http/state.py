@@ -7,17 +7,17 @@ from typing import Any
 
 import anyio
 import msgspec
-import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
 from fusee._engine import Engine
+from fusee._logging import get_logger
 from fusee.adapters.http.errors import ApiError
 from fusee.adapters.http.sse import StreamRegistry
 
 __all__ = ("ApiState", "api_state", "json_response", "until_disconnect")
 
-log = structlog.get_logger("fusee")
+log = get_logger()
 
 
 @dataclass
