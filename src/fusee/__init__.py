@@ -30,6 +30,7 @@ from fusee.errors import InvalidArgument as InvalidArgument
 from fusee.errors import InvalidId as InvalidId
 from fusee.errors import InvalidToken as InvalidToken
 from fusee.errors import NotEncodable as NotEncodable
+from fusee.errors import NothingToCancel as NothingToCancel
 from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
@@ -72,6 +73,7 @@ __all__ = (
     "InvalidArgument",
     "ConfigError",
     "NotEncodable",
+    "NothingToCancel",
     "RunExists",
     "RunNotFound",
     "RunFailed",

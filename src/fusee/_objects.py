@@ -28,6 +28,7 @@ from fusee.errors import (
     HandlerCancelled,
     HandlerFailed,
     InvalidArgument,
+    NothingToCancel,
     Timeout,
 )
 from fusee.runtime.codec import canonical, decode_value
@@ -497,14 +498,19 @@ class ObjectKey:
             raise InvalidArgument(f"seq={seq!r}: an invocation's sequence, from objects show")
         if not isinstance(reason, str):
             raise InvalidArgument(f"reason={reason!r}: must be a str")
+        info = await self.show()
+        queued = [*([info.running] if info.running else []), *info.waiting]
         if seq is None:
             # named, so a cancel read again later cannot hit an invocation begun after it
-            info = await self.show()
-            queued = [*([info.running] if info.running else []), *info.waiting]
             head = next((q for q in queued if not q.cancelling), None)
             if head is None:
                 return None
             seq = head.seq
+        elif all(q.seq != seq for q in queued):
+            raise NothingToCancel(
+                f"{self!r} has no invocation {seq} running or queued: it ended, or there "
+                f"never was one (objects show lists them)"
+            )
         body = {"kind": "cancel", "reason": reason, "target": seq}
         store, p = self.engine.store, self._partition
         await store.send_inbox(p, self.eid, "cancel", msgspec.json.encode(body))

@@ -25,6 +25,7 @@ __all__ = (
     "StepTimeout",
     "Timeout",
     "InvalidToken",
+    "NothingToCancel",
     "ConnectionLost",
     "StorageFull",
     "Fenced",
@@ -150,6 +151,11 @@ class StepTimeout(FuseeError, TimeoutError):
 
 class Timeout(FuseeError, TimeoutError):
     """Waiting for something (a result, a signal) took longer than allowed."""
+
+
+class NothingToCancel(FuseeError, LookupError):
+    """``ObjectKey.cancel(seq)`` of an invocation that is neither running nor queued (it
+    ended, or there never was one with that number)."""
 
 
 class InvalidToken(FuseeError, ValueError):

@@ -166,6 +166,11 @@ async def test_show_the_queue_then_cancel_by_number(
     nothing = await cli("objects", "cancel", "counter", key, *served)
     assert nothing.returncode == 1
     assert "nothing queued to cancel" in nothing.stderr
+    # a number that is not running or queued (it ended, or never was) is not a success
+    for gone in (str(held), "99999"):
+        missing = await cli("objects", "cancel", "counter", key, gone, *served)
+        assert missing.returncode == 1, missing.stdout
+        assert f"no invocation {gone} running or queued" in missing.stderr
 
 
 async def test_cancel_without_a_number_cancels_the_running_invocation_only(

@@ -32,6 +32,7 @@ from fusee.errors import (
     InvalidArgument,
     InvalidId,
     NotEncodable,
+    NothingToCancel,
     Timeout,
 )
 from fusee.runtime.durations import parse_duration
@@ -370,7 +371,10 @@ async def objects_cancel(
             seq = await head_of_queue(live)
             if seq is None:
                 raise CliError(f"{_where(obj)} runs nothing and has nothing queued to cancel")
-        await live.cancel(seq, reason)
+        try:
+            await live.cancel(seq, reason)
+        except NothingToCancel as exc:
+            raise CliError(str(exc)) from None
     _out(f"asked {_where(obj)} to cancel invocation #{seq}: {reason}")
     return 0
 

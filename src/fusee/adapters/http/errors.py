@@ -72,6 +72,7 @@ _STATUS_BY_NAME: dict[str, int] = {
     "ConfigError": 400,
     "NotEncodable": 400,
     "RunExists": 409,
+    "NothingToCancel": 409,
     "Timeout": 504,
     "ConnectionLost": 503,
     "StorageFull": 503,
