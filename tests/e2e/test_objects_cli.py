@@ -390,3 +390,23 @@ async def test_send_with_an_idempotency_key_queues_once(
     assert await engine.object("counter", key).result(int(first.stdout), timeout="15s") == 1
     called = await cli("objects", "call", "counter", key, "add", "{}", *served)
     assert json.loads(called.stdout) == 2  # the retried send did not run it twice
+
+
+async def test_edit_and_clear_with_no_worker_stop_at_their_timeout(nats_server: Any) -> None:
+    unserved = ("--nats", nats_server.url, "--namespace", f"t{secrets.token_hex(4)}")
+    key = _key("orphan")
+    for args in (("edit", "nobody", key, "--set", "a=1"), ("clear", "nobody", key)):
+        done = await cli("objects", *args, "--timeout", "1s", *unserved)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "stays queued" in done.stderr
+        assert "'nobody'" in done.stderr
+
+
+async def test_a_state_too_large_is_one_line_naming_it(served: tuple[str, ...]) -> None:
+    big = json.dumps({"notes": "x" * 1_500_000})
+    done = await cli("objects", "edit", "counter", _key("big"), "--file", "-", *served, stdin=big)
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "bytes" in lines[0]

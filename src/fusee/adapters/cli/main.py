@@ -302,11 +302,18 @@ def _objects_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     edit.add_argument(
         "--file", metavar="PATH", help="a JSON object that replaces the whole state; - is stdin"
     )
-    command(
+    clear = command(
         "clear",
         "remove every key of a key's state",
         "Remove every key of the state, as an exclusive invocation (it waits its turn).",
     )
+    for p in (edit, clear):
+        p.add_argument(
+            "--timeout",
+            default="30s",
+            metavar="DURATION",
+            help="how long to wait for it to apply (default: 30s; then exit 2, it stays queued)",
+        )
     cancel = command(
         "cancel",
         "cancel an invocation (by its number), or the running one",
@@ -359,10 +366,16 @@ def _objects_command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[
         return lambda: objects.objects_show(opts, args.type, args.key, as_json=args.json)
     if name == "edit":
         return lambda: objects.objects_edit(
-            opts, args.type, args.key, sets=args.sets, deletes=args.deletes, file=args.file
+            opts,
+            args.type,
+            args.key,
+            sets=args.sets,
+            deletes=args.deletes,
+            file=args.file,
+            timeout=args.timeout,
         )
     if name == "clear":
-        return lambda: objects.objects_clear(opts, args.type, args.key)
+        return lambda: objects.objects_clear(opts, args.type, args.key, timeout=args.timeout)
     if name == "cancel":
         return lambda: objects.objects_cancel(
             opts, args.type, args.key, args.seq, reason=args.reason

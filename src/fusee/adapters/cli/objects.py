@@ -276,7 +276,16 @@ def _edit_text(text: str, prefix: str) -> tuple[Path, str]:
         raise
 
 
-async def _edit_in_editor(live: ObjectKey) -> int:
+def _not_applied(obj: ObjectKey, what: str, timeout: str) -> CliError:
+    return CliError(
+        f"{_where(obj)}: {what} did not apply within {timeout}; it stays queued and applies "
+        f"when a worker serving {obj.object_type!r} reaches it "
+        f"(see `{command_hint('objects', 'show', obj.object_type, obj.key)}`)",
+        code=2,
+    )
+
+
+async def _edit_in_editor(live: ObjectKey, limit: float, timeout: str) -> int:
     before = await live.state()
     prefix = f"fusee-{live.object_type}-"
     path, text = await anyio.to_thread.run_sync(_edit_text, json_text(before) + "\n", prefix)
@@ -298,7 +307,11 @@ async def _edit_in_editor(live: ObjectKey) -> int:
                 f"the state of {_where(live)} changed while you edited it; nothing applied "
                 f"(your edit is kept in {path}; run the command again)"
             )
-        state = await live.edit(state=after)
+        try:
+            state = await live.edit(state=after, timeout=limit)
+        except Timeout:
+            keep = True
+            raise _not_applied(live, "the edit", timeout) from None
     finally:
         if not keep:
             _discard(path)
@@ -318,10 +331,13 @@ async def objects_edit(
     sets: Sequence[str] = (),
     deletes: Sequence[str] = (),
     file: str | None = None,
+    timeout: str = "30s",
 ) -> int:
     """Change the state: in ``$EDITOR`` without flags, else by ``--set`` / ``--delete``
-    / ``--file``. Either way it is one exclusive invocation (it waits its turn)."""
+    / ``--file``. Either way it is one exclusive invocation (it waits its turn, at most
+    ``timeout``)."""
     obj = _key(object_type, key)
+    limit = _timeout(timeout)
     if file is not None and (sets or deletes):
         _bad("--file replaces the whole state: use it without --set and --delete")
     new_state = _read_file(file) if file is not None else None
@@ -331,18 +347,42 @@ async def objects_edit(
             _bad("--delete: a state key must not be empty")
     async with _connected(opts, obj) as live:
         if new_state is None and not changes and not deletes:
-            return await _edit_in_editor(live)
-        state = await live.edit(set=changes or None, delete=list(deletes) or None, state=new_state)
+            return await _edit_in_editor(live, limit, timeout)
+        try:
+            state = await live.edit(
+                set=changes or None,
+                delete=list(deletes) or None,
+                state=new_state,
+                timeout=limit,
+            )
+        except Timeout:
+            raise _not_applied(obj, "the edit", timeout) from None
     _out(json_text(state))
     return 0
 
 
-async def objects_clear(opts: GlobalOptions, object_type: str, key: str) -> int:
+async def objects_clear(
+    opts: GlobalOptions, object_type: str, key: str, *, timeout: str = "30s"
+) -> int:
     obj = _key(object_type, key)
+    limit = _timeout(timeout)
     async with _connected(opts, obj) as live:
-        await live.clear()
+        try:
+            await live.clear(timeout=limit)
+        except Timeout:
+            raise _not_applied(obj, "the clear", timeout) from None
     _out(f"cleared the state of {_where(obj)}")
     return 0
+
+
+def _timeout(timeout: str) -> float:
+    try:
+        limit = parse_duration(timeout, "--timeout")
+    except ConfigError as exc:
+        _bad(str(exc))
+    if limit <= 0:
+        _bad(f"--timeout {timeout}: must be more than 0")
+    return limit
 
 
 async def head_of_queue(live: ObjectKey) -> int | None:
