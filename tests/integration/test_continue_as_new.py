@@ -124,13 +124,17 @@ async def test_a_crash_across_the_continue_resumes_the_next_generation(
     workers.module = Path(conversation.__file__)
     first = await workers.start()
     log = tmp_path / "calls.log"
-    run = await engine.start("long_chat", "chat-crash", chat_input(log, delay=0.6))
+    release = tmp_path / "release"  # the second generation's first call waits for it
+    arg = chat_input(log, delay=0.05, hold={"turn": 3, "until": str(release)})
+    run = await engine.start("long_chat", "chat-crash", arg)
 
     async def continued() -> bool:
         return any(isinstance(r, RunContinued) for _, r in await run.journal())
 
     await wait_until(continued, timeout=30, what="the first run.continued")
-    first.kill()  # inside the second generation's first model call
+    first.kill()  # inside the second generation, before its first model call returned
+    assert [c for c, _ in calls(log)] == [f"model:{t}" for t in TURNS[:3]]
+    release.touch()
     second = await workers.start()
     result = await run.result(timeout=60)
     assert result == {"summary": SUMMARY, "turns": 7}
