@@ -20,6 +20,7 @@ from tests.workers.procs import (
     completed_keys,
     execution_lines,
     executions,
+    wait_until,
 )
 
 pytestmark = pytest.mark.chaos
@@ -33,11 +34,20 @@ async def test_kill_during_third_step(
         procs = worker_procs(partitions=2)
         first = await procs.start()
         log = tmp_path / "effects.log"
-        arg = chain_input(log, steps=5, delay=0.4, tag="crash")
+        release = tmp_path / "release-s3"  # step 3 blocks until this file exists
+        arg = chain_input(log, steps=5, delay=0.05, tag="crash")
+        arg["hold"] = {"step": "s3", "until": str(release)}
         run = await engine.start("chain", "r-crash", arg)
-        await first.wait_for("step.started", run_id="r-crash", pos=3, timeout=10)
-        first.kill()
 
+        def in_step_3() -> bool:  # its body began: it wrote its line, then blocked
+            return [name for name, _, _ in execution_lines(log)] == ["s1", "s2", "s3"]
+
+        await wait_until(in_step_3, timeout=10, what="step 3 to begin")
+        first.kill()  # step 3 cannot finish before `release` exists: the kill is mid-step
+        journal = await run.journal()
+        assert sorted(completed_keys(journal)) == [1, 2], "the kill did not land in step 3"
+
+        release.touch()
         second = await procs.start()
         assert await run.result(timeout=20) == chain_result(arg)
         assert second.find("run.resumed", run_id="r-crash")

@@ -5,8 +5,9 @@ applied twice, every ``call`` returns, and a step that was journaled never runs 
 Two keys on the two partitions, three clients per key, each client's calls one after the
 other; two workers alive at a time. A kill lands right after a step started (mid-step or
 just after), inside the window between an invocation's ``obj.done`` commit and the KV
-projection of its state (``tests/workers/objects_chaos.py`` widens it and logs
-``test.projecting``), or at a random time; a new worker starts after each kill. Now and
+projection of its state (``tests/workers/objects_chaos.py`` stops a worker there when the
+test asks, so the kill lands inside it by construction), or at a random time; a new
+worker starts after each kill. Now and
 then a key's clients pause together, so that its object goes idle and is activated again.
 ``FUSEE_CHAOS_SEED`` replays the same choices (the interleaving still varies).
 """
@@ -80,6 +81,7 @@ class Chaos:
     rng: random.Random
     workers: Any  # tests.workers.procs.Workers
     engine: Any
+    stop_flag: Path  # a worker that renames it stops itself before a projection write
     by_id: dict[str, WorkerProc] = field(default_factory=dict)
     alive: list[WorkerProc] = field(default_factory=list)
     tails: dict[str, Tail] = field(default_factory=dict)
@@ -87,7 +89,8 @@ class Chaos:
     kills: list[str] = field(default_factory=list)  # how each kill was chosen
 
     async def start(self) -> None:
-        proc = await self.workers.start()
+        env = {"FUSEE_TEST_STOP_AT_PROJECTION": str(self.stop_flag)}
+        proc = await self.workers.start(extra_env=env)
         self.by_id[proc.find("worker.started")[0]["worker"]] = proc
         self.alive.append(proc)
         self.tails[proc.name] = Tail(proc)
@@ -114,6 +117,26 @@ class Chaos:
                 await anyio.sleep(0.005)
         return None
 
+    async def stopped_at_projection(self, timeout: float) -> WorkerProc | None:
+        """Ask the workers to stop at their next projection write; the one that did,
+        stopped between the obj.done commit and the write (None: none in time)."""
+        flag = self.stop_flag
+        flag.touch()
+        with anyio.move_on_after(timeout):
+            while flag.exists():
+                await anyio.sleep(0.005)
+        if flag.exists():
+            try:
+                flag.unlink()
+                return None  # no projection in time: nobody stopped
+            except FileNotFoundError:
+                pass  # claimed just now
+        [claim] = flag.parent.glob(f"{flag.name}.*")
+        pid = int(claim.name.rsplit(".", 1)[1])
+        claim.unlink()
+        [victim] = [w for w in self.alive if w.pid == pid]
+        return victim
+
     async def owner_of_some_key(self, partitions: list[int]) -> WorkerProc:
         now = await owners(self.engine)
         holders = [self.by_id.get(now[p] or "") for p in partitions]
@@ -130,8 +153,9 @@ class Chaos:
                 if victim is not None:
                     await anyio.sleep(self.rng.uniform(0.0, 0.3))
             elif how == "projecting":
-                # obj.done is journaled, the KV projection not written yet
-                victim = await self.next_event("test.projecting", timeout=3)
+                # obj.done is journaled, the KV projection not written yet: the victim
+                # stopped itself there, so the kill lands in the window
+                victim = await self.stopped_at_projection(timeout=3)
             else:
                 await anyio.sleep(self.rng.uniform(0.05, 1.2))
             if victim is None or victim not in self.alive:
@@ -211,7 +235,7 @@ async def test_sigkill_mid_handler_20_times(
     try:
         workers = worker_procs(partitions=PARTITIONS)
         workers.module = MODULE
-        chaos = Chaos(random.Random(rng.random()), workers, engine)
+        chaos = Chaos(random.Random(rng.random()), workers, engine, tmp_path / "stop-at-projection")
         await chaos.start()
         await chaos.start()
 
@@ -262,7 +286,7 @@ async def test_sigkill_mid_handler_20_times(
         # every call returned, with the count it made: 1..N per key, each once
         assert not errors, (context, errors)
         # the kills aimed where they should (objects_chaos.py patches private methods of
-        # ObjectActor: if they were renamed, no test.projecting line would ever come)
+        # ObjectActor: if they were renamed, no worker would ever stop at a projection)
         aimed = [k.split(":")[0] for k in chaos.kills]
         assert "step" in aimed or "projecting" in aimed, context
         if any(a.startswith("projecting") for a in aimed):
@@ -379,6 +403,9 @@ async def test_sigkill_mid_handler_20_times(
                     continue
                 assert b["start"] >= a["until"], ("two handlers of a key overlapped", context, a, b)
         caught_up = sum(len(w.find("object.projection_caught_up")) for w in workers.procs)
+        # each kill at a projection left one behind its journal: a later activation
+        # wrote it (and said so) before running anything else
+        assert caught_up >= aimed.count("projecting"), (context, caught_up)
         idle = sum(len(w.find("test.object_left", outcome="idle")) for w in workers.procs)
         print(
             f"{len(execs)} step executions for {len(committed)} steps ({again} again), "

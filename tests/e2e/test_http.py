@@ -45,12 +45,16 @@ WORKFLOWS = textwrap.dedent(
         await ctx.step("boom", lambda: _boom(text), retry=fusee.Retry(attempts=1))
         return "unreachable"
 
-    @fusee.workflow("http-slow")
-    async def slow(ctx, seconds):
-        async def nap():
-            await anyio.sleep(seconds)
-            return seconds
-        return await ctx.step("nap", nap)
+    @fusee.workflow("http-held")
+    async def held(ctx, arg):
+        # running until the file arg["until"] exists: the test creates it
+        import os
+
+        async def hold():
+            while not os.path.exists(arg["until"]):
+                await anyio.sleep(0.01)
+            return arg["value"]
+        return await ctx.step("hold", hold)
 
     _attempts = {}
 
@@ -164,6 +168,13 @@ def _rid(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
+async def _running(engine: fusee.Engine, run_id: str) -> None:
+    """Until the run's status is ``running`` (its worker took it)."""
+    with anyio.fail_after(20):
+        while (await engine.run(run_id).describe()).status != "running":
+            await anyio.sleep(0.05)
+
+
 def assert_error(response: httpx.Response, status: int, type_: str) -> str:
     """The one error shape; returns the message."""
     assert response.status_code == status, response.text
@@ -211,7 +222,7 @@ async def test_result_of_completed_failed_unknown_and_invalid_runs(
 
 
 async def test_result_of_a_run_still_going_with_and_without_timeout(
-    client: httpx.AsyncClient, engine: fusee.Engine
+    client: httpx.AsyncClient, engine: fusee.Engine, tmp_path: Path
 ) -> None:
     nobody = _rid("pending")
     await engine.start("http-nobody", nobody, None)  # no worker serves this workflow
@@ -228,13 +239,21 @@ async def test_result_of_a_run_still_going_with_and_without_timeout(
     assert (r.status_code, r.json()["status"]) == (202, "pending")
     assert time.monotonic() - started < 2
 
-    slow = _rid("slow")
-    await engine.start("http-slow", slow, 2.0)
-    await anyio.sleep(0.5)
+    slow, release = _rid("slow"), tmp_path / "release"
+    await engine.start("http-held", slow, {"until": str(release), "value": 2.0})
+    await _running(engine, slow)  # and it stays running until `release` exists
     r = await client.get(f"/v1/runs/{slow}/result", params={"timeout": 0.2})
     assert (r.status_code, r.json()) == (202, {"run_id": slow, "status": "running"})
     # without a timeout: the default (30 s) outlasts the step, so the wait ends with it
-    r = await client.get(f"/v1/runs/{slow}/result")
+    got: list[httpx.Response] = []
+
+    async def wait_result() -> None:
+        got.append(await client.get(f"/v1/runs/{slow}/result"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_result)
+        release.touch()  # (before or after the request arrives: the answer is the same)
+    [r] = got
     assert r.status_code == 200, r.text
     assert r.json() == {"run_id": slow, "status": "completed", "result": 2.0}
 
@@ -479,7 +498,7 @@ async def test_sse_bad_input(client: httpx.AsyncClient, engine: fusee.Engine) ->
 
 
 async def test_sse_huge_offset_waits_with_keepalives_and_honours_disconnect(
-    client: httpx.AsyncClient, engine: fusee.Engine, api: Api
+    client: httpx.AsyncClient, engine: fusee.Engine, api: Api, tmp_path: Path
 ) -> None:
     done = _rid("tokens")
     await engine.start("http-tokens", done, {"n": 3, "delay": 0})
@@ -493,16 +512,20 @@ async def test_sse_huge_offset_waits_with_keepalives_and_honours_disconnect(
 
     # a live run that has no such stream yet, or not this far: the reader waits, with
     # keep-alive comments (300 ms in this server), until the client leaves
-    slow = _rid("slow")
-    await engine.start("http-slow", slow, 5.0)
+    slow, release = _rid("slow"), tmp_path / "release"
+    await engine.start("http-held", slow, {"until": str(release), "value": 0})
     before = len(api.api.events("http.stream.disconnected"))
     comments: list[str] = []
-    with anyio.move_on_after(1.5):
-        async with client.stream(
-            "GET", f"/v1/runs/{slow}/streams/reply", params={"from": 10**12}, headers=SSE
-        ) as r:
-            assert r.status_code == 200
-            assert await read_events(r, comments=comments) == []
+    try:
+        # live (held) all along: the 1.5 s is how long this client listens
+        with anyio.move_on_after(1.5):
+            async with client.stream(
+                "GET", f"/v1/runs/{slow}/streams/reply", params={"from": 10**12}, headers=SSE
+            ) as r:
+                assert r.status_code == 200
+                assert await read_events(r, comments=comments) == []
+    finally:
+        release.touch()
     assert comments.count("keep-alive") >= 2, comments
     with anyio.fail_after(5):
         while len(api.api.events("http.stream.disconnected")) <= before:
@@ -558,19 +581,22 @@ def spawn(tmp_path: Path) -> Iterator[Any]:
 
 
 async def test_api_stops_on_sigterm_and_ends_open_streams(
-    spawn: Any, api: Api, engine: fusee.Engine
+    spawn: Any, api: Api, engine: fusee.Engine, tmp_path: Path
 ) -> None:
     server = spawn("api", "--port", "0", *api.conn)
     serving = await anyio.to_thread.run_sync(server.wait_for, "api.serving")
-    slow = _rid("slow")
-    await engine.start("http-slow", slow, 3.0)
-    async with httpx.AsyncClient(base_url=serving["url"], timeout=20.0) as c:
-        assert (await c.get("/healthz")).status_code == 200
-        async with c.stream("GET", f"/v1/runs/{slow}/streams/reply", headers=SSE) as r:
-            assert r.status_code == 200
-            server.proc.terminate()
-            with anyio.fail_after(5):  # the open stream ends at once, without an end event
-                assert await read_events(r) == []
+    slow, release = _rid("slow"), tmp_path / "release"
+    await engine.start("http-held", slow, {"until": str(release), "value": 0})
+    try:  # the run stays live (held) while its stream is open
+        async with httpx.AsyncClient(base_url=serving["url"], timeout=20.0) as c:
+            assert (await c.get("/healthz")).status_code == 200
+            async with c.stream("GET", f"/v1/runs/{slow}/streams/reply", headers=SSE) as r:
+                assert r.status_code == 200
+                server.proc.terminate()
+                with anyio.fail_after(5):  # the open stream ends at once, without an end event
+                    assert await read_events(r) == []
+    finally:
+        release.touch()
     code = await anyio.to_thread.run_sync(lambda: server.proc.wait(timeout=10))
     assert code == 0, server.text()
     assert server.events("api.stopped")

@@ -317,8 +317,18 @@ async def test_an_edit_waits_for_the_running_invocation(
             done.append(await cli("objects", "edit", "counter", key, "--set", "x=1", *served))
 
         tg.start_soon(edit)
-        await anyio.sleep(1.0)
-        assert not done  # it waits its turn behind approve
+
+        async def edit_queued() -> bool:
+            info = await obj.show()
+            return [w.handler for w in info.waiting] == ["fusee.edit"]
+
+        with anyio.fail_after(20):  # the CLI queued it: it waits its turn behind approve
+            while not await edit_queued():
+                await anyio.sleep(0.05)
+        assert not done
+        info = await obj.show()
+        assert info.running is not None
+        assert info.running.seq == held
         assert await obj.state() == {}
         await obj.signal("approval", "ok")
     assert done[0].returncode == 0, done[0].stderr

@@ -103,6 +103,10 @@ async def run_and_read(
     seen: list[TokenEvent] = []
     late: list[TokenEvent] = []
     at_kill = ""
+    if kill_after is not None:
+        # the first response waits a few tokens past kill_after until the kill is done:
+        # the kill lands mid-stream by construction
+        fake.hold(1, kill_after + 5)
 
     async def read(into: list[TokenEvent], offset: int) -> None:
         async for e in engine.run(run_id).stream_events("model-0", offset):
@@ -122,6 +126,7 @@ async def run_and_read(
                     interval=0.005,
                 )
                 worker.kill()
+                fake.release()
                 at_kill = "".join(texts(seen))
                 assert len(texts(seen)) < len(TOKENS), "the kill came after the stream ended"
                 tg.start_soon(read, late, LATE_OFFSET)  # joins between the two workers

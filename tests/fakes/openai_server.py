@@ -15,6 +15,9 @@ That is how fusee's ``resume`` maps to a provider.
 ``finish_reason`` nor ``[DONE]`` (a proxy or load balancer that closes the stream):
 the raw client then ends its iteration quietly, with no error.
 
+``hold(request, at)`` makes a request wait before its token ``at`` until ``release()``:
+a test that kills the client mid-stream holds the stream open as long as it needs.
+
 Every request is recorded (:class:`Request`): its body, the prefill it carried, the
 chunks the server wrote, and how the response ended.
 
@@ -76,6 +79,8 @@ class FakeOpenAI:
         self.model = model
         self.cut_after = cut_after or (lambda n: None)
         self.requests: list[Request] = []
+        self._holds: dict[int, int] = {}  # request number (from 1) -> token it waits before
+        self._released = threading.Event()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -111,6 +116,14 @@ class FakeOpenAI:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def hold(self, request: int, at: int) -> None:
+        """Make the ``request``-th request (from 1) wait before its token ``at`` (from 0)
+        until :meth:`release` (at most 30 s)."""
+        self._holds[request] = at
+
+    def release(self) -> None:
+        self._released.set()
 
     # -- for the handler ------------------------------------------------------------
 
@@ -159,9 +172,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "invalid_request_error",
             )
             return
-        self._stream(request, tokenize(self.fake.text[len(prefix) :]), self.fake.cut_after(n))
+        tokens = tokenize(self.fake.text[len(prefix) :])
+        self._stream(request, tokens, self.fake.cut_after(n), self.fake._holds.get(n))
 
-    def _stream(self, request: Request, tokens: list[str], cut: int | None) -> None:
+    def _stream(
+        self, request: Request, tokens: list[str], cut: int | None, hold: int | None = None
+    ) -> None:
         ident = f"chatcmpl-fake{len(self.fake.requests)}"
         created = int(time.time())
 
@@ -189,6 +205,8 @@ class _Handler(BaseHTTPRequestHandler):
                     request.ending = "cut"
                     self._write(b"")  # the end of the chunked body: a clean close
                     return
+                if i == hold:
+                    self.fake._released.wait(timeout=30)
                 time.sleep(self.fake.delay)
                 request.sent.append(token)
                 self._event(chunk({"content": token}, None))

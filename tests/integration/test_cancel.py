@@ -80,14 +80,16 @@ async def test_a_cancel_sent_while_no_worker_lives_is_carried_out_by_the_next(
     workers = worker_procs(partitions=4)
     first = await workers.start()
     log = tmp_path / "effects.log"
-    run = await engine.start("chain", "r-cancel", chain_input(log, steps=3, delay=1.0))
+    arg = chain_input(log, steps=3, delay=0.05)
+    arg["hold"] = {"step": "s2", "until": str(tmp_path / "never")}  # only a cancel ends it
+    run = await engine.start("chain", "r-cancel", arg)
     await first.wait_for("step.completed", run_id="r-cancel", timeout=15)
-    first.kill()  # mid step 2
+    first.kill()  # mid step 2: held open, it cannot have ended
     assert await run.cancel("user left") is True
     await workers.start()
     with pytest.raises(fusee.RunCancelled, match="user left"):
         await run.result(timeout=20)
     completed = [r.name for _, r in await run.journal() if isinstance(r, StepCompleted)]
-    assert "s3" not in completed
+    assert completed == ["s1"]
     assert "s3" not in {line.split()[0] for line in log.read_text().splitlines()}
     assert executions(log)  # the steps before the cancel did run

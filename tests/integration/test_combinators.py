@@ -8,7 +8,6 @@ so a replay decides the same way whatever the timings. The suite runs in both mo
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +32,17 @@ async def _journal(run: Any) -> list[Any]:
 
 
 async def test_all_runs_tool_calls_concurrently(engine: fusee.Engine) -> None:
-    spans: dict[str, list[tuple[float, float]]] = {"weather": [], "flights": []}
+    # Each tool call returns only once the other one has begun: run one after the
+    # other, the first would wait for the second forever (and fail after 10 s).
+    began = {"weather": anyio.Event(), "flights": anyio.Event()}
+    calls: list[str] = []
 
-    def tool(name: str, result: str, seconds: float) -> Any:
+    def tool(name: str, other: str, result: str) -> Any:
         async def call() -> str:
-            began = time.monotonic()
-            await anyio.sleep(seconds)
-            spans[name].append((began, time.monotonic()))
+            calls.append(name)
+            began[name].set()
+            with anyio.fail_after(10):
+                await began[other].wait()
             return result
 
         return call
@@ -47,8 +50,8 @@ async def test_all_runs_tool_calls_concurrently(engine: fusee.Engine) -> None:
     async def trip(ctx: fusee.Context, _arg: Any) -> list[Any]:
         weather, flights = await ctx.all(
             [
-                ctx.step("tool:weather", tool("weather", "sunny", 0.4)),
-                ctx.step("tool:flights", tool("flights", "AF123", 0.4)),
+                ctx.step("tool:weather", tool("weather", "flights", "sunny")),
+                ctx.step("tool:flights", tool("flights", "weather", "AF123")),
             ]
         )
         after = await ctx.step("plan", lambda: f"{weather}/{flights}")
@@ -57,9 +60,7 @@ async def test_all_runs_tool_calls_concurrently(engine: fusee.Engine) -> None:
     async with engine.worker(registry=_registry(trip, "trip")):
         run = await engine.start("trip", "r-all", None)
         assert await run.result(timeout=20) == ["sunny", "AF123", "sunny/AF123"]
-    (w0, w1), (f0, f1) = spans["weather"][0], spans["flights"][0]
-    assert w0 < f1, "the two tool calls overlap in time"
-    assert f0 < w1, "the two tool calls overlap in time"
+    assert sorted(calls) == ["flights", "weather"]  # each ran once, the two at once
     records = await _journal(run)
     done = {r.pos: r.name for r in records if isinstance(r, StepCompleted)}
     assert done == {1: "tool:weather", 2: "tool:flights", 3: "plan"}  # positions in list order
@@ -68,15 +69,19 @@ async def test_all_runs_tool_calls_concurrently(engine: fusee.Engine) -> None:
 
 async def test_all_fails_fast_and_cancels_the_rest(engine: fusee.Engine) -> None:
     stopped: list[str] = []
+    slow_began = anyio.Event()
 
     async def slow(s: fusee.StepInfo) -> str:
+        slow_began.set()
         try:
             await anyio.sleep(30)
         finally:
             stopped.append(f"signal={s.signal.is_set()}")
         return "never"
 
-    def boom() -> str:
+    async def boom() -> str:
+        with anyio.fail_after(10):
+            await slow_began.wait()  # fails while the slow one runs, never before it began
         raise fusee.FatalError("no flights today")
 
     async def trip(ctx: fusee.Context, _arg: Any) -> str:
@@ -114,17 +119,21 @@ async def test_all_with_return_exceptions_returns_errors_in_place(engine: fusee.
 
 async def test_race_the_slower_model_sees_its_signal_and_stops(engine: fusee.Engine) -> None:
     seen: list[str] = []
+    large_began = anyio.Event()
 
     async def fast() -> str:
-        await anyio.sleep(0.2)
+        with anyio.fail_after(10):
+            await large_began.wait()  # answers while the large one runs
         return "fast answer"
 
     async def large(s: fusee.StepInfo) -> str:
-        for _ in range(300):
-            if s.signal.is_set():
-                seen.append("stopped by signal")
-                break
-            await anyio.sleep(0.01)
+        large_began.set()
+        with anyio.move_on_after(20):  # only its signal stops it before then
+            while not s.signal.is_set():
+                await anyio.sleep(0.01)
+            seen.append("stopped by signal")
+            return "stopped"
+        seen.append("large answer")
         return "large answer"
 
     async def ask(ctx: fusee.Context, _arg: Any) -> str:
@@ -144,18 +153,25 @@ async def test_race_the_slower_model_sees_its_signal_and_stops(engine: fusee.Eng
 async def test_a_replayed_race_returns_the_same_winner_whatever_the_timings(
     engine: fusee.Engine,
 ) -> None:
-    # The first time "a" is fast; every later execution of "a" would be slow, and "b"
-    # fast: a replay that ran the race again would pick "b".
+    # The first time "a" answers while "b" runs (b answers only when cancelled); every
+    # later execution of "a" would never answer, and "b" at once: a replay that ran the
+    # race again would pick "b".
     calls: list[str] = []
+    b_began = anyio.Event()
 
     async def a() -> str:
         calls.append("a")
-        await anyio.sleep(0.1 if calls.count("a") == 1 else 2)
+        if calls.count("a") > 1:
+            await anyio.sleep_forever()
+        with anyio.fail_after(10):
+            await b_began.wait()
         return "A"
 
     async def b() -> str:
         calls.append("b")
-        await anyio.sleep(1.0 if calls.count("b") == 1 else 0.01)
+        b_began.set()
+        if calls.count("b") == 1:
+            await anyio.sleep_forever()  # the loser: cancelled
         return "B"
 
     async def racer(ctx: fusee.Context, _arg: Any) -> list[Any]:
@@ -173,7 +189,7 @@ async def test_a_replayed_race_returns_the_same_winner_whatever_the_timings(
 
 async def test_race_a_step_against_a_sleep_is_a_timeout(engine: fusee.Engine) -> None:
     async def slow(s: fusee.StepInfo) -> str:
-        await anyio.sleep(30)
+        await anyio.sleep_forever()
         return "late"
 
     async def quick() -> str:
@@ -181,8 +197,10 @@ async def test_race_a_step_against_a_sleep_is_a_timeout(engine: fusee.Engine) ->
 
     async def timed(ctx: fusee.Context, _arg: Any) -> list[Any]:
         out = []
-        for name, fn in (("slow", slow), ("quick", quick)):
-            out.append(await ctx.race([ctx.step(name, fn), ctx.sleep("500ms", name="limit")]))
+        # the slow step never ends before its 500ms limit (nor within the test); the
+        # quick one has so much time that only a broken race would let its limit win
+        for name, fn, limit in (("slow", slow, "500ms"), ("quick", quick, "60s")):
+            out.append(await ctx.race([ctx.step(name, fn), ctx.sleep(limit, name="limit")]))
         return out
 
     async with engine.worker(registry=_registry(timed, "timed")):
@@ -207,7 +225,11 @@ async def test_all_over_waits_with_signals(engine: fusee.Engine) -> None:
 
         await wait_until(parked, timeout=20, what="the run to park on its two waits")
         assert await run.signal("finance", {"ok": "fin"})
-        await anyio.sleep(0.3)
+
+        async def finance_done() -> bool:
+            return any(isinstance(r, WaitDone) and r.pos == 2 for r in await _journal(run))
+
+        await wait_until(finance_done, timeout=20, what="the finance wait to end")
         assert await run.signal("manager", {"ok": "mgr"})
         assert await run.result(timeout=20) == [{"ok": "mgr"}, {"ok": "fin"}, 1]
     records = await _journal(run)
@@ -217,7 +239,10 @@ async def test_all_over_waits_with_signals(engine: fusee.Engine) -> None:
 async def test_race_of_a_signal_against_a_running_step_keeps_the_run_in_memory(
     engine: fusee.Engine,
 ) -> None:
+    working = anyio.Event()
+
     async def work(s: fusee.StepInfo) -> str:
+        working.set()
         for _ in range(1000):
             if s.signal.is_set():
                 return "interrupted"
@@ -227,9 +252,16 @@ async def test_race_of_a_signal_against_a_running_step_keeps_the_run_in_memory(
     async def interruptible(ctx: fusee.Context, _arg: Any) -> Any:
         return await ctx.race([ctx.step("work", work), ctx.wait_for("stop")])
 
-    async with engine.worker(registry=_registry(interruptible, "interruptible")):
+    async with engine.worker(registry=_registry(interruptible, "interruptible")) as worker:
         run = await engine.start("interruptible", "r-stop", None)
-        await anyio.sleep(2.5)  # past park_after: the wait does not park the running step
+        with anyio.fail_after(20):
+            await working.wait()
+        # The window is the subject here: well past park_after (1 s) with the step
+        # running, the wait must not have parked the run. No event says "the park timer
+        # fired and was declined", so this is a time span, not an ordering: if the span
+        # were too short under load, the test would check less, never fail wrongly.
+        await anyio.sleep(2.5)
+        assert "r-stop" not in worker.parked
         assert await run.signal("stop", "now")
         assert await run.result(timeout=20) == "now"
     records = await _journal(run)
@@ -258,7 +290,7 @@ async def test_a_branch_makes_one_call(engine: fusee.Engine) -> None:
 
 async def test_nested_race_inside_all_replays(engine: fusee.Engine) -> None:
     async def slow() -> str:
-        await anyio.sleep(5)
+        await anyio.sleep_forever()  # the loser, whatever the timings
         return "slow"
 
     async def nested(ctx: fusee.Context, _arg: Any) -> list[Any]:
@@ -282,15 +314,22 @@ async def test_killed_after_a_race_the_replay_keeps_its_winner(
     workers = worker_procs(partitions=4)
     workers.module = COMBINATORS
     first = await workers.start()
-    log = tmp_path / "effects.log"
-    run = await engine.start("racer", "r-crash", {"log": str(log), "after": 1.5})
-    await first.wait_for("call.cancelled", run_id="r-crash", timeout=15)
-    first.kill()  # during the step after the race
+    log, release = tmp_path / "effects.log", tmp_path / "release"
+    run = await engine.start("racer", "r-crash", {"log": str(log), "until": str(release)})
+
+    def in_after() -> bool:  # the step after the race began: it waits for `release`
+        return "after" in [name for name, _, _ in execution_lines(log)]
+
+    await wait_until(in_after, timeout=15, what="the step after the race to begin")
+    first.kill()  # during the step after the race: it cannot end before `release`
+    assert first.find("call.cancelled", run_id="r-crash")
+    release.touch()
     await workers.start()
     assert await run.result(timeout=30) == ["fast answer", "after"]
     names = [name for name, _, _ in execution_lines(log)]
     assert names.count("fast") == 1  # neither model ran again
     assert names.count("large") == 1
+    assert names.count("after") == 2  # cut by the kill, then again on the new worker
     records = await _journal(run)
     assert [(r.pos, r.name) for r in records if isinstance(r, CallCancelled)] == [
         (2, "model:large")
@@ -323,9 +362,13 @@ async def test_two_waits_for_the_same_signal_take_one_each(engine: fusee.Engine)
     async def votes(ctx: fusee.Context, _arg: Any) -> list[Any]:
         return sorted(await ctx.all([ctx.wait_for("vote"), ctx.wait_for("vote")]))
 
-    async with engine.worker(registry=_registry(votes, "votes")):
+    async with engine.worker(registry=_registry(votes, "votes")) as worker:
         run = await engine.start("votes", "r-votes", None)
-        await anyio.sleep(0.3)
+
+        async def parked() -> bool:  # both waits journaled, nothing to take yet
+            return "r-votes" in worker.parked
+
+        await wait_until(parked, timeout=20, what="the run to park on its two waits")
         assert await run.signal("vote", 1)
         assert await run.signal("vote", 2)
         assert await run.result(timeout=20) == [1, 2]
@@ -333,9 +376,11 @@ async def test_two_waits_for_the_same_signal_take_one_each(engine: fusee.Engine)
 
 async def test_cancelling_the_run_stops_every_branch(engine: fusee.Engine) -> None:
     stopped: list[str] = []
+    began: list[str] = []
 
     def tool(name: str) -> Any:
         async def call(s: fusee.StepInfo) -> str:
+            began.append(name)
             try:
                 await anyio.sleep(30)
             finally:
@@ -349,7 +394,7 @@ async def test_cancelling_the_run_stops_every_branch(engine: fusee.Engine) -> No
 
     async with engine.worker(registry=_registry(both, "both")):
         run = await engine.start("both", "r-cancel", None)
-        await anyio.sleep(0.5)
+        await wait_until(lambda: len(began) == 2, timeout=20, what="both branches to begin")
         await run.cancel("interrupted")
         with pytest.raises(fusee.RunCancelled):
             await run.result(timeout=20)

@@ -200,11 +200,14 @@ async def test_a_crash_during_compensation_resumes_it(
     workers.module = Path(compensations.__file__)
     first = await workers.start()
     log = tmp_path / "effects.log"
-    # each undo takes 1.5 s before its effect: the kill lands inside the second one
-    run = await engine.start("trip", "trip-crash", trip_input(log, "fail", undo_delay=1.5))
+    # the second undo waits for `release` before its effect: the kill lands inside it
+    release = tmp_path / "release"
+    arg = trip_input(log, "fail", undo_hold={"name": "cancel-hotel", "until": str(release)})
+    run = await engine.start("trip", "trip-crash", arg)
     await first.wait_for("step.completed", run_id="trip-crash", step=UNDO_STEPS[0], timeout=20)
     first.kill()
     assert "cancel-hotel" not in effects(log)
+    release.touch()
     second = await workers.start()
     with pytest.raises(fusee.RunFailed, match="card declined"):
         await run.result(timeout=30)

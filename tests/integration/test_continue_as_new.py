@@ -12,7 +12,7 @@ import pytest
 
 import fusee
 from fusee.runtime.records import RunCompleted as RunCompletedRecord
-from fusee.runtime.records import RunContinued, RunStarted, StepCompleted
+from fusee.runtime.records import RunContinued, RunStarted, StepCompleted, decode_record
 from tests.workers import conversation
 from tests.workers.procs import wait_until
 
@@ -32,18 +32,36 @@ def calls(log: Path) -> list[tuple[str, str]]:
 
 
 async def test_a_long_conversation_continues_as_new_and_completes(
-    engine: fusee.Engine, tmp_path: Path
+    engine: fusee.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     log = tmp_path / "calls.log"
     run = await engine.start(conversation.long_chat, "chat-long", chat_input(log))
     got: dict[str, Any] = {}
+    # result() reads the journal's last record, then follows the journal from it: the
+    # worker starts only once that read is done, so the waiter follows the whole chain
+    asked = anyio.Event()
+    first_read: list[Any] = []
+    last_in_journal = engine.store.last_in_journal
+
+    async def spied(eid: str) -> Any:
+        found = await last_in_journal(eid)
+        if eid == run.eid and not asked.is_set():
+            first_read.append(found)
+            asked.set()
+        return found
+
+    monkeypatch.setattr(engine.store, "last_in_journal", spied)
 
     async def wait_result() -> None:
         got["result"] = await run.result(timeout=30)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(wait_result)  # asked before any generation ran: follows the chain
-        await anyio.sleep(0.1)
+        with anyio.move_on_after(10):
+            await asked.wait()
+        if not asked.is_set():
+            pytest.fail("run.result() no longer begins with store.last_in_journal: re-aim this")
+        assert isinstance(decode_record(first_read[0].data), RunStarted)  # nothing ran yet
         async with engine.worker():
             with anyio.fail_after(30):
                 while "result" not in got:
@@ -106,13 +124,17 @@ async def test_a_crash_across_the_continue_resumes_the_next_generation(
     workers.module = Path(conversation.__file__)
     first = await workers.start()
     log = tmp_path / "calls.log"
-    run = await engine.start("long_chat", "chat-crash", chat_input(log, delay=0.6))
+    release = tmp_path / "release"  # the second generation's first call waits for it
+    arg = chat_input(log, delay=0.05, hold={"turn": 3, "until": str(release)})
+    run = await engine.start("long_chat", "chat-crash", arg)
 
     async def continued() -> bool:
         return any(isinstance(r, RunContinued) for _, r in await run.journal())
 
     await wait_until(continued, timeout=30, what="the first run.continued")
-    first.kill()  # inside the second generation's first model call
+    first.kill()  # inside the second generation, before its first model call returned
+    assert [c for c, _ in calls(log)] == [f"model:{t}" for t in TURNS[:3]]
+    release.touch()
     second = await workers.start()
     result = await run.result(timeout=60)
     assert result == {"summary": SUMMARY, "turns": 7}

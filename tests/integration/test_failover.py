@@ -71,11 +71,16 @@ async def test_two_workers_share_and_fail_over(
         victim = ids[victim_id]
         survivor = next(p for p in ids.values() if p is not victim)
         log2 = tmp_path / "effects2.log"
-        runs2 = {f"b-{i}": chain_input(log2, steps=4, delay=0.25, tag=f"b-{i}") for i in range(20)}
+        release = tmp_path / "release-s3"  # no run gets past step 3 before the kill
+        runs2 = {f"b-{i}": chain_input(log2, steps=4, delay=0.05, tag=f"b-{i}") for i in range(20)}
+        for arg in runs2.values():
+            arg["hold"] = {"step": "s3", "until": str(release)}
         for run_id, arg in runs2.items():
             await engine.start("chain", run_id, arg)
         await victim.wait_for("step.completed", run_id="b-0", timeout=10)
-        victim.kill()
+        victim.kill()  # every run in flight: none could end before `release`
+        assert not [e for e in victim.find("run.completed") if e["run_id"] in runs2]
+        release.touch()
         with anyio.fail_after(25):
             await _results(engine, runs2, timeout=25)
         victim_runs = {r for r in runs2 if owned[partition_of(r, PARTITIONS)] == victim_id}

@@ -20,7 +20,14 @@ from typing import Any
 import pytest
 
 import fusee
-from tests.workers.procs import CHAIN, WorkerProc, chain_input, chain_result, execution_lines
+from tests.workers.procs import (
+    CHAIN,
+    WorkerProc,
+    chain_input,
+    chain_result,
+    execution_lines,
+    wait_until,
+)
 
 STEPS = ("s1", "s2", "s3", "s4")
 STEP_FIELDS = ("run_id", "step", "attempt", "duration_ms")
@@ -79,10 +86,17 @@ async def test_a_resumed_run_does_not_log_its_past_again(
     procs = worker_procs()
     first = await procs.start(extra_env=extra_env)
     effects = tmp_path / "effects.log"
+    release = tmp_path / "release-s3"  # step 3 cannot end before this file exists
     arg = chain_input(effects, steps=len(STEPS), delay=0.4, tag="crash")
+    arg["hold"] = {"step": "s3", "until": str(release)}
     run = await engine.start("chain", "r-crash", arg)
-    await first.wait_for("step.started", run_id="r-crash", step="s3", timeout=10)
+
+    def in_step_3() -> bool:  # its body began (it wrote its line), held open
+        return "s3" in [name for name, _, _ in execution_lines(effects)]
+
+    await wait_until(in_step_3, timeout=10, what="step 3 to begin")
     first.kill()  # SIGKILL in the middle of step 3
+    release.touch()
 
     before = first.events()
     assert completed_steps(before, "r-crash") == ["s1", "s2"]

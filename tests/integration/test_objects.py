@@ -15,10 +15,11 @@ import msgspec
 import pytest
 
 import fusee
+from fusee.actors.worker import owner_for
 from fusee.runtime.objects import object_id
 from fusee.runtime.records import ObjectDone
 from tests.workers.objects import chats, counters
-from tests.workers.procs import Workers, owners, start_balanced, wait_until
+from tests.workers.procs import WorkerProc, Workers, owners, start_balanced, wait_until
 
 OBJECTS = Path(__file__).resolve().parent.parent / "workers" / "objects.py"
 
@@ -30,6 +31,32 @@ async def _workers(worker_procs: Any) -> Workers:
     workers.module = OBJECTS
     await workers.start()
     return workers
+
+
+async def _projected(engine: fusee.Engine, name: str) -> Any:
+    """The state in the KV projection under ``name`` (None: none written yet)."""
+    try:
+        entry = await engine.store.objects.get(name)
+    except Exception:  # noqa: BLE001 - KeyNotFoundError: not projected yet
+        return None
+    return msgspec.json.decode(entry.value or b"null")
+
+
+async def _marker(engine: fusee.Engine, key: fusee.ObjectKey) -> bytes | None:
+    """The key's marker in the work bucket (``{}`` active, ``{"idle":true}`` idle)."""
+    try:
+        return (await engine.store.work.get(f"active.{key._partition}.{key.eid}")).value
+    except Exception:  # noqa: BLE001 - KeyNotFoundError: no marker
+        return None
+
+
+async def _gone_idle(engine: fusee.Engine, key: fusee.ObjectKey) -> None:
+    """Until the key's actor left memory idle (its worker wrote the idle marker)."""
+
+    async def idle() -> bool:
+        return await _marker(engine, key) == b'{"idle":true}'
+
+    await wait_until(idle, what=f"{key!r} to go idle", timeout=15)
 
 
 async def _dones(engine: fusee.Engine, type_name: str, key: str) -> list[ObjectDone]:
@@ -56,8 +83,7 @@ async def test_the_issue_example_chat(engine: fusee.Engine, worker_procs: Any) -
     # the KV projection, as `nats kv get <ns>_objects chat.user-7` shows it: written just
     # after the reply, so it may lag the call by a moment
     async def projected() -> bool:
-        entry = await engine.store.objects.get("chat.user-7")
-        return bool(msgspec.json.decode(entry.value or b"") == {"history": history})
+        return bool(await _projected(engine, "chat.user-7") == {"history": history})
 
     await wait_until(projected, what="the projection to catch up", timeout=5)
     assert await engine.list_objects("chat") == [("user-7", {"history": history})]
@@ -128,11 +154,12 @@ async def test_a_stuck_handler_times_out_and_frees_the_key(
 
 
 async def test_show_lists_the_queue_and_cancel_takes_an_invocation_out(
-    engine: fusee.Engine, worker_procs: Any
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
     await _workers(worker_procs)
     counter = counters.key("queue", engine=engine)
-    holding = await counter.send("stall", {"seconds": 1.5})
+    release = tmp_path / "release"  # the hold keeps the key until this file exists
+    holding = await counter.send("hold", {"until": str(release)})
     a = await counter.send("add", {"client": "a"})
     b = await counter.send("add", {"client": "b"})
 
@@ -140,21 +167,26 @@ async def test_show_lists_the_queue_and_cancel_takes_an_invocation_out(
         info = await counter.show()
         return info if info.running is not None else None
 
-    info = await wait_until(running, what="the stall to show as running", timeout=20)
+    info = await wait_until(running, what="the hold to show as running", timeout=20)
     assert info.running is not None
     assert info.running.seq == holding
-    assert info.running.handler == "stall"
+    assert info.running.handler == "hold"
     assert info.running.running_since
     assert [(w.seq, w.handler) for w in info.waiting] == [(a, "add"), (b, "add")]
 
-    await counter.cancel(a, reason="not wanted")
+    await counter.cancel(a, reason="not wanted")  # durable now; `a` has not run: it waits
+    assert [(w.seq, w.cancelling) for w in (await counter.show()).waiting] == [
+        (a, True),
+        (b, False),
+    ]
+    release.touch()
     with pytest.raises(fusee.HandlerCancelled, match="not wanted"):
         await counter.result(a, timeout=20)
     assert await counter.result(holding, timeout=20) == "held"
     assert await counter.result(b, timeout=20) == 1
     state = await counter.state()
     assert state["seen"] == ["b:None"]
-    assert state["stalled"] is True
+    assert state["held"] is True
     after = await counter.show()
     assert after.running is None
     assert after.waiting == []
@@ -166,50 +198,70 @@ async def test_cancel_stops_the_running_handler_and_drops_its_changes(
     await _workers(worker_procs)
     counter = counters.key("cancel-running", engine=engine)
     log = tmp_path / "effects.log"
-    holding = await counter.send("stall", {"seconds": 10, "log": str(log)})
-    await wait_until(lambda: log.exists(), what="the stall step to start", timeout=20)
+    # never released: only the cancel can end the step
+    holding = await counter.send("hold", {"until": str(tmp_path / "never"), "log": str(log)})
+    await wait_until(lambda: log.exists(), what="the hold step to start", timeout=20)
     await counter.cancel(reason="operator")
     with pytest.raises(fusee.HandlerCancelled, match="operator"):
         await counter.result(holding, timeout=20)
-    assert "stalled" not in await counter.state()
+    assert "held" not in await counter.state()
     assert await counter.call("add", {}, timeout=20) == 1
 
 
 async def test_an_edit_waits_its_turn_and_no_earlier_handler_overwrites_it(
-    engine: fusee.Engine, worker_procs: Any
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
     await _workers(worker_procs)
     counter = counters.key("edited", engine=engine)
-    await counter.send("stall", {"seconds": 1.0})  # holds the key while the rest queue
+    release = tmp_path / "release"
+    await counter.send("hold", {"until": str(release)})  # holds the key while the rest queue
     before = [await counter.send("add", {"client": "before", "n": n}) for n in range(3)]
 
     async def edit() -> dict[str, Any]:
         return await counter.edit(set={"count": 100, "note": "fixed by hand"}, timeout=30)
 
+    async def queue() -> list[str]:
+        info = await counter.show()
+        return [q.handler for q in [*([info.running] if info.running else []), *info.waiting]]
+
+    async def edit_queued() -> bool:
+        return "fusee.edit" in await queue()
+
     async with anyio.create_task_group() as tg:
         tg.start_soon(edit)
-        await anyio.sleep(0.2)  # the edit is queued behind the three adds
+        await wait_until(edit_queued, what="the edit to be queued", timeout=20)
         after = [await counter.send("add", {"client": "after", "n": n}) for n in range(2)]
+        # nothing ran yet (the hold holds the key): the queue is in arrival order
+        assert await queue() == ["hold", "add", "add", "add", "fusee.edit", "add", "add"]
+        release.touch()
     assert [await counter.result(s, timeout=20) for s in before] == [1, 2, 3]
     assert [await counter.result(s, timeout=20) for s in after] == [101, 102]
     state = await counter.state()
     assert state["count"] == 102
     assert state["note"] == "fixed by hand"
     handlers = [d.handler for d in await _dones(engine, "counter", "edited")]
-    assert handlers == ["stall", "add", "add", "add", "fusee.edit", "add", "add"]
+    assert handlers == ["hold", "add", "add", "add", "fusee.edit", "add", "add"]
 
 
 async def test_shared_handlers_run_at_once_and_read_the_last_finished_state(
-    engine: fusee.Engine, worker_procs: Any
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
     await _workers(worker_procs)
     counter = counters.key("reader", engine=engine)
     assert await counter.call("add", {}) == 1
-    holding = await counter.send("stall", {"seconds": 1.5})
-    with anyio.fail_after(1.0):  # not queued behind the stall
-        assert await counter.call("peek") == {"count": 1, "keys": ["count", "seen"]}
+    log, release = tmp_path / "effects.log", tmp_path / "release"
+    holding = await counter.send("hold", {"until": str(release), "log": str(log)})
+    await wait_until(log.exists, what="the hold step to start", timeout=20)
+    # the hold cannot end before `release` exists (nor time out within 60s): a peek
+    # queued behind it would not answer within this limit
+    with anyio.fail_after(20):
+        assert await counter.call("peek", timeout=20) == {"count": 1, "keys": ["count", "seen"]}
+    info = await counter.show()
+    assert info.running is not None
+    assert info.running.seq == holding
+    release.touch()
     assert await counter.result(holding, timeout=20) == "held"
-    assert (await counter.call("peek"))["keys"] == ["count", "seen", "stalled"]
+    assert (await counter.call("peek"))["keys"] == ["count", "held", "seen"]
     with pytest.raises(fusee.InvalidArgument, match="shared handler"):
         await counter.send("peek")
 
@@ -249,10 +301,11 @@ async def test_a_handler_sleeps_durably_holding_its_key(
 async def test_a_handler_waits_for_a_signal_to_its_key(
     engine: fusee.Engine, worker_procs: Any
 ) -> None:
-    await _workers(worker_procs)
+    worker = (await _workers(worker_procs)).procs[0]
     counter = counters.key("approval", engine=engine)
     waiting = await counter.send("approve", {"timeout": "20s"})
-    await anyio.sleep(0.3)
+    # the signal comes while the handler waits for it
+    await worker.wait_for("wait.started", object="counter", key="approval", timeout=20)
     await counter.signal("approval", {"ok": True})
     assert await counter.result(waiting, timeout=30) == {"ok": True}
     assert (await counter.state())["approved"] == {"ok": True}
@@ -281,22 +334,11 @@ async def test_an_idle_object_keeps_an_expiring_marker_and_comes_back_on_the_nex
     await _workers(worker_procs)
     counter = counters.key("idle", engine=engine)
     assert await counter.call("add", {}) == 1
-    key = f"active.{counter._partition}.{counter.eid}"
-
-    async def marker() -> bytes | None:
-        try:
-            return (await engine.store.work.get(key)).value
-        except Exception:  # noqa: BLE001 - KeyNotFoundError: no marker
-            return None
-
-    async def idle_marker() -> bool:
-        return await marker() == b'{"idle":true}'
-
     # idle for a second: its marker becomes one the server removes in 10 minutes
-    await wait_until(idle_marker, what="the object's idle marker", timeout=10)
+    await _gone_idle(engine, counter)
     assert await counter.call("add", {}, timeout=20) == 2
     assert await counter.send("add", {}) > 0  # the idle marker is made active again
-    assert await marker() == b"{}"
+    assert await _marker(engine, counter) == b"{}"
 
 
 async def test_bad_input_gets_clear_errors_and_changes_nothing(
@@ -394,7 +436,7 @@ async def test_a_failed_invocation_runs_its_compensations_and_cancels_its_childr
 async def test_a_cancel_of_the_running_one_never_hits_a_later_invocation(
     engine: fusee.Engine, worker_procs: Any
 ) -> None:
-    await _workers(worker_procs)
+    worker = (await _workers(worker_procs)).procs[0]
     counter = counters.key("cancel-once", engine=engine)
     first = await counter.send("approve", {"timeout": "20s"})
 
@@ -411,14 +453,17 @@ async def test_a_cancel_of_the_running_one_never_hits_a_later_invocation(
     info = await counter.show()
     assert info.running is not None
     assert not info.running.cancelling
-    await anyio.sleep(1.5)  # parked meanwhile: its activation reads the inbox again
+    # parked meanwhile: its next activation reads the inbox again
+    await worker.wait_for(
+        "object.parked", object="counter", key="cancel-once", inbox_seq=second, timeout=20
+    )
     await counter.signal("approval", "yes")
     assert await counter.result(second, timeout=20) == "yes"
     assert await counter.cancel() is None  # nothing left to cancel
 
 
 async def test_a_frozen_owner_is_fenced_out_and_the_change_applies_once(
-    nats_server: Any, namespace: str, worker_procs: Any
+    nats_server: Any, namespace: str, worker_procs: Any, tmp_path: Path
 ) -> None:
     engine = await fusee.connect(nats_server.url, namespace=namespace, partitions=4)
     try:
@@ -428,9 +473,11 @@ async def test_a_frozen_owner_is_fenced_out_and_the_change_applies_once(
         counter = counters.key("zombie", engine=engine)
         owner_id = (await owners(engine))[counter._partition]
         zombie = by_id[owner_id]
-        seq = await counter.send("add", {"client": "z", "n": 0, "step_delay": 1.5})
+        release = tmp_path / "release"  # the step waits for it: frozen, it cannot finish
+        seq = await counter.send("add", {"client": "z", "n": 0, "until": str(release)})
         await zombie.wait_for("step.started", object="counter", key="zombie", timeout=15)
         zombie.freeze()
+        release.touch()  # for the run of the invocation on the other worker
         try:
             # the other worker takes the partition over and runs the invocation again
             assert await counter.result(seq, timeout=30) == 1
@@ -457,9 +504,16 @@ async def test_state_written_by_hand_in_kv_is_rebuilt_from_the_journal(
     await _workers(worker_procs)
     counter = counters.key("by-hand", engine=engine)
     assert await counter.call("add", {}) == 1
+
+    async def projected() -> bool:  # written after the reply: else it may overwrite ours
+        return bool(
+            await _projected(engine, "counter.by-hand") == {"count": 1, "seen": ["None:None"]}
+        )
+
+    await wait_until(projected, what="the projection of the first call", timeout=10)
     # what `nats kv put <ns>_objects counter.by-hand '{"count": 99}'` would do
     await engine.store.objects.put("counter.by-hand", b'{"count": 99, "extra": true}')
-    await anyio.sleep(1.5)  # the object goes idle; its next activation reads KV again
+    await _gone_idle(engine, counter)  # its next activation reads KV again
     assert await engine.object("counter", "by-hand").call("add", {}, timeout=20) == 2
     state = await counter.state()
     assert state["count"] == 2
@@ -474,6 +528,7 @@ async def test_keys_move_between_workers_without_overlap_or_reordering(
     workers: Workers = worker_procs(partitions=4)
     workers.module = OBJECTS
     first = await workers.start()
+    ids = {first.name: first.find("worker.started")[0]["worker"]}
     keys = [counters.key(f"moving-{k}", engine=engine) for k in range(4)]
     markers = [str(tmp_path / f"running-{k}") for k in range(4)]
     got: dict[int, list[int]] = {k: [] for k in range(4)}
@@ -486,17 +541,46 @@ async def test_keys_move_between_workers_without_overlap_or_reordering(
             got[k].append(await keys[k].call("add", arg, timeout=60))
             n += 1
 
+    async def progress(what: str) -> None:
+        """Until each client made two more calls (in the phase ``what``)."""
+        target = {k: len(got[k]) + 2 for k in range(4)}
+        await wait_until(
+            lambda: all(len(got[k]) >= target[k] for k in range(4)),
+            what=f"calls to go on {what}",
+            timeout=30,
+        )
+
+    async def owned_by(*live: WorkerProc) -> None:
+        """Until the partitions are shared as the ``live`` workers agree (rendezvous)."""
+        live_ids = {ids[w.name] for w in live}
+
+        async def settled() -> bool:
+            now = await owners(engine)
+            return all(now[p] == owner_for(p, live_ids) for p in now)
+
+        await wait_until(settled, what=f"{sorted(live_ids)} to own the partitions", timeout=30)
+
+    async def start() -> WorkerProc:
+        proc = await workers.start()
+        ids[proc.name] = proc.find("worker.started")[0]["worker"]
+        return proc
+
     async with anyio.create_task_group() as tg:
         for k in range(4):
             tg.start_soon(client, k)
-        await anyio.sleep(0.5)
-        second = await workers.start()  # takes its share of the partitions
-        await anyio.sleep(1.0)
+        await progress("with one worker")
+        second = await start()  # takes its share of the partitions
+        await owned_by(first, second)
+        await progress("with two workers")
         assert await anyio.to_thread.run_sync(first.stop) == 0  # hands its share over
-        await anyio.sleep(1.0)
-        await workers.start()
-        await anyio.sleep(0.5)
+        await owned_by(second)
+        await progress("after the first left")
+        third = await start()
+        await owned_by(second, third)
+        await progress("with the second and the third")
         assert await anyio.to_thread.run_sync(second.stop) == 0
+        await owned_by(third)
+        await progress("after the second left")
         moving = False
 
     for k in range(4):

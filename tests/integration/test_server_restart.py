@@ -26,7 +26,9 @@ async def test_run_survives_a_server_crash(
     try:
         worker = await worker_procs(url=server.url, partitions=2).start()
         log = tmp_path / "effects.log"
-        arg = chain_input(log, steps=6, delay=0.5, tag="restart")
+        release = tmp_path / "release-s3"  # step 3 runs through the crash: held open
+        arg = chain_input(log, steps=6, delay=0.05, tag="restart")
+        arg["hold"] = {"step": "s3", "until": str(release)}
         run = await engine.start("chain", "r-restart", arg)
         await worker.wait_for("step.completed", run_id="r-restart", pos=2, timeout=10)
 
@@ -34,9 +36,10 @@ async def test_run_survives_a_server_crash(
         server.kill()
         # Every step.completed the worker logged was acked by the server before the kill.
         acked = {e["pos"] for e in worker.find("step.completed", run_id="r-restart")}
-        assert {1, 2} <= acked
+        assert acked == {1, 2}
         await anyio.to_thread.run_sync(server.restart)
         assert server.port == port
+        release.touch()
 
         assert await run.result(timeout=25) == chain_result(arg)
         journal = await run.journal()
@@ -55,7 +58,7 @@ async def test_run_survives_a_server_crash(
 
 
 async def test_objects_survive_a_server_crash(
-    nats_server_private: EmbeddedServer, namespace: str, worker_procs: Any
+    nats_server_private: EmbeddedServer, namespace: str, worker_procs: Any, tmp_path: Path
 ) -> None:
     """Invocations acknowledged before the crash all run, once each, in order."""
     server = nats_server_private
@@ -65,14 +68,20 @@ async def test_objects_survive_a_server_crash(
         workers.module = Path(__file__).resolve().parent.parent / "workers" / "objects.py"
         worker = await workers.start()
         counter = engine.object("counter", "through-a-crash")
-        seqs = [
-            await counter.send("add", {"client": "c", "n": n, "step_delay": 0.2}) for n in range(6)
-        ]
+        release = tmp_path / "release"  # the third call's step waits for it
+        seqs = []
+        for n in range(6):
+            arg: dict[str, Any] = {"client": "c", "n": n, "step_delay": 0.05}
+            if n == 2:
+                arg["until"] = str(release)
+            seqs.append(await counter.send("add", arg))
         await worker.wait_for("invocation.completed", key="through-a-crash", timeout=15)
         port = server.port
-        server.kill()
+        server.kill()  # the third call cannot have finished: calls 3..6 span the crash
+        assert len(worker.find("invocation.completed", key="through-a-crash")) <= 2
         await anyio.to_thread.run_sync(server.restart)
         assert server.port == port
+        release.touch()
 
         assert [await counter.result(s, timeout=30) for s in seqs] == [1, 2, 3, 4, 5, 6]
         state = await counter.state()

@@ -132,12 +132,16 @@ async def test_read_while_running_and_after(engine: fusee.Engine) -> None:
             past_task: list[TokenEvent] = []
 
             async def join(offset: int, into: list[TokenEvent]) -> None:
-                into.extend(await collect(run, "model-0", offset))
+                with anyio.fail_after(20):
+                    async for e in run.stream_events("model-0", offset):
+                        into.append(e)
 
             tg.start_soon(join, 5, mid_task)
             tg.start_soon(join, 20, past_task)
-            await anyio.sleep(0.2)
-            assert past_task == []
+            # the one in the middle gets the 7 stored tokens 5..11 while the step waits
+            await wait_until(lambda: len(mid_task) == 7, timeout=10, what="tokens 5..11")
+            assert [e.index for e in mid_task] == list(range(5, 12))
+            assert past_task == []  # nothing is stored from 20 on: it waits
             script.gate.set()
         result = await run.result(timeout=10)
     text = expected(30)
@@ -249,13 +253,20 @@ async def test_unknown_stream_waits_while_running(engine: fusee.Engine) -> None:
             await collect(run, "model-1")  # comes with the second turn
         assert scope.cancelled_caught
         got: list[str] = []
+        followed = anyio.Event()
 
         async def follow() -> None:
             got.extend([t async for t in run.stream("model-1")])
+            followed.set()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow)
-            await anyio.sleep(0.1)
+            # model-1 cannot exist before the gate opens: a reader that did not wait
+            # for it would end (or fail) here
+            with anyio.move_on_after(0.5) as waiting:
+                await followed.wait()
+            assert waiting.cancelled_caught
+            assert got == []
             script.gate.set()
         assert "".join(got) == expected(3)
         await run.result(timeout=10)

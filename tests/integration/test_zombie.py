@@ -30,16 +30,19 @@ async def test_zombie_owner_is_fenced_out(
     try:
         by_id = await start_balanced(worker_procs(partitions=PARTITIONS), engine, 2)
         log = tmp_path / "effects.log"
-        arg = chain_input(log, steps=4, delay=1.0, tag="zombie")
+        release = tmp_path / "release-s2"  # step 2 cannot end before this file exists
+        arg = chain_input(log, steps=4, delay=0.05, tag="zombie")
+        arg["hold"] = {"step": "s2", "until": str(release)}
         run = await engine.start("chain", "r-zombie", arg)
         owner_id = (await owners(engine))[partition_of("r-zombie", PARTITIONS)]
         assert owner_id in by_id
         zombie = by_id[owner_id]
         other = next(p for p in by_id.values() if p is not zombie)
 
-        # Freeze the owner in the middle of step 2.
+        # Freeze the owner in the middle of step 2 (held open: it cannot have ended).
         await zombie.wait_for("step.started", run_id="r-zombie", pos=2, timeout=10)
         zombie.freeze()
+        release.touch()  # for the other worker's run of step 2; the zombie is frozen
         try:
 
             async def taken_over() -> bool:

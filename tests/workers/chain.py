@@ -1,9 +1,12 @@
 """Workflows for worker-process tests: chains of slow steps that record their side effects.
 
 A run's input is a dict: ``log`` (a file path), ``steps`` (how many), ``delay``
-(seconds each step sleeps), ``tag`` (a label put in the result). Every execution of a
-step appends ``<step-name> <s.key> <attempt>`` to ``log`` before it sleeps, so a test
-counts executions across processes, including the ones a kill cut short.
+(seconds each step sleeps), ``tag`` (a label put in the result), and optionally
+``hold``: ``{"step": "s3", "until": <path>}``, which makes every execution of that step
+block until the file ``until`` exists (the test creates it), so a test that kills the
+worker "during" the step holds it open as long as it needs. Every execution of a step
+appends ``<step-name> <s.key> <attempt>`` to ``log`` before it blocks or sleeps, so a
+test counts executions across processes, including the ones a kill cut short.
 """
 
 from __future__ import annotations
@@ -28,9 +31,19 @@ def record(log: str, name: str, key: str, attempt: int) -> None:
         os.close(fd)
 
 
+async def wait_for_file(path: str) -> None:
+    """Block until ``path`` exists: a window the test opens and closes itself."""
+    while not os.path.exists(path):
+        await anyio.sleep(0.01)
+
+
 def _step(arg: dict[str, Any], name: str, value: int) -> Any:
+    hold = arg.get("hold") or {}
+
     async def fn(s: fusee.StepInfo) -> dict[str, Any]:
         record(arg["log"], name, s.key, s.attempt)
+        if hold.get("step") == name:
+            await wait_for_file(hold["until"])
         await anyio.sleep(arg["delay"])
         return {"key": s.key, "value": value}
 

@@ -1,4 +1,7 @@
-"""Workflows with ctx.race, for crash tests: side effects counted like chain's."""
+"""Workflows with ctx.race, for crash tests: side effects counted like chain's.
+
+``racer``'s input: ``log`` (the side-effect file) and ``until``, a file the step after
+the race waits for (the test creates it), so a kill lands in that step by construction."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import Any
 import anyio
 
 import fusee
-from tests.workers.effects import record
+from tests.workers.effects import record, wait_for_file
 
 
 @fusee.workflow("racer")
@@ -28,7 +31,7 @@ async def racer(ctx: fusee.Context, arg: dict[str, Any]) -> list[Any]:
 
     async def after(s: fusee.StepInfo) -> str:
         record(arg["log"], "after", s.key, s.attempt)
-        await anyio.sleep(arg["after"])
+        await wait_for_file(arg["until"])
         return "after"
 
     return [answer, await ctx.step("after", after)]

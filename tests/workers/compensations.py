@@ -3,7 +3,8 @@
 A run's input is a dict: ``log`` (a file path), ``pay`` (``"ok"``, ``"fail"``: the card
 is declined, or ``"hold"``: the payment hangs until cancelled), ``undo_delay`` (seconds
 each compensation takes before its effect), ``bad_undo`` (the name of a compensation that
-always fails, or absent). Every effect that happened appends ``<effect> <s.key>
+always fails, or absent), ``undo_hold`` (``{"name": ..., "until": <path>}``: that
+compensation waits for the file before its effect; the test creates it). Every effect that happened appends ``<effect> <s.key>
 <attempt>`` to ``log`` (as in chain.py), so a test counts effects across processes.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 import anyio
 
 import fusee
-from tests.workers.effects import record
+from tests.workers.effects import record, wait_for_file
 
 UNDO_RETRY = fusee.Retry(attempts=2, initial=0.05, max=0.1)
 
@@ -29,8 +30,12 @@ def _book(arg: dict[str, Any], name: str, result: Any) -> Callable[..., Any]:
 
 
 def _undo(arg: dict[str, Any], name: str, booking: str) -> Callable[..., Any]:
+    hold = arg.get("undo_hold") or {}
+
     async def fn(s: fusee.StepInfo) -> str:
         await anyio.sleep(arg.get("undo_delay", 0.0))  # not cut short by a cancel
+        if hold.get("name") == name:
+            await wait_for_file(hold["until"])
         if arg.get("bad_undo") == name:
             record(arg["log"], f"{name}-failed", s.key, s.attempt)
             raise RuntimeError(f"{booking} cannot be cancelled")

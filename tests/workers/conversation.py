@@ -3,7 +3,9 @@
 A run's input is a dict: ``log`` (a file path), ``turns`` (the user's messages),
 ``limit`` (continue as new once the generation's journal holds more records than
 this), ``delay`` (seconds each model call takes), and what a generation hands the next:
-``summary`` and ``done`` (turns answered so far). Each model call appends
+``summary`` and ``done`` (turns answered so far); optionally ``hold``:
+``{"turn": i, "until": <path>}`` makes the model call of turn ``i`` (0-based) block
+until the file exists (the test creates it). Each model call appends
 ``model:<message> <s.key> <attempt>`` to ``log`` when it returns, so a test counts the
 calls that finished across processes.
 """
@@ -16,11 +18,15 @@ from typing import Any
 import anyio
 
 import fusee
-from tests.workers.effects import record
+from tests.workers.effects import record, wait_for_file
 
 
-def _model(arg: dict[str, Any], message: str) -> Callable[..., Any]:
+def _model(arg: dict[str, Any], message: str, turn: int) -> Callable[..., Any]:
+    hold = arg.get("hold") or {}
+
     async def call(s: fusee.StepInfo) -> str:
+        if hold.get("turn") == turn:
+            await wait_for_file(hold["until"])
         await anyio.sleep(arg.get("delay", 0.0))
         record(arg["log"], f"model:{message}", s.key, s.attempt)
         return message.upper()
@@ -34,7 +40,7 @@ async def long_chat(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
     done: int = arg.get("done", 0)
     turns: list[str] = arg["turns"]
     while done < len(turns):
-        reply = await ctx.step("model", _model(arg, turns[done]))
+        reply = await ctx.step("model", _model(arg, turns[done], done))
         summary = f"{summary}|{turns[done]}>{reply}"
         done += 1
         if done < len(turns) and ctx.journal_size() > arg["limit"]:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+import anyio
+
 
 def record_line(log: str, line: str) -> None:
     """Append ``line`` to ``log`` in one O_APPEND write."""
@@ -20,3 +22,10 @@ def record_line(log: str, line: str) -> None:
 def record(log: str, name: str, key: str, attempt: int) -> None:
     """One line per execution: ``name key attempt``."""
     record_line(log, f"{name} {key} {attempt}")
+
+
+async def wait_for_file(path: str) -> None:
+    """Block until ``path`` exists: a window the test opens and closes itself (a step
+    held this way outlasts any CPU contention, and a cancel or a kill still stops it)."""
+    while not os.path.exists(path):
+        await anyio.sleep(0.01)

@@ -1,5 +1,5 @@
 """Keyed objects for the tests: a counter whose handlers detect overlap, a chat, and
-handlers that fail, sleep, wait and stall. Effects go to files named in the input, one
+handlers that fail, sleep, wait, stall and hold (until a file the test creates). Effects go to files named in the input, one
 O_APPEND line each, so a test can count what ran across worker processes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import anyio
 
 import fusee
 from fusee.ai import model_call
-from tests.workers.effects import record_line
+from tests.workers.effects import record_line, wait_for_file
 
 # One marker file per key while an exclusive handler of it runs: a second handler that
 # finds it there overlapped the first (the file lives across worker processes).
@@ -35,7 +35,8 @@ def _leave(marker: str) -> None:
 
 async def add(ctx: Any, arg: dict[str, Any]) -> int:
     """Add 1 to ``count``; log ``<client> <n> <count>``. A step between read and write
-    (``step_delay``) gives a kill a place to land mid-handler."""
+    (``step_delay`` seconds, or held until the file ``until`` exists) gives a kill or a
+    freeze a place to land mid-handler."""
     marker = arg.get("marker")
     if marker:
         # a worker killed mid-handler leaves its marker: the next run of the same
@@ -46,10 +47,12 @@ async def add(ctx: Any, arg: dict[str, Any]) -> int:
         _enter(marker)
         record_line(owner, "1")
     count = ctx.state.get("count", 0)
-    if arg.get("step_delay"):
+    if arg.get("step_delay") or arg.get("until"):
 
         async def work() -> str:
-            await anyio.sleep(arg["step_delay"])
+            if arg.get("until"):
+                await wait_for_file(arg["until"])
+            await anyio.sleep(arg.get("step_delay") or 0)
             return "done"
 
         await ctx.step("work", work)
@@ -82,6 +85,21 @@ async def stall(ctx: Any, arg: dict[str, Any]) -> str:
 
     result = await ctx.step("hold", hold)
     ctx.state.set("stalled", True)
+    return str(result)
+
+
+async def hold(ctx: Any, arg: dict[str, Any]) -> str:
+    """Hold the key in a step until the file ``until`` exists (the test creates it, or
+    cancels the handler); the step's line ``hold <s.key>`` in ``log`` says it began."""
+
+    async def held(s: fusee.StepInfo) -> str:
+        if arg.get("log"):
+            record_line(arg["log"], f"hold {s.key}")
+        await wait_for_file(arg["until"])
+        return "held"
+
+    result = await ctx.step("hold", held)
+    ctx.state.set("held", True)
     return str(result)
 
 
@@ -144,6 +162,7 @@ counters = fusee.object(
         "add": add,
         "fail": fail,
         "stall": fusee.exclusive(stall, timeout="2s"),
+        "hold": fusee.exclusive(hold, timeout="60s"),
         "nap": nap,
         "approve": approve,
         "stream_say": stream_say,

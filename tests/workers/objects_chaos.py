@@ -8,14 +8,18 @@ journaled ran again. The step returns its key and PID: the journal then says whi
 execution's result it kept.
 
 The window between an invocation's ``obj.done`` commit and the KV projection of the
-state is widened here (a log line, then a short sleep before each write of the
-projection) so that the test can SIGKILL a worker inside it on purpose, not only by
-luck. How each activation of an object ends is logged too (``test.object_left``).
+state is opened here on the test's demand, so that the test can SIGKILL a worker inside
+it on purpose, not by luck: before each write of the projection the worker logs
+``test.projecting``; if the file named by ``FUSEE_TEST_STOP_AT_PROJECTION`` exists, the
+first worker to rename it to ``<file>.<pid>`` stops itself (SIGSTOP) right there, and
+the test kills it. How each activation of an object ends is logged too
+(``test.object_left``).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any
 
@@ -28,7 +32,7 @@ from tests.workers.effects import record_line
 
 log = structlog.get_logger("fusee")
 
-PROJECTION_DELAY = 0.05  # seconds between the obj.done commit and the KV projection
+STOP_AT_PROJECTION = os.environ.get("FUSEE_TEST_STOP_AT_PROJECTION", "")
 
 
 async def add(ctx: Any, arg: dict[str, Any]) -> dict[str, Any]:
@@ -55,13 +59,26 @@ counters = fusee.object("counter", {"add": add}, timeout="60s")
 _put = ObjectActor._put
 
 
-async def _slow_put(self: ObjectActor, data: bytes, seq: int, cursor: int) -> None:
-    log.info("test.projecting", cursor=cursor, journal_seq=seq)
-    await anyio.sleep(PROJECTION_DELAY)
+def _claim_stop() -> bool:
+    """Whether this worker is the one to stop at this projection (the test asked)."""
+    if not STOP_AT_PROJECTION:
+        return False
+    try:
+        os.rename(STOP_AT_PROJECTION, f"{STOP_AT_PROJECTION}.{os.getpid()}")
+    except FileNotFoundError:
+        return False
+    return True
+
+
+async def _stopping_put(self: ObjectActor, data: bytes, seq: int, cursor: int) -> None:
+    stop = _claim_stop()
+    log.info("test.projecting", cursor=cursor, journal_seq=seq, stopping=stop)
+    if stop:
+        os.kill(os.getpid(), signal.SIGSTOP)  # obj.done is journaled, KV not written yet
     await _put(self, data, seq, cursor)
 
 
-ObjectActor._put = _slow_put  # type: ignore[method-assign]
+ObjectActor._put = _stopping_put  # type: ignore[method-assign]
 
 
 _run = ObjectActor.run
