@@ -13,6 +13,7 @@ __all__ = (
     "InvalidArgument",
     "ConfigError",
     "ServerNotFound",
+    "ConnectionLost",
     "NotEncodable",
     "DeterminismError",
     "FatalError",
@@ -49,6 +50,11 @@ class ConfigError(FuseeError, ValueError):
 
 class ServerNotFound(FuseeError):
     """No ``nats-server`` binary could be found to start an embedded server."""
+
+
+class ConnectionLost(FuseeError):
+    """NATS did not answer in time (stalled, restarting, unreachable); the operation
+    may or may not have happened. A worker rides it out and tries again."""
 
 
 class NotEncodable(FuseeError, TypeError):

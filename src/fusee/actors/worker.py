@@ -9,6 +9,11 @@ heartbeating is pinged: no responders means its connection is gone (a dead proce
 and its partitions are taken at once; no answer in time (a stopped process) is taken
 as dead too. Safety never rests on any of this: every journal append is fenced, so a
 worker that still believes it owns a partition is refused at its next write.
+
+NATS being slow, restarting or away for a while is not a reason to stop: the store
+raises ``ConnectionLost``, every loop here catches it, logs ``nats.unreachable`` once,
+tries again with backoff and logs ``nats.reachable`` when an owner read answers again.
+Only a fence (or the owner record naming another worker) makes it drop an actor.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
 from fusee.actors.run_actor import RunActor
 from fusee.actors.shared import serve_shared_call
-from fusee.errors import Evicted, Fenced
+from fusee.errors import ConnectionLost, Evicted, Fenced
 from fusee.runtime.ids import unescape
 from fusee.runtime.objects import parse_object_id
 
@@ -43,6 +48,9 @@ log = structlog.get_logger("fusee")
 # How long an idle object's marker lasts: a worker that dies just as an object goes idle
 # leaves it to the next owner for this long (see Worker._actor_task).
 IDLE_MARKER_TTL = 600.0
+
+# While NATS does not answer: the first retry after this long, doubling up to the cap.
+OUTAGE_BACKOFF = (0.25, 2.0)
 
 
 def new_worker_id() -> str:
@@ -130,6 +138,8 @@ class Worker:
         self._actors_closed = anyio.Event()
         self._last_verify = 0.0
         self._verifications = 0
+        # since when NATS has not answered (anyio time), None while it does
+        self._outage_since: float | None = None
         send, receive = anyio.create_memory_object_stream[tuple[int, str, Stored | None]](10_000)
         self._wakes_in, self._wakes_out = send, receive
 
@@ -160,8 +170,11 @@ class Worker:
                     await self._publish_heartbeat()
                     tg.start_soon(self._heartbeat_loop)
                     tg.start_soon(self._wake_loop)
-                    await self._discover()
-                    await self._balance()
+                    try:
+                        await self._discover()
+                        await self._balance()
+                    except ConnectionLost as exc:
+                        self._unreachable(exc)  # the balance loop tries again
                     log.info(
                         "worker.started",
                         partitions=sorted(self.owned),
@@ -172,10 +185,11 @@ class Worker:
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._shutdown()
-                        for unsub in unsubscribe:
-                            await unsub()
+                        with anyio.move_on_after(1.0):  # NATS may be away
+                            for unsub in unsubscribe:
+                                await unsub()
+                        # ends the wake loop (its receive side closes with the stream)
                         await self._wakes_in.aclose()
-                        await self._wakes_out.aclose()
 
     async def _host_actors(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -191,16 +205,20 @@ class Worker:
                 actors.cancel_scope.cancel()
 
     async def _shutdown(self) -> None:
+        """Bounded whatever NATS's state: ``drain_timeout`` and a second for the
+        partitions to be handed over, then what is left is cancelled."""
         self._stopping = True
-        await self._publish_heartbeat(bye=True)
-        with anyio.move_on_after(self.config.drain_timeout + 1):
-            async with anyio.create_task_group() as tg:
-                for p in list(self.owned):
-                    tg.start_soon(self._release, p)
-        for slot in list(self.actors.values()):
-            slot.scope.cancel()
-        self._actors_closed.set()
-        log.info("worker.stopped")
+        try:
+            await self._publish_heartbeat(bye=True)
+            with anyio.move_on_after(self.config.drain_timeout + 1):
+                async with anyio.create_task_group() as tg:
+                    for p in list(self.owned):
+                        tg.start_soon(self._release, p)
+        finally:
+            for slot in list(self.actors.values()):
+                slot.scope.cancel()
+            self._actors_closed.set()
+            log.info("worker.stopped")
 
     # -- membership -------------------------------------------------------------------
 
@@ -267,15 +285,47 @@ class Worker:
     # -- partitions -------------------------------------------------------------------
 
     async def _balance_loop(self) -> None:
+        backoff = 0.0
         while True:
-            with anyio.move_on_after(self.config.heartbeat):
+            with anyio.move_on_after(backoff or self.config.heartbeat):
                 await self._kick.wait()
             self._kick = anyio.Event()
-            await self._balance()
+            try:
+                await self._balance()
+            except ConnectionLost as exc:
+                self._unreachable(exc)
+                first, cap = OUTAGE_BACKOFF
+                backoff = min(max(backoff * 2, first), cap)
+            else:
+                backoff = 0.0
+
+    def _unreachable(self, exc: ConnectionLost) -> None:
+        """NATS did not answer: one log line when an outage begins, none per retry."""
+        if self._outage_since is None:
+            self._outage_since = anyio.current_time()
+            log.warning("nats.unreachable", error=str(exc))
+
+    def _reachable(self) -> None:
+        if self._outage_since is None:
+            return
+        took = anyio.current_time() - self._outage_since
+        self._outage_since = None
+        log.warning("nats.reachable", after_s=round(took, 2))
+        # no heartbeat reached us meanwhile: peers get a fresh start before any is
+        # suspected (one that died meanwhile is found after suspect_after)
+        now = anyio.current_time()
+        for worker in self.members:
+            self.members[worker] = now
 
     async def _balance(self) -> None:
         if self._stopping:
             return
+        if self._outage_since is not None:
+            # back? The owner records answer first (ConnectionLost while still away),
+            # before any peer is judged by a ping that could not be answered
+            await self._verify()
+            self._reachable()
+            self._last_verify = anyio.current_time()
         now = anyio.current_time()
         for worker, seen in list(self.members.items()):
             if now - seen > self.config.suspect_after and not await self._alive(worker):
@@ -332,11 +382,32 @@ class Worker:
                 slot.scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await slot.done.wait()
-            await self.store.release_owner(p, revision)
-            log.debug("partition.released", partition=p)
+            await self._release_record(p, revision)
         finally:
             self._releasing.discard(p)
             self._kick.set()
+
+    async def _release_record(self, p: int, revision: int) -> None:
+        """Delete the owner record, trying again while NATS does not answer (the new
+        owner waits for it: this worker still answers its pings). A stopping worker
+        tries once, for a second at most: its record then names a worker whose pings
+        nobody answers, whose partitions are taken at once."""
+        delay, cap = OUTAGE_BACKOFF
+        while True:
+            try:
+                with anyio.fail_after(1.0 if self._stopping else None):
+                    await self.store.release_owner(p, revision)
+            except TimeoutError:
+                return  # stopping, and NATS does not answer
+            except ConnectionLost as exc:
+                self._unreachable(exc)
+                if self._stopping:
+                    return
+                await anyio.sleep(delay)
+                delay = min(delay * 2, cap)
+            else:
+                log.debug("partition.released", partition=p)
+                return
 
     def _drop(self, p: int) -> None:
         """Another worker owns ``p`` now: stop its actors without touching the record."""
@@ -473,6 +544,12 @@ class Worker:
         except Fenced:
             log.warning("actor.fenced", run_id=unescape(eid), partition=p)
             self._last_verify = 0.0  # re-read the owners now
+            self._kick.set()
+        except ConnectionLost as exc:
+            # NATS is away: not the actor's fault. Its marker stays, so a reconcile
+            # brings it back once the owner records answer again.
+            log.info("actor.interrupted", run_id=unescape(eid), error=str(exc))
+            self._unreachable(exc)
             self._kick.set()
         except Exception:
             log.exception("actor.crashed", run_id=unescape(eid))

@@ -12,11 +12,12 @@ import base64
 import contextlib
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import anyio
 import nats
 import nats.errors
 import nats.js.errors
@@ -35,7 +36,7 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
-from fusee.errors import Fenced, FuseeError
+from fusee.errors import ConnectionLost, Fenced, FuseeError
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
 
@@ -55,13 +56,33 @@ CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox se
 WRONG_LAST_SEQUENCE = 10071
 BATCH_DUPLICATE = 10201
 
+# What nats-py raises while the server is slow, restarting or unreachable: the
+# operation may or may not have happened, and trying again later is the answer.
+TRANSIENT: tuple[type[Exception], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.errors.FlushTimeoutError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+@contextlib.contextmanager
+def lost_on_transient(what: str) -> Iterator[None]:
+    """Map a transient nats-py error to :class:`fusee.errors.ConnectionLost` naming
+    ``what`` was being done, so callers above the adapter see a fusee error."""
+    try:
+        yield
+    except TRANSIENT as exc:
+        raise ConnectionLost(f"{what}: NATS did not answer ({type(exc).__name__})") from None
+
 
 class NobodyListens(FuseeError):
     """A core NATS request found no subscriber."""
-
-
-class ConnectionLost(FuseeError):
-    """NATS did not answer in time; the operation may or may not have happened."""
 
 
 @dataclass(frozen=True)
@@ -198,9 +219,16 @@ class NatsStore:
         nc.options["max_reconnect_attempts"] = -1
         return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
 
-    async def close(self) -> None:
-        with contextlib.suppress(nats.errors.ConnectionClosedError):
-            await self.nc.drain()
+    async def close(self, timeout: float = 2.0) -> None:
+        """Drain the connection (flush what is sent, let subscriptions finish), for at
+        most ``timeout`` seconds: with the server stalled or gone there is nothing to
+        wait for, the connection is closed as it is."""
+        with anyio.move_on_after(timeout):
+            with contextlib.suppress(*TRANSIENT, nats.errors.ConnectionDrainingError):
+                await self.nc.drain()
+                return
+        with anyio.move_on_after(timeout), contextlib.suppress(Exception):
+            await self.nc.close()
 
     # -- layout -----------------------------------------------------------------------
 
@@ -574,7 +602,8 @@ class NatsStore:
         """Make sure the actor has an active marker (a caller that queued work for an
         object that may have gone idle: no marker, or an idle one), then hint its owner."""
         try:
-            entry = await self.work.get(Layout.active_key(partition, eid))
+            with lost_on_transient("reading an active marker"):
+                entry = await self.work.get(Layout.active_key(partition, eid))
         except nats.js.errors.KeyNotFoundError:
             entry = None
         if entry is None or entry.value == IDLE_MARKER:
@@ -599,7 +628,8 @@ class NatsStore:
 
     async def get_index(self, eid: str) -> bytes | None:
         try:
-            entry = await self.runs.get(eid)
+            with lost_on_transient("reading the run index"):
+                entry = await self.runs.get(eid)
         except nats.js.errors.KeyNotFoundError:
             return None
         return entry.value or None
@@ -623,7 +653,7 @@ class NatsStore:
 
     async def wake(self, partition: int, eid: str) -> None:
         """Tell the partition's owner (core NATS, a hint) that the run has news."""
-        with contextlib.suppress(nats.errors.ConnectionClosedError):
+        with contextlib.suppress(*TRANSIENT):
             await self.nc.publish(self.layout.wake(partition), eid.encode())
 
     async def clear_active(self, partition: int, eid: str) -> None:
@@ -634,9 +664,10 @@ class NatsStore:
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """Active runs of ``partitions`` (a run ended less than a second ago may show)."""
         prefix = f"$KV.{self.layout.work_bucket}.active."
-        info = await self._retrying(
-            self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
-        )
+        with lost_on_transient("listing the active runs"):
+            info = await self._retrying(
+                self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
+            )
         out: list[tuple[int, str]] = []
         for subject in info.state.subjects or {}:
             part, _, eid = subject[len(prefix) :].partition(".")
@@ -648,7 +679,8 @@ class NatsStore:
 
     async def get_owner(self, partition: int) -> tuple[str, int] | None:
         try:
-            entry = await self.work.get(Layout.owner_key(partition))
+            with lost_on_transient(f"reading the owner of partition {partition}"):
+                entry = await self.work.get(Layout.owner_key(partition))
         except nats.js.errors.KeyNotFoundError:
             return None
         if not entry.value:
@@ -660,19 +692,26 @@ class NatsStore:
         (None: no owner). Returns the new revision, or None when someone else moved first."""
         key = Layout.owner_key(partition)
         try:
-            if last is None:
-                try:
-                    return await self.work.create(key, worker.encode())
-                except nats.js.errors.KeyWrongLastSequenceError:
-                    # create() fails on a deleted key too; it can be updated from the
-                    # revision of its delete marker
-                    return None
-            return await self.work.update(key, worker.encode(), last=last)
+            with lost_on_transient(f"claiming partition {partition}"):
+                return await self._claim(key, worker, last)
         except nats.js.errors.KeyWrongLastSequenceError:
             return None
 
+    async def _claim(self, key: str, worker: str, last: int | None) -> int | None:
+        if last is None:
+            try:
+                return await self.work.create(key, worker.encode())
+            except nats.js.errors.KeyWrongLastSequenceError:
+                # create() fails on a deleted key too; it can be updated from the
+                # revision of its delete marker
+                return None
+        return await self.work.update(key, worker.encode(), last=last)
+
     async def release_owner(self, partition: int, revision: int) -> None:
-        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+        with (
+            contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError),
+            lost_on_transient(f"releasing partition {partition}"),
+        ):
             await self.work.delete(Layout.owner_key(partition), last=revision)
 
     # -- core NATS: membership and wake-ups ------------------------------------------
@@ -698,9 +737,7 @@ class NatsStore:
         return unsubscribe
 
     async def publish_core(self, subject: str, data: bytes) -> None:
-        with contextlib.suppress(
-            nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError
-        ):
+        with contextlib.suppress(*TRANSIENT):
             await self.nc.publish(subject, data)
 
     async def request_core(self, subject: str, data: bytes, timeout: float) -> bytes | None:
@@ -722,6 +759,6 @@ class NatsStore:
         whose connection is gone) or nobody answers in time (a stopped process)."""
         try:
             msg = await self.nc.request(subject, b"", timeout=timeout)
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        except TRANSIENT:
             return None
         return msg.data
