@@ -108,6 +108,9 @@ class ObjectInfo:
     running: QueuedInvocation | None = None
     waiting: list[QueuedInvocation] = field(default_factory=list)
     last: dict[str, Any] | None = None  # the last invocation that ended
+    # why no worker runs it now: its actor crashed (``crashes``, ``error``, ``at``,
+    # ``retry_in``, ``worker``), from the note its worker left in its active marker
+    crashed: dict[str, Any] | None = None
 
 
 class ObjectKey:
@@ -483,6 +486,9 @@ class ObjectKey:
                 last["error"] = f"{done.error_type}: {done.message}"
         state = {k: msgspec.json.decode(snap.state[k]) for k in sorted(snap.state)}
         info = ObjectInfo(self.object_type, self.key, state, last=last)
+        marker = await store.active_note(self._partition, self.eid)
+        if marker is not None and "crashes" in marker:
+            info.crashed = marker
         running = history.invocation if history.done is None else None
         cancelled: set[int] = set()
         for msg in await store.read_inbox(self._partition, self.eid, snap.cursor):

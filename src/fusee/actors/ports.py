@@ -151,6 +151,10 @@ class ClusterStore(RunStore, Protocol):
         """``(partition, eid)`` of the active runs in ``partitions``."""
         ...
 
+    async def note_crash(self, partition: int, eid: str, note: bytes) -> None:
+        """Write ``note`` (why the actor is quarantined, JSON) as its active marker."""
+        ...
+
     async def subscribe_inbox(
         self, handler: Callable[[int, str, Stored | None], Awaitable[None]]
     ) -> Callable[[], Awaitable[None]]:

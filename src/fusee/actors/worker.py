@@ -14,6 +14,12 @@ NATS being slow, restarting or away for a while is not a reason to stop: the sto
 raises ``ConnectionLost``, every loop here catches it, logs ``nats.unreachable`` once,
 tries again with backoff and logs ``nats.reachable`` when an owner read answers again.
 Only a fence (or the owner record naming another worker) makes it drop an actor.
+
+An actor that crashes (an exception escapes ``actor.run()``: the actor's own code or
+the store, never a handler's or a step's, which are journaled) is quarantined: it is
+not activated again before a backoff (1 s doubling to 5 minutes) has passed, whatever
+pokes it, and the reason is written where ``runs show`` and ``objects show`` read it.
+A clean activation ends the quarantine; a worker that starts afresh tries at once.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from fusee.actors.run_actor import RunActor
 from fusee.actors.shared import serve_shared_call
 from fusee.errors import ConnectionLost, Evicted, Fenced
 from fusee.runtime.ids import unescape
+from fusee.runtime.index import decode_info, encode_info
 from fusee.runtime.objects import parse_object_id
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
@@ -51,6 +58,9 @@ IDLE_MARKER_TTL = 600.0
 
 # While NATS does not answer: the first retry after this long, doubling up to the cap.
 OUTAGE_BACKOFF = (0.25, 2.0)
+
+# An actor that crashed is activated again after this long, doubling up to the cap.
+CRASH_BACKOFF = (1.0, 300.0)
 
 
 def new_worker_id() -> str:
@@ -85,6 +95,24 @@ class WorkerConfig:
     always_replay: bool = field(
         default_factory=lambda: os.environ.get("FUSEE_ALWAYS_REPLAY", "") not in ("", "0")
     )
+
+
+@dataclass
+class _Quarantine:
+    """An actor of ``partition`` that crashed ``crashes`` times in a row: not activated
+    before ``until`` (anyio time)."""
+
+    partition: int
+    crashes: int = 0
+    until: float = 0.0
+
+    def crashed(self) -> float:
+        """Count one more crash; the seconds until the actor may run again."""
+        self.crashes += 1
+        first, cap = CRASH_BACKOFF
+        delay: float = min(first * 2.0 ** (self.crashes - 1), cap)
+        self.until = anyio.current_time() + delay
+        return delay
 
 
 @dataclass
@@ -127,6 +155,8 @@ class Worker:
         self.members: dict[str, float] = {}
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
+        # eid -> quarantine of the actors that crashed (dropped by a clean activation)
+        self.quarantined: dict[str, _Quarantine] = {}
         # eid -> partition of the actors that left memory to wait for their inbox: runs
         # that wait, objects gone idle (brought back by a message, not by reconcile)
         self.parked: dict[str, int] = {}
@@ -370,6 +400,7 @@ class Worker:
         revision = self.owned.pop(p, None)
         if revision is None:
             return
+        self._forget_quarantines(p)
         self._releasing.add(p)
         try:
             slots = [s for s in self.actors.values() if s.partition == p]
@@ -409,10 +440,16 @@ class Worker:
                 log.debug("partition.released", partition=p)
                 return
 
+    def _forget_quarantines(self, p: int) -> None:
+        # the next owner starts afresh (and so does this worker if p comes back)
+        for eid in [e for e, q in self.quarantined.items() if q.partition == p]:
+            del self.quarantined[eid]
+
     def _drop(self, p: int) -> None:
         """Another worker owns ``p`` now: stop its actors without touching the record."""
         if self.owned.pop(p, None) is None:
             return
+        self._forget_quarantines(p)
         log.warning("partition.lost", partition=p)
         for slot in self.actors.values():
             if slot.partition == p:
@@ -486,6 +523,9 @@ class Worker:
             if poke:
                 running.poke(msg)
             return
+        held = self.quarantined.get(eid)
+        if held is not None and anyio.current_time() < held.until:
+            return  # a message waits in its inbox; a reconcile after `until` brings it back
         slot = _Slot(p)
         self.actors[eid] = slot
         assert self._actors_tg is not None
@@ -494,6 +534,7 @@ class Worker:
     async def _actor_task(self, slot: _Slot, eid: str) -> None:
         p = slot.partition
         again = False
+        crash: Exception | None = None
         try:
             with slot.scope:
                 run_id = unescape(eid)
@@ -519,6 +560,7 @@ class Worker:
                 actor.pushes = True
                 slot.actor = actor
                 outcome = await actor.run()
+                self.quarantined.pop(eid, None)  # it ran cleanly: no longer suspect
                 if outcome == "idle":
                     # An object with nothing queued: its marker becomes an idle one the
                     # server removes in IDLE_MARKER_TTL, then its inbox is read once
@@ -551,10 +593,41 @@ class Worker:
             log.info("actor.interrupted", run_id=unescape(eid), error=str(exc))
             self._unreachable(exc)
             self._kick.set()
-        except Exception:
+        except Exception as exc:
             log.exception("actor.crashed", run_id=unescape(eid))
+            crash = exc
         finally:
             self.actors.pop(eid, None)
             slot.done.set()
+        if crash is not None:
+            await self._quarantine(p, eid, crash)
         if again:
             self._ensure_actor(p, eid)
+
+    async def _quarantine(self, p: int, eid: str, exc: Exception) -> None:
+        """Hold a crashed actor back for a while, and say why where operators look:
+        its active marker (``objects show``) and, for a run, its index entry's
+        reason (``runs show``, ``runs list``)."""
+        held = self.quarantined.setdefault(eid, _Quarantine(p))
+        delay = held.crashed()
+        error = f"{type(exc).__name__}: {exc}"
+        reason = (
+            f"the worker's actor crashed {held.crashes} time{'s' if held.crashes > 1 else ''} "
+            f"in a row ({error}); it is tried again in {delay:g}s (worker {self.id})"
+        )
+        log.warning("actor.quarantined", run_id=unescape(eid), crashes=held.crashes, retry_in=delay)
+        note = {"crashes": held.crashes, "error": error, "at": self.clock(), "retry_in": delay}
+        note["worker"] = self.id
+        try:
+            with anyio.move_on_after(5.0):
+                await self.store.note_crash(p, eid, json.dumps(note).encode())
+                if parse_object_id(unescape(eid)) is None:
+                    raw = await self.store.get_index(eid)
+                    if raw is not None:
+                        info = decode_info(raw)
+                        if not info.ended:
+                            info.status, info.reason = "pending", reason
+                            info.updated_at = self.clock()
+                            await self.store.put_index(eid, encode_info(info))
+        except Exception:  # the note is for operators; the log has the crash too
+            log.warning("actor.crash_note_failed", run_id=unescape(eid), exc_info=True)

@@ -430,6 +430,12 @@ OBJECT_SCHEMAS: dict[str, Any] = {
                     {"type": "null"},
                 ]
             },
+            "crashed": {
+                "description": "Set while the key's actor is quarantined after crashing: "
+                "`crashes` in a row, the last `error`, when (`at`, Unix time), `retry_in` "
+                "seconds and the `worker`.",
+                "oneOf": [{"type": "object"}, {"type": "null"}],
+            },
         },
     },
     "ObjectEdit": {

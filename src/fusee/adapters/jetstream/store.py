@@ -611,6 +611,26 @@ class NatsStore:
             return
         await self.wake(partition, eid)
 
+    async def note_crash(self, partition: int, eid: str, note: bytes) -> None:
+        """Put ``note`` (JSON: why the actor is quarantined) as the actor's active marker:
+        it stays active, and ``fusee objects show`` reads the note from it."""
+        with lost_on_transient("writing a crash note"):
+            await self._retrying(self.work.put, Layout.active_key(partition, eid), note)
+
+    async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None:
+        """The JSON object an actor's active marker holds (``{}``, an idle marker, a
+        crash note), or None without a marker."""
+        try:
+            with lost_on_transient("reading an active marker"):
+                entry = await self.work.get(Layout.active_key(partition, eid))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        try:
+            value = json.loads(entry.value or b"{}")
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
+
     async def mark_idle(self, partition: int, eid: str, ttl: float) -> None:
         """Replace the actor's active marker with an idle one that the server removes
         after ``ttl`` seconds (a per-message TTL): until then a new owner still looks
