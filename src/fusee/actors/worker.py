@@ -506,6 +506,10 @@ class Worker:
                     slot.actor.push_lost()
 
     async def _wake_loop(self) -> None:
+        with self._wakes_out:  # closed when the loop ends (its send side closed)
+            await self._wakes()
+
+    async def _wakes(self) -> None:
         async for p, eid, msg in self._wakes_out:
             # a hint: something was sent to the run (a start, a cancel); a run this
             # worker could not run gets another look, since the message may end it
