@@ -98,6 +98,10 @@ class SubjectLayout(Protocol):
         """Where ``worker`` answers pings (request/reply)."""
         ...
 
+    def take(self, worker: str) -> str:
+        """Where ``worker`` is handed runs and keys whose partition owner lacks their code."""
+        ...
+
     def heartbeat(self, worker: str) -> str:
         """Where ``worker`` announces itself; ``"*"`` gives the subject of every worker."""
         ...

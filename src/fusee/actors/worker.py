@@ -20,6 +20,15 @@ the store, never a handler's or a step's, which are journaled) is quarantined: i
 not activated again before a backoff (1 s doubling to 5 minutes) has passed, whatever
 pokes it, and the reason is written where ``runs show`` and ``objects show`` read it.
 A clean activation ends the quarantine; a worker that starts afresh tries at once.
+
+Workers may serve different code. Each announces in its heartbeat the workflows and
+object types it has. A partition's owner runs what it can; a run or key of a partition
+whose owner lacks its code is handed to the live worker that has the code and ranks
+highest for the partition (rendezvous hashing over those workers only), with a ``take``
+message on core NATS, repeated at every reconcile while the run is active (a lost one,
+a guest that died, a worker that joined with the code: the next round sorts it out). The
+guest runs it as its own without owning the partition; the fence still guards every
+append. With no live worker serving it, the run's index says so.
 """
 
 from __future__ import annotations
@@ -75,6 +84,22 @@ def rank(partition: int, worker: str) -> int:
 
 def owner_for(partition: int, workers: set[str]) -> str:
     return max(workers, key=lambda w: rank(partition, w))
+
+
+def capable_for(partition: int, workers: dict[str, frozenset[str]], code: str) -> str | None:
+    """The worker that should run ``code`` (``"workflow:<name>"`` or ``"object:<type>"``)
+    in ``partition``: the highest ranked of the ``workers`` (ID -> the code it serves)
+    that serve it, or None when none does."""
+    able = {w for w, serves in workers.items() if code in serves}
+    return owner_for(partition, able) if able else None
+
+
+def code_of(registry: Registry) -> frozenset[str]:
+    """What a worker with ``registry`` serves, as announced in its heartbeat."""
+    return frozenset(
+        [f"workflow:{n}" for n in registry.names()]
+        + [f"object:{n}" for n in registry.object_names()]
+    )
 
 
 def _any_partition(layout: SubjectLayout) -> str:
@@ -155,6 +180,14 @@ class Worker:
         self.members: dict[str, float] = {}
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
+        # peers' code (from their heartbeats), the code each unrunnable actor of an
+        # owned partition needs (eid -> (partition, code)), the actors run here for a
+        # partition owner that lacks their code (eid -> partition), and the runs whose
+        # index says no live worker serves them
+        self.serves: dict[str, frozenset[str]] = {}
+        self.needs: dict[str, tuple[int, str]] = {}
+        self.guests: dict[str, int] = {}
+        self._unserved: set[str] = set()
         # eid -> quarantine of the actors that crashed (dropped by a clean activation)
         self.quarantined: dict[str, _Quarantine] = {}
         # eid -> partition of the actors that left memory to wait for their inbox: runs
@@ -185,6 +218,7 @@ class Worker:
                 self._tg = tg
                 unsubscribe = [
                     await self.store.subscribe_core(lay.ping(self.id), self._on_ping),
+                    await self.store.subscribe_core(lay.take(self.id), self._on_take),
                     await self.store.subscribe_core(lay.heartbeat("*"), self._on_heartbeat),
                     await self.store.subscribe_core(_any_partition(lay), self._on_wake),
                     await self.store.subscribe_inbox(self._on_inbox),
@@ -209,6 +243,7 @@ class Worker:
                         "worker.started",
                         partitions=sorted(self.owned),
                         workflows=self.registry.names(),
+                        objects=self.registry.object_names(),
                     )
                     task_status.started()
                     await self._balance_loop()
@@ -244,6 +279,7 @@ class Worker:
                 async with anyio.create_task_group() as tg:
                     for p in list(self.owned):
                         tg.start_soon(self._release, p)
+                    tg.start_soon(self._release_guests)
         finally:
             for slot in list(self.actors.values()):
                 slot.scope.cancel()
@@ -261,20 +297,32 @@ class Worker:
         if worker == self.id:
             return
         try:
-            bye = bool(json.loads(data).get("bye"))
-        except (ValueError, AttributeError):
+            body = json.loads(data)
+            bye = bool(body.get("bye"))
+            # a worker of a version that does not say what it serves is never handed
+            # anything: it only runs the partitions it owns
+            serves = frozenset(str(c) for c in body.get("serves") or ())
+        except (ValueError, AttributeError, TypeError):
             return
         if bye:
             self.members.pop(worker, None)
+            self.serves.pop(worker, None)
             self._kick.set()
         else:
-            new = worker not in self.members
+            new = worker not in self.members or self.serves.get(worker) != serves
             self.members[worker] = anyio.current_time()
+            self.serves[worker] = serves
             if new:
                 self._kick.set()
+                self._last_verify = 0.0  # unrunnable runs may have a server now
 
     async def _publish_heartbeat(self, *, bye: bool = False) -> None:
-        body = {"id": self.id, "partitions": sorted(self.owned), "bye": bye}
+        body = {
+            "id": self.id,
+            "partitions": sorted(self.owned),
+            "bye": bye,
+            "serves": sorted(code_of(self.registry)),
+        }
         await self.store.publish_core(
             self.store.layout.heartbeat(self.id), json.dumps(body).encode()
         )
@@ -400,7 +448,7 @@ class Worker:
         revision = self.owned.pop(p, None)
         if revision is None:
             return
-        self._forget_quarantines(p)
+        self._forget_partition(p)
         self._releasing.add(p)
         try:
             slots = [s for s in self.actors.values() if s.partition == p]
@@ -417,6 +465,16 @@ class Worker:
         finally:
             self._releasing.discard(p)
             self._kick.set()
+
+    async def _release_guests(self) -> None:
+        """The actors run for other partitions' owners stop at their next step boundary
+        too (or are cancelled after ``drain_timeout``); their owners hand them on."""
+        slots = [s for e, s in self.actors.items() if e in self.guests]
+        for slot in slots:
+            slot.evict = True
+        with anyio.move_on_after(self.config.drain_timeout):
+            for slot in slots:
+                await slot.done.wait()
 
     async def _release_record(self, p: int, revision: int) -> None:
         """Delete the owner record, trying again while NATS does not answer (the new
@@ -440,16 +498,21 @@ class Worker:
                 log.debug("partition.released", partition=p)
                 return
 
-    def _forget_quarantines(self, p: int) -> None:
-        # the next owner starts afresh (and so does this worker if p comes back)
+    def _forget_partition(self, p: int) -> None:
+        # the next owner starts afresh (and so does this worker if p comes back):
+        # quarantines, and the runs it could not run and handed over
         for eid in [e for e, q in self.quarantined.items() if q.partition == p]:
             del self.quarantined[eid]
+        for eid in [e for e, (part, _) in self.needs.items() if part == p]:
+            del self.needs[eid]
+            self.unrunnable.discard(eid)
+            self._unserved.discard(eid)
 
     def _drop(self, p: int) -> None:
         """Another worker owns ``p`` now: stop its actors without touching the record."""
         if self.owned.pop(p, None) is None:
             return
-        self._forget_quarantines(p)
+        self._forget_partition(p)
         log.warning("partition.lost", partition=p)
         for slot in self.actors.values():
             if slot.partition == p:
@@ -477,6 +540,17 @@ class Worker:
         marked = {eid for _, eid in listed}
         for eid in [e for e, part in self.parked.items() if part in partitions and e not in marked]:
             del self.parked[eid]
+        # runs and keys this worker lacks the code of: handed over again (the last take
+        # may be lost, its guest gone, or a worker with the code may have joined)
+        for eid, (p, _) in list(self.needs.items()):
+            if p not in partitions:
+                continue
+            if eid in marked:
+                await self._hand_over(eid)
+            else:
+                del self.needs[eid]  # it ended
+                self.unrunnable.discard(eid)
+                self._unserved.discard(eid)
 
     # -- actors -----------------------------------------------------------------------
 
@@ -512,7 +586,11 @@ class Worker:
     async def _wakes(self) -> None:
         async for p, eid, msg in self._wakes_out:
             # a hint: something was sent to the run (a start, a cancel); a run this
-            # worker could not run gets another look, since the message may end it
+            # worker could not run is handed on to a worker that can, else it gets
+            # another look, since the message may end it
+            if eid in self.needs and self._capable(eid) is not None:
+                self._hand_over_soon(eid)
+                continue
             self.unrunnable.discard(eid)
             self.parked.pop(eid, None)
             self._ensure_actor(p, eid, poke=True, msg=msg)
@@ -520,7 +598,9 @@ class Worker:
     def _ensure_actor(
         self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None
     ) -> None:
-        if self._stopping or p not in self.owned or eid in self.unrunnable or eid in self.parked:
+        if self._stopping or eid in self.unrunnable or eid in self.parked:
+            return
+        if p not in self.owned and eid not in self.guests:
             return
         running = self.actors.get(eid)
         if running is not None:
@@ -530,6 +610,13 @@ class Worker:
         held = self.quarantined.get(eid)
         if held is not None and anyio.current_time() < held.until:
             return  # a message waits in its inbox; a reconcile after `until` brings it back
+        named = parse_object_id(unescape(eid))
+        if named is not None and self.registry.get_object(named[0]) is None:
+            # a key of a type this worker lacks: handed over without an activation
+            self.needs[eid] = (p, f"object:{named[0]}")
+            self.unrunnable.add(eid)
+            self._hand_over_soon(eid)
+            return
         slot = _Slot(p)
         self.actors[eid] = slot
         assert self._actors_tg is not None
@@ -538,6 +625,7 @@ class Worker:
     async def _actor_task(self, slot: _Slot, eid: str) -> None:
         p = slot.partition
         again = False
+        again_hand_over = False
         crash: Exception | None = None
         try:
             with slot.scope:
@@ -579,15 +667,22 @@ class Worker:
                         self.parked[eid] = p
                 elif outcome == "unrunnable":
                     self.unrunnable.add(eid)
+                    if self.guests.pop(eid, None) is None and isinstance(actor, RunActor):
+                        started = actor.history.started
+                        if started is not None:
+                            self.needs[eid] = (p, f"workflow:{started.workflow}")
+                            again_hand_over = True
                 elif outcome == "parked":
                     # waits for its inbox: the marker stays (a new owner activates it),
                     # and this worker brings it back when a message arrives
                     self.parked[eid] = p
                 else:
+                    self.guests.pop(eid, None)
                     await self.store.clear_active(p, eid)
         except Evicted:
             pass
         except Fenced:
+            self.guests.pop(eid, None)  # another worker writes it now
             log.warning("actor.fenced", run_id=unescape(eid), partition=p)
             self._last_verify = 0.0  # re-read the owners now
             self._kick.set()
@@ -605,8 +700,73 @@ class Worker:
             slot.done.set()
         if crash is not None:
             await self._quarantine(p, eid, crash)
+        if again_hand_over:
+            await self._hand_over(eid)
         if again:
             self._ensure_actor(p, eid)
+
+    # -- code this worker lacks ---------------------------------------------------------
+
+    def _capable(self, eid: str) -> str | None:
+        """The live peer that should run ``eid`` (whose code this worker lacks)."""
+        p, code = self.needs[eid]
+        live = {w: s for w, s in self.serves.items() if w in self.members}
+        return capable_for(p, live, code)
+
+    def _hand_over_soon(self, eid: str) -> None:
+        if self._tg is not None and not self._stopping:
+            self._tg.start_soon(self._hand_over, eid)
+
+    async def _hand_over(self, eid: str) -> None:
+        """Send ``eid`` to the live worker that has its code, or note in the run's
+        index that none has (once, until one has)."""
+        if eid not in self.needs or self._stopping:
+            return
+        p, code = self.needs[eid]
+        target = self._capable(eid)
+        if target is not None:
+            self._unserved.discard(eid)
+            body = json.dumps({"partition": p, "eid": eid, "from": self.id}).encode()
+            await self.store.publish_core(self.store.layout.take(target), body)
+            return
+        if eid in self._unserved:
+            return
+        self._unserved.add(eid)
+        kind, _, name = code.partition(":")
+        if kind == "workflow":
+            others = sorted(
+                c.partition(":")[2]
+                for w, s in self.serves.items()
+                if w in self.members
+                for c in s
+                if c.startswith("workflow:")
+            )
+            mine = self.registry.names()
+            have = ", ".join(sorted({*others, *mine})) or "none"
+            reason = (
+                f"no live worker serves workflow {name!r} (the {len(self.members) + 1} "
+                f"live workers serve: {have}); it runs once a worker with it starts"
+            )
+            log.warning("run.unserved", run_id=unescape(eid), workflow=name)
+            await self._note_index(eid, reason)
+        else:
+            log.warning("object.unserved", run_id=unescape(eid), object_type=name)
+
+    async def _on_take(self, _subject: str, data: bytes, _reply: str | None) -> None:
+        """A partition's owner lacks the code of ``eid``: run it here."""
+        try:
+            body = json.loads(data)
+            p, eid = int(body["partition"]), str(body["eid"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if self._stopping or not 0 <= p < self.config.partitions:
+            return
+        if eid not in self.guests:
+            log.info("actor.taken", run_id=unescape(eid), partition=p, owner=body.get("from"))
+            self.guests[eid] = p
+            self.unrunnable.discard(eid)
+            self.needs.pop(eid, None)
+        self._ensure_actor(p, eid)  # nothing when it runs or is parked here already
 
     async def _quarantine(self, p: int, eid: str, exc: Exception) -> None:
         """Hold a crashed actor back for a while, and say why where operators look:
@@ -625,13 +785,24 @@ class Worker:
         try:
             with anyio.move_on_after(5.0):
                 await self.store.note_crash(p, eid, json.dumps(note).encode())
-                if parse_object_id(unescape(eid)) is None:
-                    raw = await self.store.get_index(eid)
-                    if raw is not None:
-                        info = decode_info(raw)
-                        if not info.ended:
-                            info.status, info.reason = "pending", reason
-                            info.updated_at = self.clock()
-                            await self.store.put_index(eid, encode_info(info))
         except Exception:  # the note is for operators; the log has the crash too
             log.warning("actor.crash_note_failed", run_id=unescape(eid), exc_info=True)
+        await self._note_index(eid, reason)
+
+    async def _note_index(self, eid: str, reason: str) -> None:
+        """Set a run's index entry to ``pending`` with ``reason`` (unless it ended): why
+        nobody runs it, for ``runs show`` and ``runs list``. Objects have no entry."""
+        if parse_object_id(unescape(eid)) is not None:
+            return
+        try:
+            with anyio.move_on_after(5.0):
+                raw = await self.store.get_index(eid)
+                if raw is None:
+                    return
+                info = decode_info(raw)
+                if not info.ended:
+                    info.status, info.reason = "pending", reason
+                    info.updated_at = self.clock()
+                    await self.store.put_index(eid, encode_info(info))
+        except Exception:  # for operators; the log has the reason too
+            log.warning("run.index_note_failed", run_id=unescape(eid), exc_info=True)

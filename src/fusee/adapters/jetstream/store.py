@@ -144,6 +144,10 @@ class Layout:
     def ping(self, worker: str) -> str:
         return f"_fusee.{self.namespace}.ping.{worker}"
 
+    def take(self, worker: str) -> str:
+        # core NATS: a partition owner hands ``worker`` a run or key it lacks the code of
+        return f"_fusee.{self.namespace}.take.{worker}"
+
     @staticmethod
     def active_key(partition: int, eid: str) -> str:
         return f"active.{partition}.{eid}"

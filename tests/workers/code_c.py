@@ -1,0 +1,25 @@
+"""Code of worker "c" for tests of workers that serve different code
+(tests/integration/test_mixed_code.py): each module registers its own workflows and
+object types, some shared with the other modules, and tags results with its name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fusee
+
+WHO = "c"
+
+
+async def _work(ctx: fusee.Context, arg: Any) -> dict[str, Any]:
+    def step(s: fusee.StepInfo) -> str:
+        return WHO
+
+    ran = await ctx.step("work", step)
+    return {"arg": arg, "by": ran}
+
+
+fusee.workflow("only_c")(_work)
+# the new version of code_a: v1 as before, and v2, which code_a lacks
+fusee.workflow("v1")(_work)
+fusee.workflow("v2")(_work)
