@@ -22,7 +22,7 @@ import pytest
 import fusee
 from fusee.actors.worker import WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer
-from tests.workers.procs import CHAIN, WorkerProc, chain_input, chain_result
+from tests.workers.procs import CHAIN, WorkerProc, chain_input, chain_result, executions, wait_until
 
 # what a stop signal may take at most: the drain of running steps, then a little
 GRACE = WorkerConfig().drain_timeout + 3.0
@@ -79,6 +79,39 @@ async def test_worker_rides_out_a_stalled_server(
         # one line when the outage began, one when it ended: not one per retry
         assert _outage_lines(worker) == (1, 1), worker.tail()
         assert not worker.find("actor.crashed"), worker.tail()
+    finally:
+        await engine.close()
+
+
+@pytest.mark.parametrize("stall", [10.0])
+async def test_two_workers_keep_their_runs_through_a_stall(
+    server: EmbeddedServer, namespace: str, tmp_path: Path, worker_procs: Any, stall: float
+) -> None:
+    """Nothing is dropped or run twice for the stall: only a fence drops an actor."""
+    engine = await fusee.connect(server.url, namespace=namespace, partitions=4)
+    try:
+        workers = worker_procs(url=server.url, partitions=4)
+        procs = [await workers.start(), await workers.start()]
+        log = tmp_path / "effects.log"
+        arg = chain_input(log, steps=4, delay=0.5, tag="through")
+        run = await engine.start("chain", "r-through", arg)
+        await wait_until(  # the stall begins while step 2 runs
+            lambda: any(w.find("step.completed", run_id="r-through", pos=1) for w in procs),
+            timeout=15,
+            what="step 1 of r-through",
+        )
+        _freeze(server)
+        try:
+            await anyio.sleep(stall)
+        finally:
+            _thaw(server)
+        assert await run.result(timeout=60) == chain_result(arg)
+        assert len(executions(log)) == 4
+        assert all(n == 1 for n in executions(log).values()), executions(log)
+        for w in procs:
+            assert w.alive, w.tail()
+            assert not w.find("actor.crashed"), w.tail()
+            assert not w.find("partition.lost"), w.tail()
     finally:
         await engine.close()
 
