@@ -356,6 +356,7 @@ class Worker:
         answer = await self.store.ping(self.store.layout.ping(worker), self.config.ping_timeout)
         if answer is None:
             self.members.pop(worker, None)
+            self.serves.pop(worker, None)
             return False
         self.members[worker] = anyio.current_time()
         return True
