@@ -119,6 +119,21 @@ async def test_a_worker_with_new_code_serves_it_without_restarting_the_old(
         r for r in v2 if owner_for(partition_of(r.run_id, PARTITIONS), {old_id, new_id}) == old_id
     ]
     assert kept
+    # a run of new code that waits, in a partition the old worker owns: the signal
+    # reaches its guest (a parked guest is brought back like an owned run)
+    rid = next(
+        r
+        for r in (f"wait-{n}" for n in range(1000))
+        if owner_for(partition_of(r, PARTITIONS), {old_id, new_id}) == old_id
+    )
+    waiting = await engine16.start("v2_wait", rid, None)
+
+    async def parked() -> bool:
+        return (await waiting.describe()).status == "waiting"
+
+    await wait_until(parked, timeout=20, what=f"{rid} to wait for its signal")
+    assert await waiting.signal("go", 7)
+    assert await waiting.result(timeout=20) == {"got": 7, "by": "c"}
     assert old.alive
     assert len(old.find("worker.started")) == 1  # never restarted
     assert old.find("actor.taken") == []  # it has nothing of v2 to take

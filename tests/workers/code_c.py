@@ -23,3 +23,9 @@ fusee.workflow("only_c")(_work)
 # the new version of code_a: v1 as before, and v2, which code_a lacks
 fusee.workflow("v1")(_work)
 fusee.workflow("v2")(_work)
+
+
+@fusee.workflow("v2_wait")
+async def v2_wait(ctx: fusee.Context, arg: Any) -> dict[str, Any]:
+    got = await ctx.wait_for("go")
+    return {"got": got, "by": WHO}
