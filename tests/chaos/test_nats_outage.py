@@ -25,7 +25,7 @@ from fusee.adapters.jetstream.server import EmbeddedServer
 from tests.workers.procs import CHAIN, WorkerProc, chain_input, chain_result, executions, wait_until
 
 # what a stop signal may take at most: the drain of running steps, then a little
-GRACE = WorkerConfig().drain_timeout + 3.0
+GRACE = WorkerConfig().drain_timeout + 4.0
 
 
 @pytest.fixture
@@ -156,14 +156,24 @@ def _cli_worker(url: str, namespace: str, tmp_path: Path) -> WorkerProc:
     return WorkerProc("cli", proc, log_path)
 
 
-@pytest.mark.parametrize("how", ["stopped", "gone"])
+@pytest.mark.parametrize("how", ["stopped", "gone", "stopped mid-step"])
 async def test_sigterm_ends_a_worker_whose_server_is_away(
     server: EmbeddedServer, namespace: str, tmp_path: Path, how: str
 ) -> None:
     worker = _cli_worker(server.url, namespace, tmp_path)
     try:
         await worker.wait_for("worker.started", timeout=20)
-        if how == "stopped":
+        if how == "stopped mid-step":
+            # a step that ends during the outage: its commit cannot land, the drain
+            # gives up after drain_timeout
+            engine = await fusee.connect(server.url, namespace=namespace)
+            try:
+                arg = chain_input(tmp_path / "effects.log", steps=2, delay=1.0)
+                await engine.start("chain", "r-mid-step", arg)
+                await worker.wait_for("run.started", run_id="r-mid-step")
+            finally:
+                await engine.close()
+        if how.startswith("stopped"):
             _freeze(server)
         else:
             server.kill()

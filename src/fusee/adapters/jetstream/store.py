@@ -223,15 +223,15 @@ class NatsStore:
         nc.options["max_reconnect_attempts"] = -1
         return cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
 
-    async def close(self, timeout: float = 2.0) -> None:
+    async def close(self, timeout: float = 1.0) -> None:
         """Drain the connection (flush what is sent, let subscriptions finish), for at
         most ``timeout`` seconds: with the server stalled or gone there is nothing to
-        wait for, the connection is closed as it is."""
+        wait for, the connection is closed as it is (in a second at most)."""
         with anyio.move_on_after(timeout):
             with contextlib.suppress(*TRANSIENT, nats.errors.ConnectionDrainingError):
                 await self.nc.drain()
                 return
-        with anyio.move_on_after(timeout), contextlib.suppress(Exception):
+        with anyio.move_on_after(1.0), contextlib.suppress(Exception):
             await self.nc.close()
 
     # -- layout -----------------------------------------------------------------------
