@@ -108,9 +108,11 @@ class ObjectInfo:
     running: QueuedInvocation | None = None
     waiting: list[QueuedInvocation] = field(default_factory=list)
     last: dict[str, Any] | None = None  # the last invocation that ended
-    # why no worker runs it now: its actor crashed (``crashes``, ``error``, ``at``,
-    # ``retry_in``, ``worker``), from the note its worker left in its active marker
+    # why no worker runs it now, from the note a worker left in its active marker: its
+    # actor crashed (``crashes``, ``error``, ``at``, ``retry_in``, ``worker``), or no
+    # live worker serves its type (``unserved``: the reason)
     crashed: dict[str, Any] | None = None
+    unserved: str | None = None
 
 
 class ObjectKey:
@@ -489,6 +491,8 @@ class ObjectKey:
         marker = await store.active_note(self._partition, self.eid)
         if marker is not None and "crashes" in marker:
             info.crashed = marker
+        if marker is not None and isinstance(marker.get("unserved"), str):
+            info.unserved = marker["unserved"]
         running = history.invocation if history.done is None else None
         cancelled: set[int] = set()
         for msg in await store.read_inbox(self._partition, self.eid, snap.cursor):

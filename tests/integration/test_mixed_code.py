@@ -110,10 +110,26 @@ async def test_a_worker_with_new_code_serves_it_without_restarting_the_old(
     await wait_until(says_unserved, timeout=20, what="the v2 runs to say nobody serves them")
     for run in v2:
         assert (await run.describe()).status == "pending"
+    # a key of a type only the new code has, in a partition of the old worker's
+    tally = engine16.object("tally_c", "new-type")
+    queued = await tally.send("bump", 2)
+
+    async def key_unserved() -> bool:
+        return "no live worker serves object type 'tally_c'" in (
+            (await tally.show()).unserved or ""
+        )
+
+    await wait_until(key_unserved, timeout=20, what="the key to say nobody serves its type")
 
     _, new_id = await _start(workers, "c")  # v1 and v2
     for run in v2:
         assert (await run.result(timeout=30))["by"] == "c"
+    assert await tally.result(queued, timeout=30) == {"n": 2, "by": "c"}
+
+    async def key_served() -> bool:  # when handed over, or at the latest when it idles
+        return (await tally.show()).unserved is None
+
+    await wait_until(key_served, timeout=15, what="the key's note to go")
     # some of them are in partitions the old worker keeps: handed over, not moved
     kept = [
         r for r in v2 if owner_for(partition_of(r.run_id, PARTITIONS), {old_id, new_id}) == old_id

@@ -29,3 +29,11 @@ fusee.workflow("v2")(_work)
 async def v2_wait(ctx: fusee.Context, arg: Any) -> dict[str, Any]:
     got = await ctx.wait_for("go")
     return {"got": got, "by": WHO}
+
+
+async def bump(ctx: Any, arg: int) -> dict[str, Any]:
+    ctx.state.set("n", (ctx.state.get("n") or 0) + arg)
+    return {"n": ctx.state.get("n"), "by": WHO}
+
+
+fusee.object("tally_c", {"bump": bump})

@@ -155,8 +155,9 @@ class ClusterStore(RunStore, Protocol):
         """``(partition, eid)`` of the active runs in ``partitions``."""
         ...
 
-    async def note_crash(self, partition: int, eid: str, note: bytes) -> None:
-        """Write ``note`` (why the actor is quarantined, JSON) as its active marker."""
+    async def note_active(self, partition: int, eid: str, note: bytes) -> None:
+        """Write ``note`` (why no worker runs the actor now, a JSON object; ``{}``: no
+        note) as its active marker."""
         ...
 
     async def subscribe_inbox(

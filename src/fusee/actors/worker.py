@@ -725,33 +725,37 @@ class Worker:
             return
         p, code = self.needs[eid]
         target = self._capable(eid)
+        kind, _, name = code.partition(":")
         if target is not None:
-            self._unserved.discard(eid)
             body = json.dumps({"partition": p, "eid": eid, "from": self.id}).encode()
             await self.store.publish_core(self.store.layout.take(target), body)
+            if eid in self._unserved and kind == "object":
+                await self._note_marker(p, eid, {})  # served now: the note goes
+            self._unserved.discard(eid)
             return
         if eid in self._unserved:
             return
         self._unserved.add(eid)
-        kind, _, name = code.partition(":")
+        what = "workflow" if kind == "workflow" else "object type"
+        others = sorted(
+            c.partition(":")[2]
+            for w, s in self.serves.items()
+            if w in self.members
+            for c in s
+            if c.startswith(f"{kind}:")
+        )
+        mine = self.registry.names() if kind == "workflow" else self.registry.object_names()
+        have = ", ".join(sorted({*others, *mine})) or "none"
+        reason = (
+            f"no live worker serves {what} {name!r} (the {len(self.members) + 1} live "
+            f"workers serve: {have}); it runs once a worker with it starts"
+        )
         if kind == "workflow":
-            others = sorted(
-                c.partition(":")[2]
-                for w, s in self.serves.items()
-                if w in self.members
-                for c in s
-                if c.startswith("workflow:")
-            )
-            mine = self.registry.names()
-            have = ", ".join(sorted({*others, *mine})) or "none"
-            reason = (
-                f"no live worker serves workflow {name!r} (the {len(self.members) + 1} "
-                f"live workers serve: {have}); it runs once a worker with it starts"
-            )
             log.warning("run.unserved", run_id=unescape(eid), workflow=name)
             await self._note_index(eid, reason)
         else:
             log.warning("object.unserved", run_id=unescape(eid), object_type=name)
+            await self._note_marker(p, eid, {"unserved": reason})
 
     async def _on_take(self, _subject: str, data: bytes, _reply: str | None) -> None:
         """A partition's owner lacks the code of ``eid``: run it here."""
@@ -783,12 +787,16 @@ class Worker:
         log.warning("actor.quarantined", run_id=unescape(eid), crashes=held.crashes, retry_in=delay)
         note = {"crashes": held.crashes, "error": error, "at": self.clock(), "retry_in": delay}
         note["worker"] = self.id
+        await self._note_marker(p, eid, note)
+        await self._note_index(eid, reason)
+
+    async def _note_marker(self, p: int, eid: str, note: dict[str, Any]) -> None:
+        """Write ``note`` in the actor's active marker (``objects show`` prints it)."""
         try:
             with anyio.move_on_after(5.0):
-                await self.store.note_crash(p, eid, json.dumps(note).encode())
-        except Exception:  # the note is for operators; the log has the crash too
-            log.warning("actor.crash_note_failed", run_id=unescape(eid), exc_info=True)
-        await self._note_index(eid, reason)
+                await self.store.note_active(p, eid, json.dumps(note).encode())
+        except Exception:  # for operators; the log has the reason too
+            log.warning("actor.note_failed", run_id=unescape(eid), exc_info=True)
 
     async def _note_index(self, eid: str, reason: str) -> None:
         """Set a run's index entry to ``pending`` with ``reason`` (unless it ended): why

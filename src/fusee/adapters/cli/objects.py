@@ -182,6 +182,8 @@ def format_object(info: ObjectInfo, *, now: float) -> list[str]:
         lines.append(
             f"last      #{last.get('seq')}  {_handler(str(last.get('handler')))}  {outcome}"
         )
+    if info.unserved is not None:
+        lines.append(f"unserved  {clip(info.unserved, 200)}")
     if info.crashed is not None:
         crash = info.crashed
         lines.append(

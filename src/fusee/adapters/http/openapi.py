@@ -436,6 +436,10 @@ OBJECT_SCHEMAS: dict[str, Any] = {
                 "seconds and the `worker`.",
                 "oneOf": [{"type": "object"}, {"type": "null"}],
             },
+            "unserved": {
+                "description": "Set while no live worker serves the key's object type: why.",
+                "oneOf": [{"type": "string"}, {"type": "null"}],
+            },
         },
     },
     "ObjectEdit": {

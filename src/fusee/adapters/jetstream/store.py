@@ -615,10 +615,10 @@ class NatsStore:
             return
         await self.wake(partition, eid)
 
-    async def note_crash(self, partition: int, eid: str, note: bytes) -> None:
-        """Put ``note`` (JSON: why the actor is quarantined) as the actor's active marker:
-        it stays active, and ``fusee objects show`` reads the note from it."""
-        with lost_on_transient("writing a crash note"):
+    async def note_active(self, partition: int, eid: str, note: bytes) -> None:
+        """Put ``note`` (a JSON object: why no worker runs the actor now, or ``{}``) as
+        the actor's active marker: it stays active, and ``objects show`` reads it."""
+        with lost_on_transient("writing a note in an active marker"):
             await self._retrying(self.work.put, Layout.active_key(partition, eid), note)
 
     async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None:
