@@ -111,6 +111,11 @@ class ObjectInfo:
     running: QueuedInvocation | None = None
     waiting: list[QueuedInvocation] = field(default_factory=list)
     last: dict[str, Any] | None = None  # the last invocation that ended
+    # why no worker runs it now, from the note a worker left in its active marker: its
+    # actor crashed (``crashes``, ``error``, ``at``, ``retry_in``, ``worker``), or no
+    # live worker serves its type (``unserved``: the reason)
+    crashed: dict[str, Any] | None = None
+    unserved: str | None = None
 
 
 class ObjectKey:
@@ -549,6 +554,11 @@ class ObjectKey:
                 last["error"] = f"{done.error_type}: {done.message}"
         state = {k: msgspec.json.decode(snap.state[k]) for k in sorted(snap.state)}
         info = ObjectInfo(self.object_type, self.key, state, last=last)
+        marker = await store.active_note(self._partition, self.eid)
+        if marker is not None and "crashes" in marker:
+            info.crashed = marker
+        if marker is not None and isinstance(marker.get("unserved"), str):
+            info.unserved = marker["unserved"]
         running = history.invocation if history.done is None else None
         cancelled: set[int] = set()
         for msg in await store.read_inbox(self._partition, self.eid, snap.cursor):

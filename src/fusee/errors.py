@@ -13,6 +13,7 @@ __all__ = (
     "InvalidArgument",
     "ConfigError",
     "ServerNotFound",
+    "ConnectionLost",
     "NotEncodable",
     "DeterminismError",
     "FatalError",
@@ -26,7 +27,6 @@ __all__ = (
     "Timeout",
     "InvalidToken",
     "NothingToCancel",
-    "ConnectionLost",
     "StorageFull",
     "Fenced",
     "JournalGap",
@@ -172,7 +172,8 @@ class InvalidToken(FuseeError, ValueError):
 class ConnectionLost(FuseeError):
     """NATS did not answer in time (unreachable, restarting, or too slow): the operation
     may or may not have happened. A client call retries for a while (30 s by default)
-    before it raises this; a worker's actors wait as long as it takes."""
+    before it raises this; a worker's actors wait as long as it takes, and the worker
+    rides it out and tries again."""
 
 
 class StorageFull(FuseeError):

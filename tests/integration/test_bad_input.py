@@ -159,11 +159,11 @@ async def test_unknown_workflow_is_visible_and_does_not_block_others(engine: fus
         assert await ok.result(timeout=10) == 5
 
         async def reason() -> str | None:
-            return (await lost.describe()).reason
+            text = (await lost.describe()).reason or ""
+            return text if "no live worker serves workflow 'bad_not_registered'" in text else None
 
         text = await wait_until(reason, timeout=10, what="the unrunnable run's reason")
-        assert "no workflow named 'bad_not_registered' is registered" in text
-        assert "bad_echo" in text  # it lists what the worker has
+        assert "bad_echo" in text  # it lists what the live workers have
         assert (await lost.describe()).status == "pending"
         # starting it again is still idempotent, and stores nothing new
         again = await engine.start("bad_not_registered", "r-lost", {"x": 1})

@@ -292,12 +292,12 @@ async def test_unknown_workflow_stays_pending_with_a_reason(engine: fusee.Engine
         run = await engine.start("runs_no_such_workflow", "r-unknown", 1)
 
         async def has_reason() -> bool:
-            return (await run.describe()).reason is not None
+            return "no live worker serves workflow" in ((await run.describe()).reason or "")
 
         await wait_until(has_reason, timeout=10, what="a reason on the unrunnable run")
         info = await run.describe()
         assert info.status == "pending"
-        assert "no workflow named 'runs_no_such_workflow' is registered" in (info.reason or "")
+        assert "no live worker serves workflow 'runs_no_such_workflow'" in (info.reason or "")
         with pytest.raises(fusee.Timeout):
             await run.result(timeout=0.2)
     kinds = [type(r) for _, r in await run.journal()]

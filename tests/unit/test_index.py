@@ -9,8 +9,8 @@ import pytest
 from fusee.runtime.index import RunInfo, supersedes
 
 
-def _info(status: Any) -> RunInfo:
-    return RunInfo(run_id="r", workflow="w", status=status)
+def _info(status: Any, reason: str | None = None) -> RunInfo:
+    return RunInfo(run_id="r", workflow="w", status=status, reason=reason)
 
 
 @pytest.mark.parametrize(
@@ -30,3 +30,10 @@ def _info(status: Any) -> RunInfo:
 )
 def test_supersedes(new: str, new_seq: int, old: str, old_seq: int, ok: bool) -> None:
     assert supersedes(_info(new), new_seq, _info(old), old_seq) is ok
+
+
+def test_a_workers_note_replaces_a_live_entry_of_the_same_record() -> None:
+    note = _info("pending", "no live worker serves workflow 'w'")
+    assert supersedes(note, 5, _info("running"), 5)
+    assert not supersedes(note, 5, _info("completed"), 5)
+    assert not supersedes(note, 4, _info("running"), 5)

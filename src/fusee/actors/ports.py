@@ -127,6 +127,10 @@ class SubjectLayout(Protocol):
         """Where ``worker`` answers pings (request/reply)."""
         ...
 
+    def take(self, worker: str) -> str:
+        """Where ``worker`` is handed runs and keys whose partition owner lacks their code."""
+        ...
+
     def heartbeat(self, worker: str) -> str:
         """Where ``worker`` announces itself; ``"*"`` gives the subject of every worker."""
         ...
@@ -178,6 +182,11 @@ class ClusterStore(RunStore, Protocol):
 
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """``(partition, eid)`` of the active runs in ``partitions``."""
+        ...
+
+    async def note_active(self, partition: int, eid: str, note: bytes) -> None:
+        """Write ``note`` (why no worker runs the actor now, a JSON object; ``{}``: no
+        note) as its active marker."""
         ...
 
     async def subscribe_inbox(

@@ -9,6 +9,26 @@ heartbeating is pinged: no responders means its connection is gone (a dead proce
 and its partitions are taken at once; no answer in time (a stopped process) is taken
 as dead too. Safety never rests on any of this: every journal append is fenced, so a
 worker that still believes it owns a partition is refused at its next write.
+
+NATS being slow, restarting or away for a while is not a reason to stop: the store
+raises ``ConnectionLost``, every loop here catches it, logs ``nats.unreachable`` once,
+tries again with backoff and logs ``nats.reachable`` when an owner read answers again.
+Only a fence (or the owner record naming another worker) makes it drop an actor.
+
+An actor that crashes (an exception escapes ``actor.run()``: the actor's own code or
+the store, never a handler's or a step's, which are journaled) is quarantined: it is
+not activated again before a backoff (1 s doubling to 5 minutes) has passed, whatever
+pokes it, and the reason is written where ``runs show`` and ``objects show`` read it.
+A clean activation ends the quarantine; a worker that starts afresh tries at once.
+
+Workers may serve different code. Each announces in its heartbeat the workflows and
+object types it has. A partition's owner runs what it can; a run or key of a partition
+whose owner lacks its code is handed to the live worker that has the code and ranks
+highest for the partition (rendezvous hashing over those workers only), with a ``take``
+message on core NATS, repeated at every reconcile while the run is active (a lost one,
+a guest that died, a worker that joined with the code: the next round sorts it out). The
+guest runs it as its own without owning the partition; the fence still guards every
+append. With no live worker serving it, the run's index says so.
 """
 
 from __future__ import annotations
@@ -31,9 +51,11 @@ from fusee.actors.object_actor import ObjectActor
 from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
 from fusee.actors.run_actor import RunActor
+from fusee.actors.run_index import project_index
 from fusee.actors.shared import serve_shared_call
-from fusee.errors import CommitFailed, Evicted, Fenced
+from fusee.errors import CommitFailed, ConnectionLost, Evicted, Fenced
 from fusee.runtime.ids import unescape
+from fusee.runtime.index import decode_info
 from fusee.runtime.objects import parse_object_id
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
@@ -44,6 +66,12 @@ log = get_logger()
 # How long an idle object's marker lasts: a worker that dies just as an object goes idle
 # leaves it to the next owner for this long (see Worker._actor_task).
 IDLE_MARKER_TTL = 600.0
+
+# While NATS does not answer: the first retry after this long, doubling up to the cap.
+OUTAGE_BACKOFF = (0.25, 2.0)
+
+# An actor that crashed is activated again after this long, doubling up to the cap.
+CRASH_BACKOFF = (1.0, 300.0)
 
 
 def new_worker_id() -> str:
@@ -58,6 +86,22 @@ def rank(partition: int, worker: str) -> int:
 
 def owner_for(partition: int, workers: set[str]) -> str:
     return max(workers, key=lambda w: rank(partition, w))
+
+
+def capable_for(partition: int, workers: dict[str, frozenset[str]], code: str) -> str | None:
+    """The worker that should run ``code`` (``"workflow:<name>"`` or ``"object:<type>"``)
+    in ``partition``: the highest ranked of the ``workers`` (ID -> the code it serves)
+    that serve it, or None when none does."""
+    able = {w for w, serves in workers.items() if code in serves}
+    return owner_for(partition, able) if able else None
+
+
+def code_of(registry: Registry) -> frozenset[str]:
+    """What a worker with ``registry`` serves, as announced in its heartbeat."""
+    return frozenset(
+        [f"workflow:{n}" for n in registry.names()]
+        + [f"object:{n}" for n in registry.object_names()]
+    )
 
 
 def _any_partition(layout: SubjectLayout) -> str:
@@ -78,6 +122,24 @@ class WorkerConfig:
     always_replay: bool = field(
         default_factory=lambda: os.environ.get("FUSEE_ALWAYS_REPLAY", "") not in ("", "0")
     )
+
+
+@dataclass
+class _Quarantine:
+    """An actor of ``partition`` that crashed ``crashes`` times in a row: not activated
+    before ``until`` (anyio time)."""
+
+    partition: int
+    crashes: int = 0
+    until: float = 0.0
+
+    def crashed(self) -> float:
+        """Count one more crash; the seconds until the actor may run again."""
+        self.crashes += 1
+        first, cap = CRASH_BACKOFF
+        delay: float = min(first * 2.0 ** (self.crashes - 1), cap)
+        self.until = anyio.current_time() + delay
+        return delay
 
 
 @dataclass
@@ -120,6 +182,16 @@ class Worker:
         self.members: dict[str, float] = {}
         self.actors: dict[str, _Slot] = {}
         self.unrunnable: set[str] = set()
+        # peers' code (from their heartbeats), the code each unrunnable actor of an
+        # owned partition needs (eid -> (partition, code)), the actors run here for a
+        # partition owner that lacks their code (eid -> partition), and the runs whose
+        # index says no live worker serves them
+        self.serves: dict[str, frozenset[str]] = {}
+        self.needs: dict[str, tuple[int, str]] = {}
+        self.guests: dict[str, int] = {}
+        self._unserved: set[str] = set()
+        # eid -> quarantine of the actors that crashed (dropped by a clean activation)
+        self.quarantined: dict[str, _Quarantine] = {}
         # eid -> (partition, the last inbox sequence it read) of the actors that left
         # memory to wait for their inbox: runs that wait, objects gone idle (brought back
         # by a message, not by reconcile)
@@ -135,6 +207,8 @@ class Worker:
         self._actors_closed = anyio.Event()
         self._last_verify = 0.0
         self._verifications = 0
+        # since when NATS has not answered (anyio time), None while it does
+        self._outage_since: float | None = None
         send, receive = anyio.create_memory_object_stream[tuple[int, str, Stored | None]](10_000)
         self._wakes_in, self._wakes_out = send, receive
 
@@ -150,6 +224,7 @@ class Worker:
                 self._tg = tg
                 unsubscribe = [
                     await self.store.subscribe_core(lay.ping(self.id), self._on_ping),
+                    await self.store.subscribe_core(lay.take(self.id), self._on_take),
                     await self.store.subscribe_core(lay.heartbeat("*"), self._on_heartbeat),
                     await self.store.subscribe_core(_any_partition(lay), self._on_wake),
                     await self.store.subscribe_inbox(self._on_inbox),
@@ -165,22 +240,27 @@ class Worker:
                     await self._publish_heartbeat()
                     tg.start_soon(self._heartbeat_loop)
                     tg.start_soon(self._wake_loop)
-                    await self._discover()
-                    await self._balance()
+                    try:
+                        await self._discover()
+                        await self._balance()
+                    except ConnectionLost as exc:
+                        self._unreachable(exc)  # the balance loop tries again
                     log.info(
                         "worker.started",
                         partitions=sorted(self.owned),
                         workflows=self.registry.names(),
+                        objects=self.registry.object_names(),
                     )
                     task_status.started()
                     await self._balance_loop()
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._shutdown()
-                        for unsub in unsubscribe:
-                            await unsub()
+                        with anyio.move_on_after(1.0):  # NATS may be away
+                            for unsub in unsubscribe:
+                                await unsub()
+                        # ends the wake loop (its receive side closes with the stream)
                         await self._wakes_in.aclose()
-                        await self._wakes_out.aclose()
 
     async def _host_actors(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -196,16 +276,21 @@ class Worker:
                 actors.cancel_scope.cancel()
 
     async def _shutdown(self) -> None:
+        """Bounded whatever NATS's state: ``drain_timeout`` and a second for the
+        partitions to be handed over, then what is left is cancelled."""
         self._stopping = True
-        await self._publish_heartbeat(bye=True)
-        with anyio.move_on_after(self.config.drain_timeout + 1):
-            async with anyio.create_task_group() as tg:
-                for p in list(self.owned):
-                    tg.start_soon(self._release, p)
-        for slot in list(self.actors.values()):
-            slot.scope.cancel()
-        self._actors_closed.set()
-        log.info("worker.stopped")
+        try:
+            await self._publish_heartbeat(bye=True)
+            with anyio.move_on_after(self.config.drain_timeout + 1):
+                async with anyio.create_task_group() as tg:
+                    for p in list(self.owned):
+                        tg.start_soon(self._release, p)
+                    tg.start_soon(self._release_guests)
+        finally:
+            for slot in list(self.actors.values()):
+                slot.scope.cancel()
+            self._actors_closed.set()
+            log.info("worker.stopped")
 
     # -- membership -------------------------------------------------------------------
 
@@ -218,20 +303,32 @@ class Worker:
         if worker == self.id:
             return
         try:
-            bye = bool(json.loads(data).get("bye"))
-        except (ValueError, AttributeError):
+            body = json.loads(data)
+            bye = bool(body.get("bye"))
+            # a worker of a version that does not say what it serves is never handed
+            # anything: it only runs the partitions it owns
+            serves = frozenset(str(c) for c in body.get("serves") or ())
+        except (ValueError, AttributeError, TypeError):
             return
         if bye:
             self.members.pop(worker, None)
+            self.serves.pop(worker, None)
             self._kick.set()
         else:
-            new = worker not in self.members
+            new = worker not in self.members or self.serves.get(worker) != serves
             self.members[worker] = anyio.current_time()
+            self.serves[worker] = serves
             if new:
                 self._kick.set()
+                self._last_verify = 0.0  # unrunnable runs may have a server now
 
     async def _publish_heartbeat(self, *, bye: bool = False) -> None:
-        body = {"id": self.id, "partitions": sorted(self.owned), "bye": bye}
+        body = {
+            "id": self.id,
+            "partitions": sorted(self.owned),
+            "bye": bye,
+            "serves": sorted(code_of(self.registry)),
+        }
         await self.store.publish_core(
             self.store.layout.heartbeat(self.id), json.dumps(body).encode()
         )
@@ -265,6 +362,7 @@ class Worker:
         answer = await self.store.ping(self.store.layout.ping(worker), self.config.ping_timeout)
         if answer is None:
             self.members.pop(worker, None)
+            self.serves.pop(worker, None)
             return False
         self.members[worker] = anyio.current_time()
         return True
@@ -272,15 +370,47 @@ class Worker:
     # -- partitions -------------------------------------------------------------------
 
     async def _balance_loop(self) -> None:
+        backoff = 0.0
         while True:
-            with anyio.move_on_after(self.config.heartbeat):
+            with anyio.move_on_after(backoff or self.config.heartbeat):
                 await self._kick.wait()
             self._kick = anyio.Event()
-            await self._balance()
+            try:
+                await self._balance()
+            except ConnectionLost as exc:
+                self._unreachable(exc)
+                first, cap = OUTAGE_BACKOFF
+                backoff = min(max(backoff * 2, first), cap)
+            else:
+                backoff = 0.0
+
+    def _unreachable(self, exc: ConnectionLost) -> None:
+        """NATS did not answer: one log line when an outage begins, none per retry."""
+        if self._outage_since is None:
+            self._outage_since = anyio.current_time()
+            log.warning("nats.unreachable", error=str(exc))
+
+    def _reachable(self) -> None:
+        if self._outage_since is None:
+            return
+        took = anyio.current_time() - self._outage_since
+        self._outage_since = None
+        log.warning("nats.reachable", after_s=round(took, 2))
+        # no heartbeat reached us meanwhile: peers get a fresh start before any is
+        # suspected (one that died meanwhile is found after suspect_after)
+        now = anyio.current_time()
+        for worker in self.members:
+            self.members[worker] = now
 
     async def _balance(self) -> None:
         if self._stopping:
             return
+        if self._outage_since is not None:
+            # back? The owner records answer first (ConnectionLost while still away),
+            # before any peer is judged by a ping that could not be answered
+            await self._verify()
+            self._reachable()
+            self._last_verify = anyio.current_time()
         now = anyio.current_time()
         for worker, seen in list(self.members.items()):
             if now - seen > self.config.suspect_after and not await self._alive(worker):
@@ -325,6 +455,7 @@ class Worker:
         revision = self.owned.pop(p, None)
         if revision is None:
             return
+        self._forget_partition(p)
         self._releasing.add(p)
         try:
             slots = [s for s in self.actors.values() if s.partition == p]
@@ -337,16 +468,58 @@ class Worker:
                 slot.scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await slot.done.wait()
-            await self.store.release_owner(p, revision)
-            log.debug("partition.released", partition=p)
+            await self._release_record(p, revision)
         finally:
             self._releasing.discard(p)
             self._kick.set()
+
+    async def _release_guests(self) -> None:
+        """The actors run for other partitions' owners stop at their next step boundary
+        too (or are cancelled after ``drain_timeout``); their owners hand them on."""
+        slots = [s for e, s in self.actors.items() if e in self.guests]
+        for slot in slots:
+            slot.evict = True
+        with anyio.move_on_after(self.config.drain_timeout):
+            for slot in slots:
+                await slot.done.wait()
+
+    async def _release_record(self, p: int, revision: int) -> None:
+        """Delete the owner record, trying again while NATS does not answer (the new
+        owner waits for it: this worker still answers its pings). A stopping worker
+        tries once, for a second at most: its record then names a worker whose pings
+        nobody answers, whose partitions are taken at once."""
+        delay, cap = OUTAGE_BACKOFF
+        while True:
+            try:
+                with anyio.fail_after(1.0 if self._stopping else None):
+                    await self.store.release_owner(p, revision)
+            except TimeoutError:
+                return  # stopping, and NATS does not answer
+            except ConnectionLost as exc:
+                self._unreachable(exc)
+                if self._stopping:
+                    return
+                await anyio.sleep(delay)
+                delay = min(delay * 2, cap)
+            else:
+                log.debug("partition.released", partition=p)
+                return
+
+    def _forget_partition(self, p: int) -> None:
+        # the next owner starts afresh (and so does this worker if p comes back):
+        # quarantines, and the runs it could not run and handed over
+        for eid in [e for e, q in self.quarantined.items() if q.partition == p]:
+            del self.quarantined[eid]
+        for eid in [e for e, (part, _) in self.needs.items() if part == p]:
+            del self.needs[eid]
+            self.unrunnable.discard(eid)
+            self._unserved.discard(eid)
 
     def _drop(self, p: int) -> None:
         """Another worker owns ``p`` now: stop its actors without touching the record."""
         if self.owned.pop(p, None) is None:
             return
+        self._forget_partition(p)
         log.warning("partition.lost", partition=p)
         for slot in self.actors.values():
             if slot.partition == p:
@@ -376,6 +549,17 @@ class Worker:
             e for e, (part, _) in self.parked.items() if part in partitions and e not in marked
         ]:
             del self.parked[eid]
+        # runs and keys this worker lacks the code of: handed over again (the last take
+        # may be lost, its guest gone, or a worker with the code may have joined)
+        for eid, (p, _) in list(self.needs.items()):
+            if p not in partitions:
+                continue
+            if eid in marked:
+                await self._hand_over(eid)
+            else:
+                del self.needs[eid]  # it ended
+                self.unrunnable.discard(eid)
+                self._unserved.discard(eid)
         if self._missed:
             self._missed = False
             await self._recheck_parked()
@@ -394,7 +578,7 @@ class Worker:
 
         async with anyio.create_task_group() as tg:
             for eid, (p, seen) in list(self.parked.items()):
-                if p in self.owned:
+                if p in self.owned or eid in self.guests:
                     tg.start_soon(look, eid, p, seen)
 
     # -- actors -----------------------------------------------------------------------
@@ -426,9 +610,17 @@ class Worker:
                     slot.actor.push_lost()
 
     async def _wake_loop(self) -> None:
+        with self._wakes_out:  # closed when the loop ends (its send side closed)
+            await self._wakes()
+
+    async def _wakes(self) -> None:
         async for p, eid, msg in self._wakes_out:
             # a hint: something was sent to the run (a start, a cancel); a run this
-            # worker could not run gets another look, since the message may end it
+            # worker could not run is handed on to a worker that can, else it gets
+            # another look, since the message may end it
+            if eid in self.needs and self._capable(eid) is not None:
+                self._hand_over_soon(eid)
+                continue
             self.unrunnable.discard(eid)
             self.parked.pop(eid, None)
             self._ensure_actor(p, eid, poke=True, msg=msg)
@@ -436,12 +628,24 @@ class Worker:
     def _ensure_actor(
         self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None
     ) -> None:
-        if self._stopping or p not in self.owned or eid in self.unrunnable or eid in self.parked:
+        if self._stopping or eid in self.unrunnable or eid in self.parked:
+            return
+        if p not in self.owned and eid not in self.guests:
             return
         running = self.actors.get(eid)
         if running is not None:
             if poke:
                 running.poke(msg)
+            return
+        held = self.quarantined.get(eid)
+        if held is not None and anyio.current_time() < held.until:
+            return  # a message waits in its inbox; a reconcile after `until` brings it back
+        named = parse_object_id(unescape(eid))
+        if named is not None and self.registry.get_object(named[0]) is None:
+            # a key of a type this worker lacks: handed over without an activation
+            self.needs[eid] = (p, f"object:{named[0]}")
+            self.unrunnable.add(eid)
+            self._hand_over_soon(eid)
             return
         slot = _Slot(p)
         self.actors[eid] = slot
@@ -451,6 +655,8 @@ class Worker:
     async def _actor_task(self, slot: _Slot, eid: str) -> None:
         p = slot.partition
         again = False
+        again_hand_over = False
+        crash: BaseException | None = None
         try:
             with slot.scope:
                 run_id = unescape(eid)
@@ -476,6 +682,7 @@ class Worker:
                 actor.pushes = True
                 slot.actor = actor
                 outcome = await actor.run()
+                self.quarantined.pop(eid, None)  # it ran cleanly: no longer suspect
                 if outcome == "idle":
                     # An object with nothing queued: its marker becomes an idle one the
                     # server removes in IDLE_MARKER_TTL (if this worker dies before the
@@ -489,23 +696,43 @@ class Worker:
                         await self.store.mark_active(p, eid)
                 elif outcome == "unrunnable":
                     self.unrunnable.add(eid)
+                    if self.guests.pop(eid, None) is None and isinstance(actor, RunActor):
+                        started = actor.history.started
+                        if started is not None:
+                            self.needs[eid] = (p, f"workflow:{started.workflow}")
+                            again_hand_over = True
                 else:
+                    self.guests.pop(eid, None)
                     await self.store.clear_active(p, eid)
         except Evicted:
             pass
         except CommitFailed as exc:
-            # the store failed it: its marker stays, so a reconcile activates it again
-            log.warning("actor.commit_failed", run_id=unescape(eid), error=str(exc))
+            # the store refused a record (out of storage, a record over the stream's
+            # limit): its marker stays, and it is quarantined like a crash, with why
+            log.error("actor.crashed", run_id=unescape(eid), error=str(exc))
+            crash = exc
         except Fenced:
+            self.guests.pop(eid, None)  # another worker writes it now
             log.warning("actor.fenced", run_id=unescape(eid), partition=p)
             self._last_verify = 0.0  # re-read the owners now
             self._kick.set()
-        except Exception:
+        except ConnectionLost as exc:
+            # NATS is away: not the actor's fault. Its marker stays, so a reconcile
+            # brings it back once the owner records answer again.
+            log.info("actor.interrupted", run_id=unescape(eid), error=str(exc))
+            self._unreachable(exc)
+            self._kick.set()
+        except Exception as exc:
             log.exception("actor.crashed", run_id=unescape(eid))
+            crash = exc
         finally:
             if self.actors.get(eid) is slot:  # (a parked actor's slot may be taken again)
                 del self.actors[eid]
             slot.done.set()
+        if crash is not None:
+            await self._quarantine(p, eid, crash)
+        if again_hand_over:
+            await self._hand_over(eid)
         if again:
             self._ensure_actor(p, eid)
 
@@ -522,3 +749,115 @@ class Worker:
             return False
         # still parked as left here (a wake did not bring it back meanwhile)
         return self.parked.pop(eid, None) is not None
+
+    # -- code this worker lacks ---------------------------------------------------------
+
+    def _capable(self, eid: str) -> str | None:
+        """The live peer that should run ``eid`` (whose code this worker lacks)."""
+        p, code = self.needs[eid]
+        live = {w: s for w, s in self.serves.items() if w in self.members}
+        return capable_for(p, live, code)
+
+    def _hand_over_soon(self, eid: str) -> None:
+        if self._tg is not None and not self._stopping:
+            self._tg.start_soon(self._hand_over, eid)
+
+    async def _hand_over(self, eid: str) -> None:
+        """Send ``eid`` to the live worker that has its code, or note in the run's
+        index that none has (once, until one has)."""
+        if eid not in self.needs or self._stopping:
+            return
+        p, code = self.needs[eid]
+        target = self._capable(eid)
+        kind, _, name = code.partition(":")
+        if target is not None:
+            body = json.dumps({"partition": p, "eid": eid, "from": self.id}).encode()
+            await self.store.publish_core(self.store.layout.take(target), body)
+            if eid in self._unserved and kind == "object":
+                await self._note_marker(p, eid, {})  # served now: the note goes
+            self._unserved.discard(eid)
+            return
+        if eid in self._unserved:
+            return
+        self._unserved.add(eid)
+        what = "workflow" if kind == "workflow" else "object type"
+        others = sorted(
+            c.partition(":")[2]
+            for w, s in self.serves.items()
+            if w in self.members
+            for c in s
+            if c.startswith(f"{kind}:")
+        )
+        mine = self.registry.names() if kind == "workflow" else self.registry.object_names()
+        have = ", ".join(sorted({*others, *mine})) or "none"
+        reason = (
+            f"no live worker serves {what} {name!r} (the {len(self.members) + 1} live "
+            f"workers serve: {have}); it runs once a worker with it starts"
+        )
+        if kind == "workflow":
+            log.warning("run.unserved", run_id=unescape(eid), workflow=name)
+            await self._note_index(eid, reason)
+        else:
+            log.warning("object.unserved", run_id=unescape(eid), object_type=name)
+            await self._note_marker(p, eid, {"unserved": reason})
+
+    async def _on_take(self, _subject: str, data: bytes, _reply: str | None) -> None:
+        """A partition's owner lacks the code of ``eid``: run it here."""
+        try:
+            body = json.loads(data)
+            p, eid = int(body["partition"]), str(body["eid"])
+        except (ValueError, KeyError, TypeError):
+            return
+        if self._stopping or not 0 <= p < self.config.partitions:
+            return
+        if eid not in self.guests:
+            log.info("actor.taken", run_id=unescape(eid), partition=p, owner=body.get("from"))
+            self.guests[eid] = p
+            self.unrunnable.discard(eid)
+            self.needs.pop(eid, None)
+        self._ensure_actor(p, eid)  # nothing when it runs or is parked here already
+
+    async def _quarantine(self, p: int, eid: str, exc: BaseException) -> None:
+        """Hold a crashed actor back for a while, and say why where operators look:
+        its active marker (``objects show``) and, for a run, its index entry's
+        reason (``runs show``, ``runs list``)."""
+        held = self.quarantined.setdefault(eid, _Quarantine(p))
+        delay = held.crashed()
+        error = f"{type(exc).__name__}: {exc}"
+        reason = (
+            f"the worker's actor crashed {held.crashes} time{'s' if held.crashes > 1 else ''} "
+            f"in a row ({error}); it is tried again in {delay:g}s (worker {self.id})"
+        )
+        log.warning("actor.quarantined", run_id=unescape(eid), crashes=held.crashes, retry_in=delay)
+        note = {"crashes": held.crashes, "error": error, "at": self.clock(), "retry_in": delay}
+        note["worker"] = self.id
+        await self._note_marker(p, eid, note)
+        await self._note_index(eid, reason)
+
+    async def _note_marker(self, p: int, eid: str, note: dict[str, Any]) -> None:
+        """Write ``note`` in the actor's active marker (``objects show`` prints it)."""
+        try:
+            with anyio.move_on_after(5.0):
+                await self.store.note_active(p, eid, json.dumps(note).encode())
+        except Exception:  # for operators; the log has the reason too
+            log.warning("actor.note_failed", run_id=unescape(eid), exc_info=True)
+
+    async def _note_index(self, eid: str, reason: str) -> None:
+        """Set a run's index entry to ``pending`` with ``reason`` (unless it ended): why
+        nobody runs it, for ``runs show`` and ``runs list``. Objects have no entry."""
+        if parse_object_id(unescape(eid)) is not None:
+            return
+        try:
+            with anyio.move_on_after(5.0):
+                current = await self.store.get_index_entry(eid)
+                if current is None or not current[0]:
+                    return
+                info = decode_info(current[0])
+                if not info.ended:
+                    info.status, info.reason = "pending", reason
+                    info.updated_at = self.clock()
+                    # made from the same journal as the entry it notes: an entry made
+                    # from more of it (the run went on elsewhere) is left alone
+                    await project_index(self.store, eid, info, current[1])
+        except Exception:  # for operators; the log has the reason too
+            log.warning("run.index_note_failed", run_id=unescape(eid), exc_info=True)

@@ -74,13 +74,14 @@ def supersedes(new: RunInfo, new_seq: int, old: RunInfo, old_seq: int) -> bool:
     """Whether ``new``, made from the journal up to sequence ``new_seq``, may replace
     ``old`` (made up to ``old_seq``) in the index: never one made from less of the
     journal (a stale owner that parks after the run ended elsewhere), nor, from as
-    much, an ended entry by a live one or anything by ``pending`` (the starter's entry
-    landing after the worker's)."""
+    much, an ended entry by a live one or anything by a bare ``pending`` (the starter's
+    entry landing after the worker's; a worker's ``pending`` with a reason, why nobody
+    runs it, is a note that may)."""
     if new_seq != old_seq:
         return new_seq > old_seq
     if old.ended:
         return new.ended
-    return new.status != "pending" or old.status == "pending"
+    return new.status != "pending" or old.status == "pending" or new.reason is not None
 
 
 _encoder = msgspec.json.Encoder()

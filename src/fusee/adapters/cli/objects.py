@@ -183,6 +183,15 @@ def format_object(info: ObjectInfo, *, now: float) -> list[str]:
         lines.append(
             f"last      #{last.get('seq')}  {_handler(str(last.get('handler')))}  {outcome}"
         )
+    if info.unserved is not None:
+        lines.append(f"unserved  {clip(info.unserved, 200)}")
+    if info.crashed is not None:
+        crash = info.crashed
+        lines.append(
+            f"crashed   {crash.get('crashes')} time(s) in a row, last {_stamp(crash.get('at'), now)}: "
+            f"{clip(str(crash.get('error', '')), 160)}; tried again {crash.get('retry_in')}s "
+            f"later (worker {crash.get('worker')})"
+        )
     queued = [
         inv.seq
         for inv in ([info.running] if info.running else []) + info.waiting

@@ -502,6 +502,16 @@ OBJECT_SCHEMAS: dict[str, Any] = {
                     {"type": "null"},
                 ]
             },
+            "crashed": {
+                "description": "Set while the key's actor is quarantined after crashing: "
+                "`crashes` in a row, the last `error`, when (`at`, Unix time), `retry_in` "
+                "seconds and the `worker`.",
+                "oneOf": [{"type": "object"}, {"type": "null"}],
+            },
+            "unserved": {
+                "description": "Set while no live worker serves the key's object type: why.",
+                "oneOf": [{"type": "string"}, {"type": "null"}],
+            },
         },
     },
     "ObjectEdit": {

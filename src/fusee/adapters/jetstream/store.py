@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+import anyio
 import nats
 import nats.errors
 import nats.js.errors
@@ -89,6 +90,30 @@ _NO_ANSWER = (
     nats.errors.ConnectionReconnectingError,
     nats.errors.OutboundBufferLimitError,
 )
+
+# What nats-py raises while the server is slow, restarting or unreachable: the
+# operation may or may not have happened, and trying again later is the answer.
+TRANSIENT: tuple[type[Exception], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.errors.FlushTimeoutError,
+    nats.js.errors.NoStreamResponseError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+@contextlib.contextmanager
+def lost_on_transient(what: str) -> Iterator[None]:
+    """Map a transient nats-py error to :class:`fusee.errors.ConnectionLost` naming
+    ``what`` was being done, so callers above the adapter see a fusee error."""
+    try:
+        yield
+    except TRANSIENT as exc:
+        raise ConnectionLost(f"{what}: NATS did not answer ({type(exc).__name__})") from None
 
 
 class NobodyListens(FuseeError):
@@ -184,6 +209,10 @@ class Layout:
 
     def ping(self, worker: str) -> str:
         return f"_fusee.{self.namespace}.ping.{worker}"
+
+    def take(self, worker: str) -> str:
+        # core NATS: a partition owner hands ``worker`` a run or key it lacks the code of
+        return f"_fusee.{self.namespace}.take.{worker}"
 
     @staticmethod
     def active_key(partition: int, eid: str) -> str:
@@ -289,10 +318,18 @@ class NatsStore:
                 f"max_payload of {self.max_payload:,} bytes"
             )
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 1.0) -> None:
+        """Stop the committer, then drain the connection (flush what is sent, let
+        subscriptions finish) for at most ``timeout`` seconds: with the server stalled
+        or gone there is nothing to wait for, the connection is closed as it is (in a
+        second at most)."""
         await self.committer.close()
-        with contextlib.suppress(nats.errors.ConnectionClosedError):
-            await self.nc.drain()
+        with anyio.move_on_after(timeout):
+            with contextlib.suppress(*TRANSIENT, nats.errors.ConnectionDrainingError):
+                await self.nc.drain()
+                return
+        with anyio.move_on_after(1.0), contextlib.suppress(Exception):
+            await self.nc.close()
 
     # -- layout -----------------------------------------------------------------------
 
@@ -776,13 +813,34 @@ class NatsStore:
         """Make sure the actor has an active marker (a caller that queued work for an
         object that may have gone idle: no marker, or an idle one), then hint its owner."""
         try:
-            entry = await self.work.get(Layout.active_key(partition, eid))
+            with lost_on_transient("reading an active marker"):
+                entry = await self.work.get(Layout.active_key(partition, eid))
         except nats.js.errors.KeyNotFoundError:
             entry = None
         if entry is None or entry.value == IDLE_MARKER:
             await self.mark_active(partition, eid)
             return
         await self.wake(partition, eid)
+
+    async def note_active(self, partition: int, eid: str, note: bytes) -> None:
+        """Put ``note`` (a JSON object: why no worker runs the actor now, or ``{}``) as
+        the actor's active marker: it stays active, and ``objects show`` reads it."""
+        with lost_on_transient("writing a note in an active marker"):
+            await self._retrying(self.work.put, Layout.active_key(partition, eid), note)
+
+    async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None:
+        """The JSON object an actor's active marker holds (``{}``, an idle marker, a
+        crash note), or None without a marker."""
+        try:
+            with lost_on_transient("reading an active marker"):
+                entry = await self.work.get(Layout.active_key(partition, eid))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        try:
+            value = json.loads(entry.value or b"{}")
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
 
     async def mark_idle(self, partition: int, eid: str, ttl: float) -> None:
         """Replace the actor's active marker with an idle one that the server removes
@@ -831,7 +889,8 @@ class NatsStore:
 
     async def get_index(self, eid: str) -> bytes | None:
         try:
-            entry = await self.runs.get(eid)
+            with lost_on_transient("reading the run index"):
+                entry = await self.runs.get(eid)
         except nats.js.errors.KeyNotFoundError:
             return None
         return entry.value or None
@@ -857,7 +916,7 @@ class NatsStore:
 
     async def wake(self, partition: int, eid: str) -> None:
         """Tell the partition's owner (core NATS, a hint) that the run has news."""
-        with contextlib.suppress(nats.errors.ConnectionClosedError):
+        with contextlib.suppress(*TRANSIENT):
             await self.nc.publish(self.layout.wake(partition), eid.encode())
 
     async def clear_active(self, partition: int, eid: str) -> None:
@@ -868,9 +927,10 @@ class NatsStore:
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """Active runs of ``partitions`` (a run ended less than a second ago may show)."""
         prefix = f"$KV.{self.layout.work_bucket}.active."
-        info = await self._retrying(
-            self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
-        )
+        with lost_on_transient("listing the active runs"):
+            info = await self._retrying(
+                self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
+            )
         out: list[tuple[int, str]] = []
         for subject in info.state.subjects or {}:
             part, _, eid = subject[len(prefix) :].partition(".")
@@ -882,7 +942,8 @@ class NatsStore:
 
     async def get_owner(self, partition: int) -> tuple[str, int] | None:
         try:
-            entry = await self.work.get(Layout.owner_key(partition))
+            with lost_on_transient(f"reading the owner of partition {partition}"):
+                entry = await self.work.get(Layout.owner_key(partition))
         except nats.js.errors.KeyNotFoundError:
             return None
         if not entry.value:
@@ -894,19 +955,26 @@ class NatsStore:
         (None: no owner). Returns the new revision, or None when someone else moved first."""
         key = Layout.owner_key(partition)
         try:
-            if last is None:
-                try:
-                    return await self.work.create(key, worker.encode())
-                except nats.js.errors.KeyWrongLastSequenceError:
-                    # create() fails on a deleted key too; it can be updated from the
-                    # revision of its delete marker
-                    return None
-            return await self.work.update(key, worker.encode(), last=last)
+            with lost_on_transient(f"claiming partition {partition}"):
+                return await self._claim(key, worker, last)
         except nats.js.errors.KeyWrongLastSequenceError:
             return None
 
+    async def _claim(self, key: str, worker: str, last: int | None) -> int | None:
+        if last is None:
+            try:
+                return await self.work.create(key, worker.encode())
+            except nats.js.errors.KeyWrongLastSequenceError:
+                # create() fails on a deleted key too; it can be updated from the
+                # revision of its delete marker
+                return None
+        return await self.work.update(key, worker.encode(), last=last)
+
     async def release_owner(self, partition: int, revision: int) -> None:
-        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+        with (
+            contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError),
+            lost_on_transient(f"releasing partition {partition}"),
+        ):
             await self.work.delete(Layout.owner_key(partition), last=revision)
 
     # -- core NATS: membership and wake-ups ------------------------------------------
@@ -933,9 +1001,7 @@ class NatsStore:
 
     async def publish_core(self, subject: str, data: bytes) -> None:
         self._check_fits(subject, data, {}, f"the message on {subject}")
-        with contextlib.suppress(
-            nats.errors.ConnectionClosedError, nats.errors.OutboundBufferLimitError
-        ):
+        with contextlib.suppress(*TRANSIENT):
             await self.nc.publish(subject, data)
 
     async def request_core(self, subject: str, data: bytes, timeout: float) -> bytes | None:
@@ -959,6 +1025,6 @@ class NatsStore:
         whose connection is gone) or nobody answers in time (a stopped process)."""
         try:
             msg = await self.nc.request(subject, b"", timeout=timeout)
-        except (nats.errors.NoRespondersError, nats.errors.TimeoutError):
+        except TRANSIENT:
             return None
         return msg.data

@@ -1,0 +1,24 @@
+"""Code of worker "a" for tests of workers that serve different code
+(tests/integration/test_mixed_code.py): each module registers its own workflows and
+object types, some shared with the other modules, and tags results with its name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fusee
+
+WHO = "a"
+
+
+async def _work(ctx: fusee.Context, arg: Any) -> dict[str, Any]:
+    def step(s: fusee.StepInfo) -> str:
+        return WHO
+
+    ran = await ctx.step("work", step)
+    return {"arg": arg, "by": ran}
+
+
+fusee.workflow("common")(_work)
+fusee.workflow("only_a")(_work)
+fusee.workflow("v1")(_work)

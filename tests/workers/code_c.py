@@ -1,0 +1,39 @@
+"""Code of worker "c" for tests of workers that serve different code
+(tests/integration/test_mixed_code.py): each module registers its own workflows and
+object types, some shared with the other modules, and tags results with its name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import fusee
+
+WHO = "c"
+
+
+async def _work(ctx: fusee.Context, arg: Any) -> dict[str, Any]:
+    def step(s: fusee.StepInfo) -> str:
+        return WHO
+
+    ran = await ctx.step("work", step)
+    return {"arg": arg, "by": ran}
+
+
+fusee.workflow("only_c")(_work)
+# the new version of code_a: v1 as before, and v2, which code_a lacks
+fusee.workflow("v1")(_work)
+fusee.workflow("v2")(_work)
+
+
+@fusee.workflow("v2_wait")
+async def v2_wait(ctx: fusee.Context, arg: Any) -> dict[str, Any]:
+    got = await ctx.wait_for("go")
+    return {"got": got, "by": WHO}
+
+
+async def bump(ctx: Any, arg: int) -> dict[str, Any]:
+    ctx.state.set("n", (ctx.state.get("n") or 0) + arg)
+    return {"n": ctx.state.get("n"), "by": WHO}
+
+
+fusee.object("tally_c", {"bump": bump})
