@@ -777,8 +777,9 @@ class Worker:
                 await self._note_marker(p, eid, {})  # served now: the note goes
             self._unserved.discard(eid)
             return
-        if eid in self._unserved:
-            return
+        first = eid not in self._unserved
+        if not first and kind != "object":
+            return  # (a key's note is written again: a caller's marker may replace it)
         self._unserved.add(eid)
         what = "workflow" if kind == "workflow" else "object type"
         others = sorted(
@@ -798,7 +799,8 @@ class Worker:
             log.warning("run.unserved", run_id=unescape(eid), workflow=name)
             await self._note_index(eid, reason)
         else:
-            log.warning("object.unserved", run_id=unescape(eid), object_type=name)
+            if first:
+                log.warning("object.unserved", run_id=unescape(eid), object_type=name)
             await self._note_marker(p, eid, {"unserved": reason})
 
     async def _on_take(self, _subject: str, data: bytes, _reply: str | None) -> None:
