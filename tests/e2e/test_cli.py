@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import textwrap
@@ -297,3 +298,23 @@ async def test_runs_signal_and_cancel_from_the_command_line(
     unknown = await cli("runs", "cancel", "nope", *conn)
     assert unknown.returncode == 1
     assert "no run 'nope'" in unknown.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_a_stopped_command_stops_the_server_it_started(
+    tmp_path: Path, launch: Any, sig: signal.Signals
+) -> None:
+    store = tmp_path / "store"
+    # waits for a call no worker serves, on the embedded server it starts itself
+    waiting = launch(
+        "objects", "call", "counter", "k", "add", "--timeout", "5m", "--store", str(store)
+    )
+    with anyio.fail_after(20):
+        while (found := running_server(store)) is None:
+            assert waiting.proc.poll() is None, waiting.text()
+            await anyio.sleep(0.05)
+    code = await waiting.stop(sig)
+    assert code == 128 + sig, waiting.text()
+    assert running_server(store) is None  # its server is gone with it
+    with pytest.raises(ProcessLookupError):
+        os.kill(found.pid, 0)

@@ -113,6 +113,36 @@ async def _until_signal(body: Callable[[], Awaitable[None]]) -> None:
                 tg.cancel_scope.cancel()
 
 
+async def stoppable(command: Callable[[], Awaitable[int]]) -> int:
+    """Run a one-shot command (``runs``, ``objects``, ``streams``) so that SIGINT or
+    SIGTERM cancels it and its cleanup runs (an embedded server it started is stopped,
+    not left running without its owner): exit 130 or 143, as a shell reports."""
+    stopped: int | None = None
+    code = 0
+
+    async def body() -> None:
+        nonlocal code
+        code = await command()
+
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as tg:
+            scope = anyio.CancelScope()
+
+            async def watch() -> None:
+                nonlocal stopped
+                async for signum in signals:
+                    stopped = signum
+                    scope.cancel()
+
+            tg.start_soon(watch)
+            try:
+                with scope:
+                    await body()
+            finally:
+                tg.cancel_scope.cancel()
+    return 128 + stopped if stopped is not None else code
+
+
 def _load(files: Sequence[str]) -> list[Any]:
     return [load_file(f) for f in files]
 

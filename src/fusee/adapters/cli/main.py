@@ -410,6 +410,13 @@ def _options(args: argparse.Namespace) -> GlobalOptions:
 
 
 def _command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awaitable[int]]:
+    if args.command in ("dev", "worker", "api"):
+        return _serving_command(args, opts)  # they stop on a signal their own way
+    one_shot = _one_shot_command(args, opts)
+    return lambda: commands.stoppable(one_shot)
+
+
+def _serving_command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awaitable[int]]:
     if args.command == "dev":
         return lambda: commands.dev(opts, args.file, serve=args.serve, api_port=args.api_port)
     if args.command == "worker":
@@ -422,6 +429,12 @@ def _command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awai
             keepalive=args.keepalive,
             max_body=args.max_body,
         )
+    raise AssertionError(f"not a serving command: {args.command}")
+
+
+def _one_shot_command(
+    args: argparse.Namespace, opts: GlobalOptions
+) -> Callable[[], Awaitable[int]]:
     if args.command == "objects":
         return _objects_command(args, opts)
     if args.command == "streams":
