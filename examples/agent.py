@@ -14,8 +14,7 @@ import time
 from typing import Any
 
 import fusee
-from fusee.adapters.cli.options import command_hint
-from fusee.adapters.cli.render import format_journal
+import fusee.dev
 
 # -- a scripted model and a tool, standing in for real ones -----------------------------
 
@@ -99,12 +98,12 @@ async def main(engine: fusee.Engine) -> None:
 
     print(f"\n  Q: {question}\n  A: {reply}\n")
     print(f"Journal of run {run_id} (one durable record per line):")
-    print("\n".join(format_journal(await run.journal())))
+    print("\n".join(fusee.dev.format_journal(await run.journal())))
     print(
         "\nThe first lookup_order attempt failed and was retried with the same key."
         "\nThe run and its journal stay in NATS. Look at them again with:"
-        f"\n  {command_hint('runs', 'show', run_id)}"
-        f"\n  {command_hint('runs', 'list')}\n"
+        f"\n  {fusee.dev.hint('runs', 'show', run_id)}"
+        f"\n  {fusee.dev.hint('runs', 'list')}\n"
     )
 
     chat = chats.key("user-7", engine=engine)
@@ -112,4 +111,4 @@ async def main(engine: fusee.Engine) -> None:
     print(f"  Q (chat user-7): {question}\n  A: {await chat.call('ask', question)}\n")
     turns = await chat.call("history")
     print(f"The chat of user-7 holds {len(turns)} messages, in KV and in its journal:")
-    print(f"  {command_hint('objects', 'show', 'support-chat', 'user-7')}\n")
+    print(f"  {fusee.dev.hint('objects', 'show', 'support-chat', 'user-7')}\n")

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 import fusee
-from fusee.adapters.cli.render import format_journal
+import fusee.dev
 
 REFUNDS: dict[str, int] = {}  # the payment service, standing in
 
@@ -58,4 +58,4 @@ async def main(engine: fusee.Engine) -> None:
     print(f"  status while it waits: {info.status}")
     await run.signal("approval", {"approved": True, "by": "ana"})
     print(f"  approved by ana -> {await run.result(timeout='30s')}\n")
-    print("\n".join(format_journal(await run.journal())))
+    print("\n".join(fusee.dev.format_journal(await run.journal())))

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import shutil
+import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
 
 from fusee._logging import LogFormat
 
-__all__ = ("GlobalOptions", "CURRENT", "DEFAULT_NAMESPACE", "DEFAULT_STORE", "command_hint")
+__all__ = (
+    "GlobalOptions",
+    "CURRENT",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_STORE",
+    "command_hint",
+    "program",
+)
 
 DEFAULT_NAMESPACE = "fusee"
 DEFAULT_STORE = ".fusee"
@@ -46,9 +56,10 @@ def command_hint(*args: str) -> str:
 
     Example:
         ``command_hint("runs", "show", "support-42")`` -> ``'fusee runs show support-42'``
+        (``'.venv/bin/fusee runs show support-42'`` when ``fusee`` is not on ``PATH``)
     """
     opts = CURRENT.get()
-    words = ["fusee", *args]
+    words = [*program(), *args]
     if opts.nats_flag and opts.nats:
         words += ["--nats", opts.nats]
     elif opts.nats is None and opts.store != DEFAULT_STORE:
@@ -56,3 +67,21 @@ def command_hint(*args: str) -> str:
     if opts.namespace != DEFAULT_NAMESPACE:
         words += ["--namespace", opts.namespace]
     return shlex.join(words)
+
+
+def program() -> list[str]:
+    """How to run ``fusee`` again as this process was run: ``fusee`` when that is the one
+    on ``PATH``, else the script's path as typed (``.venv/bin/fusee``), else
+    ``python -m fusee`` with this interpreter."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if os.path.basename(argv0) == "fusee":
+        found = shutil.which("fusee")
+        if found is not None and os.path.realpath(found) == os.path.realpath(argv0):
+            return ["fusee"]
+        return [argv0]
+    python = sys.executable or "python3"
+    try:
+        rel = os.path.relpath(python)
+    except ValueError:  # another drive (Windows)
+        rel = python
+    return [rel if not rel.startswith("..") and len(rel) < len(python) else python, "-m", "fusee"]
