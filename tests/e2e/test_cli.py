@@ -320,3 +320,39 @@ async def test_a_stopped_command_stops_the_server_it_started(
     assert running_server(store) is None  # its server is gone with it
     with pytest.raises(ProcessLookupError):
         os.kill(found.pid, 0)
+
+
+CHAT_ONLY = """
+import anyio
+import fusee
+
+
+async def say(ctx, text: str) -> str:
+    async def think() -> str:
+        await anyio.sleep(0.3)  # the turn takes a while: main does not wait for it
+        return "echo: " + text
+
+    reply = await ctx.step("think", think)
+    ctx.state.set("last", reply)
+    return reply
+
+
+chats = fusee.object("dev_chat", {"say": say})
+
+
+async def main(engine):
+    print("queued", await chats.key("u1", engine=engine).send("say", "hi"))
+"""
+
+
+async def test_dev_with_objects_only_finishes_what_main_sent(tmp_path: Path) -> None:
+    path = tmp_path / "chat.py"
+    path.write_text(CHAT_ONLY)
+    store = tmp_path / "store"
+    done = await cli("dev", str(path), "--store", str(store))
+    assert done.returncode == 0, done.stderr
+    assert "queued" in done.stdout
+    assert "no_workflows" not in done.stderr
+    assert "nothing_to_serve" not in done.stderr
+    async with await fusee.connect(store_dir=store) as engine:
+        assert await engine.object("dev_chat", "u1").state() == {"last": "echo: hi"}

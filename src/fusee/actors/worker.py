@@ -292,6 +292,24 @@ class Worker:
             self._actors_closed.set()
             log.info("worker.stopped")
 
+    async def unfinished(self) -> list[str]:
+        """The actors of this worker's partitions with work going on or queued: in
+        memory, or marked active and neither parked (waiting for their inbox, idle) nor
+        held back (unrunnable here, quarantined). Empty: everything it was given
+        finished or waits."""
+        marked = [e for _, e in await self.store.list_active(set(self.owned))]
+        return sorted(
+            {*self.actors}
+            | {
+                e
+                for e in marked
+                if e not in self.parked
+                and e not in self.unrunnable
+                and e not in self.quarantined
+                and e not in self.needs
+            }
+        )
+
     # -- membership -------------------------------------------------------------------
 
     async def _on_ping(self, _subject: str, _data: bytes, reply: str | None) -> None:

@@ -23,9 +23,10 @@ from fusee.adapters.cli.options import GlobalOptions, command_hint
 from fusee.adapters.cli.render import format_run, format_runs_table, json_text
 from fusee.errors import RunCancelled, RunFailed, Timeout
 from fusee.runtime.durations import format_duration, parse_duration
-from fusee.runtime.ids import validate_id, validate_name
+from fusee.runtime.ids import unescape, validate_id, validate_name
 
 if TYPE_CHECKING:
+    from fusee.actors.worker import Worker
     from fusee.adapters.http.server import Bound
 
 __all__ = (
@@ -46,6 +47,9 @@ log = get_logger()
 # coming up (compose, a restarting cluster), so it waits longer than a query does.
 CONNECT_TIMEOUT_QUERY = 10.0
 CONNECT_TIMEOUT_SERVE = 30.0
+# `fusee dev` lets work that its file's main started, and did not wait for, finish this
+# long before it stops
+DEV_FINISH = 30.0
 
 
 class CliError(Exception):
@@ -174,25 +178,53 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
         serve = True
     module = load_file(file)
     main = _dev_main(module, file)
-    if not REGISTRY.names():
-        log.warning("dev.no_workflows", file=file)
+    if not REGISTRY.names() and not REGISTRY.object_names():
+        log.warning(
+            "dev.nothing_to_serve", file=file, hint="define a fusee.workflow or fusee.object"
+        )
 
     async def body() -> None:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
             where = f"embedded, store {opts.store}" if opts.nats is None else "external"
             log.info("dev.connected", nats=_redact(engine.url), server=where)
-            async with engine.worker(), anyio.create_task_group() as tg:
+            async with engine.worker() as worker, anyio.create_task_group() as tg:
                 if api_port is not None:
                     await tg.start(_serve_api, engine, "127.0.0.1", api_port)
                 if main is not None:
                     await main(engine)
                 if serve or main is None:
-                    log.info("dev.serving", workflows=REGISTRY.names(), stop="Ctrl-C")
+                    log.info(
+                        "dev.serving",
+                        workflows=REGISTRY.names(),
+                        objects=REGISTRY.object_names(),
+                        stop="Ctrl-C",
+                    )
                     await anyio.sleep_forever()
+                await _finish_work(worker)
                 tg.cancel_scope.cancel()
 
     await _until_signal(body)
     return 0
+
+
+async def _finish_work(worker: Worker, patience: float = DEV_FINISH) -> None:
+    """Before ``fusee dev`` stops after ``main``: let what ``main`` started without
+    waiting for it (a ``send``, a run it did not await) finish or park, for at most
+    ``patience`` seconds; then say what is left (it goes on at the next start)."""
+    left = await worker.unfinished()
+    if not left:
+        return
+    log.info("dev.finishing", actors=len(left), patience=format_duration(patience), stop="Ctrl-C")
+    with anyio.move_on_after(patience):
+        while left:
+            await anyio.sleep(0.1)
+            left = await worker.unfinished()
+    if left:
+        log.warning(
+            "dev.work_left",
+            actors=sorted(unescape(e) for e in left)[:10],
+            hint="it goes on when a worker of this namespace runs again (fusee dev --serve)",
+        )
 
 
 async def worker(opts: GlobalOptions, files: Sequence[str]) -> int:
