@@ -195,7 +195,8 @@ def _inspect_takes_step_info(fn: Callable[..., Any]) -> bool:
 
 
 class Context:
-    """The workflow's handle on its run: steps, and (soon) waits, children and time.
+    """The workflow's handle on its run: steps, waits (sleeps, signals, completions),
+    children, combinators, compensations and journaled time and randomness.
 
     Attributes:
         run_id: the run's ID, as given to ``start``.
