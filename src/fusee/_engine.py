@@ -253,6 +253,35 @@ class Engine:
             if state or key in projected
         )
 
+    async def live_workers(self, *, listen: float = 0.5) -> dict[str, list[str]]:
+        """The workers of this namespace alive now, each with the code it serves
+        (``workflow:<name>``, ``object:<type>``), from the heartbeats they send every
+        0.2 s: heard for ``listen`` seconds.
+
+        Example:
+            ``any("object:chat" in s for s in (await engine.live_workers()).values())``
+        """
+        heard: dict[str, list[str]] = {}
+
+        async def on_beat(_subject: str, data: bytes, _reply: str | None) -> None:
+            try:
+                body = msgspec.json.decode(data)
+            except msgspec.DecodeError:
+                return
+            if isinstance(body, dict) and isinstance(body.get("id"), str):
+                if body.get("bye"):
+                    heard.pop(body["id"], None)
+                else:
+                    serves = body.get("serves")
+                    heard[body["id"]] = sorted(serves) if isinstance(serves, list) else []
+
+        unsubscribe = await self.store.subscribe_core(self.store.layout.heartbeat("*"), on_beat)
+        try:
+            await anyio.sleep(listen)
+        finally:
+            await unsubscribe()
+        return heard
+
     async def __aenter__(self) -> Engine:
         return self
 

@@ -146,8 +146,9 @@ async def test_show_the_queue_then_cancel_by_number(
     waiting = lines.index("waiting   1, in the order they run:")
     assert lines[waiting + 1].split()[:3] == [f"#{queued}", "add", "queued"]
     assert any(line.startswith("last ") and " add  ok" in line for line in lines)
-    hint = f"cancel one with: fusee objects cancel counter {key} {held}"
-    assert lines[-1].startswith(hint)
+    # the way fusee was started here (python -m fusee: not on PATH), then its arguments
+    assert lines[-1].startswith("cancel one with: ")
+    assert f" -m fusee objects cancel counter {key} {held} " in lines[-1]
 
     as_json = json.loads((await cli("objects", "show", "counter", key, "--json", *served)).stdout)
     assert as_json["running"]["seq"] == held
@@ -410,6 +411,19 @@ async def test_edit_and_clear_with_no_worker_stop_at_their_timeout(nats_server: 
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert "stays queued" in done.stderr
         assert "'nobody'" in done.stderr
+        assert "queued; it applies when a worker for 'nobody' runs" in done.stderr
+
+
+async def test_an_edit_of_a_type_no_worker_serves_says_so_at_once(served: tuple[str, ...]) -> None:
+    # a worker runs, but none has the type: the edit waits for one, and says so first
+    done = await cli(
+        "objects", "edit", "nobody", _key("orphan"), "--set", "a=1", "--timeout", "2s", *served
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        "queued; it applies when a worker for 'nobody' runs (1 live worker, none serves it)"
+        in done.stderr
+    )
 
 
 async def test_a_state_too_large_is_one_line_naming_it(served: tuple[str, ...]) -> None:

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import anyio
 
@@ -53,11 +53,18 @@ __all__ = (
     "format_object",
 )
 
+T = TypeVar("T")
+
 USAGE = 2  # bad input: nothing was sent
 
 
 def _out(text: str) -> None:
     sys.stdout.write(text + "\n")
+
+
+def _err(text: str) -> None:
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def _bad(message: str) -> NoReturn:
@@ -285,6 +292,32 @@ def _edit_text(text: str, prefix: str) -> tuple[Path, str]:
         raise
 
 
+async def _told_if_unserved(live: ObjectKey, apply: Callable[[], Awaitable[T]]) -> T:
+    """``await apply()`` (an edit waiting to apply); meanwhile, if no live worker serves
+    the key's type, say so at once (the edit stays queued) instead of waiting in silence."""
+
+    async def check() -> None:
+        workers = await live.engine.live_workers()
+        if not any(f"object:{live.object_type}" in serves for serves in workers.values()):
+            _err(
+                f"queued; it applies when a worker for {live.object_type!r} runs "
+                f"({len(workers)} live worker{'s' if len(workers) != 1 else ''}, none serves it)"
+            )
+
+    outcome: list[T] = []
+    failed: list[BaseException] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(check)
+        try:
+            outcome.append(await apply())
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+            failed.append(exc)
+        tg.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+    return outcome[0]
+
+
 def _not_applied(obj: ObjectKey, what: str, timeout: str) -> CliError:
     return CliError(
         f"{_where(obj)}: {what} did not apply within {timeout}; it stays queued and applies "
@@ -317,7 +350,7 @@ async def _edit_in_editor(live: ObjectKey, limit: float, timeout: str) -> int:
                 f"(your edit is kept in {path}; run the command again)"
             )
         try:
-            state = await live.edit(state=after, timeout=limit)
+            state = await _told_if_unserved(live, lambda: live.edit(state=after, timeout=limit))
         except Timeout:
             keep = True
             raise _not_applied(live, "the edit", timeout) from None
@@ -358,11 +391,14 @@ async def objects_edit(
         if new_state is None and not changes and not deletes:
             return await _edit_in_editor(live, limit, timeout)
         try:
-            state = await live.edit(
-                set=changes or None,
-                delete=list(deletes) or None,
-                state=new_state,
-                timeout=limit,
+            state = await _told_if_unserved(
+                live,
+                lambda: live.edit(
+                    set=changes or None,
+                    delete=list(deletes) or None,
+                    state=new_state,
+                    timeout=limit,
+                ),
             )
         except Timeout:
             raise _not_applied(obj, "the edit", timeout) from None
@@ -377,7 +413,7 @@ async def objects_clear(
     limit = _timeout(timeout)
     async with _connected(opts, obj) as live:
         try:
-            await live.clear(timeout=limit)
+            await _told_if_unserved(live, lambda: live.clear(timeout=limit))
         except Timeout:
             raise _not_applied(obj, "the clear", timeout) from None
     _out(f"cleared the state of {_where(obj)}")
