@@ -239,14 +239,21 @@ class Engine:
                 recent.add(named[1])
         limit = anyio.CapacityLimiter(64)
 
+        failed: list[Exception] = []
+
         async def refresh(key: str) -> None:
-            async with limit:
-                states[key] = await current_state(self.store, name, key)
+            try:
+                async with limit:
+                    states[key] = await current_state(self.store, name, key)
+            except Exception as exc:  # noqa: BLE001 - raised below, not as an ExceptionGroup
+                failed.append(exc)
 
         projected = set(states)
         async with anyio.create_task_group() as tg:
             for key in recent:
                 tg.start_soon(refresh, key)
+        if failed:
+            raise failed[0]
         return sorted(
             (key, {k: msgspec.json.decode(v) for k, v in state.items()})
             for key, state in states.items()
@@ -830,16 +837,20 @@ class Run:
         watch = store.journal_watch
         async with watch.watching(self.eid, _ENDED) as waiter:
             reread = True  # what was stored before the watch began, or while it was blind
+            behind = 0.0  # a replica answering Direct Gets may lag the watch: look again
             while True:
                 if reread:
                     last = await store.last_in_journal(self.eid)
                     if last is not None and (outcome := _outcome_of(self.run_id, last)):
                         return outcome()
-                seqs, reread = await watch.next(waiter, math.inf)
+                seqs, reread = await watch.next(waiter, behind or math.inf)
+                reread = reread or bool(behind)  # until the record is readable here
                 for seq in seqs:
                     found = await store.journal_at(self.eid, seq)
                     if found is not None and (outcome := _outcome_of(self.run_id, found)):
                         return outcome()
+                    if found is None:  # named by the watch, not readable here yet
+                        reread, behind = True, min(max(behind * 2, 0.01), 1.0)
 
     # -- token streams (issue #5) ------------------------------------------------------
 

@@ -498,7 +498,12 @@ class ObjectKey:
         running one (else the next to run): a running handler's step sees ``s.signal``
         and is cancelled, a queued one never runs; it ends ``fusee.Cancelled``, its
         state changes dropped. Durable once it returns. Returns the sequence of the
-        invocation it cancels (None: nothing was queued)."""
+        invocation it cancels (None: nothing was queued).
+
+        Raises:
+            NothingToCancel: ``seq`` is neither running nor queued (it ended, or never was).
+            InvalidArgument: ``seq`` or ``reason`` is not what it must be.
+        """
         if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
             raise InvalidArgument(f"seq={seq!r}: an invocation's sequence, from objects show")
         if not isinstance(reason, str):

@@ -33,6 +33,7 @@ __all__ = (
     "Evicted",
     "Parked",
     "CommitFailed",
+    "Unreplayable",
 )
 
 
@@ -197,6 +198,13 @@ class Parked(BaseException):
 
 class Evicted(BaseException):
     """The actor's in-memory copy is being dropped; it resumes by replay."""
+
+
+class Unreplayable(BaseException):
+    """Part of the run's history that its journal names cannot be read back (a value
+    stored out of line is missing or not the one named): not the workflow's doing, so
+    its code cannot catch it; the run pauses with the reason (an object's invocation
+    fails)."""
 
 
 class CommitFailed(BaseException):

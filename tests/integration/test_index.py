@@ -8,6 +8,7 @@ from typing import Any
 import anyio
 
 import fusee
+from fusee.actors.run_index import project_index
 from fusee.runtime.ids import partition_of
 from fusee.runtime.index import RunInfo, encode_info
 from fusee.runtime.records import WaitStarted
@@ -92,3 +93,17 @@ async def test_each_run_is_listed_once_while_entries_change(engine: fusee.Engine
         stop.set()
     for listed in listings:
         assert len(listed) == len(set(listed)) == n
+
+
+async def test_an_entry_made_from_less_of_the_journal_is_refused(engine: fusee.Engine) -> None:
+    """The frozen owner's late write, made directly: what it would write is refused
+    (the process test above may see the owner drop the partition first)."""
+    store, eid = engine.store, "stale-writer"
+    done = RunInfo(run_id=eid, workflow="w", status="completed")
+    assert await project_index(store, eid, done, journal_seq=9)
+    late = RunInfo(run_id=eid, workflow="w", status="waiting")
+    assert not await project_index(store, eid, late, journal_seq=5)
+    starter = RunInfo(run_id=eid, workflow="w", status="pending")
+    assert not await project_index(store, eid, starter, journal_seq=9)
+    infos = {i.run_id: i for i in await engine.list_runs()}
+    assert infos[eid].status == "completed"

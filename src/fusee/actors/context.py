@@ -673,7 +673,7 @@ class Context:
         decision = self._replayer.begin_step(name, location)
         if isinstance(decision, Replayed):
             if decision.ref is not None:  # stored out of line: read it back
-                return decode_value(await self._actor.store.get_value(decision.ref), type)
+                return decode_value(await self._actor.read_value(decision.ref), type)
             return decode_value(decision.result, type)
         if isinstance(decision, ReplayedFailure):
             rec = decision.record
@@ -770,7 +770,7 @@ class Context:
                 inline, ref = data, None
                 if len(data) > actor.store.max_value:
                     # too large for a record: stored first, then the record naming it
-                    inline, ref = b"null", await actor.store.put_value(actor.eid, data)
+                    inline, ref = b"null", await actor.store_value(data)
                 try:
                     await actor.commit(
                         StepCompleted(

@@ -47,6 +47,7 @@ from fusee.errors import (
     JournalGap,
     NotEncodable,
     Parked,
+    Unreplayable,
 )
 from fusee.runtime.codec import check_size, decode_value, encode_value
 from fusee.runtime.durations import format_duration
@@ -408,6 +409,9 @@ class ObjectActor(RunActor):
                 if isinstance(view, StateView):
                     fields.update(view.changes())
                 return fields
+            except Unreplayable as exc:  # a value its journal names cannot be read back
+                log.error("invocation.unreplayable", error=str(exc))
+                return _error("fusee.JournalGap", str(exc))
             except DeterminismError as exc:
                 # The key must not stay held by code that no longer matches its journal:
                 # the invocation fails (state unchanged) and the next one runs.

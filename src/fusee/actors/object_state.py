@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from fusee._logging import get_logger
 from fusee.actors.ports import RunStore
-from fusee.errors import JournalGap
+from fusee.errors import InvalidArgument, JournalGap
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape
 from fusee.runtime.objects import State, decode_state, fold, object_id
@@ -103,7 +103,7 @@ async def current_state(store: RunStore, object_type: str, key: str) -> State:
     if projected is not None and projected[1]:  # untagged (by hand): from the journal
         try:
             state, seq = decode_state(projected[0]), projected[1]
-        except Exception:  # noqa: BLE001 - unreadable: rebuilt from the journal
+        except InvalidArgument:  # unreadable: rebuilt from the journal
             state, seq = {}, 0
     for msg in await store.read_journal(escape(object_id(object_type, key)), seq):
         record = decode_record(msg.data)

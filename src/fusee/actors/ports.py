@@ -8,7 +8,7 @@ engine builds a worker.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 from fusee.runtime.records import ValueRef
 
@@ -183,6 +183,10 @@ class ClusterStore(RunStore, Protocol):
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """``(partition, eid)`` of the active runs in ``partitions``."""
         ...
+
+    async def clear_note(self, partition: int, eid: str, field: str) -> None: ...
+
+    async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None: ...
 
     async def note_active(self, partition: int, eid: str, note: bytes) -> None:
         """Write ``note`` (why no worker runs the actor now, a JSON object; ``{}``: no

@@ -37,6 +37,7 @@ from fusee.errors import (
     JournalGap,
     NotEncodable,
     Parked,
+    Unreplayable,
 )
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
@@ -49,6 +50,7 @@ from fusee.runtime.records import (
     RunContinued,
     RunFailed,
     RunPaused,
+    ValueRef,
     WaitDone,
     WaitStarted,
     encode_record,
@@ -179,6 +181,34 @@ class RunActor:
         self.history.add(seq, record, data)
         self.fence = seq
         return seq
+
+    async def store_value(self, data: bytes) -> ValueRef:
+        """Store a value too large for a record out of line, before the record naming it.
+
+        Raises:
+            CommitFailed: the store refused it or did not answer (not the workflow's
+                error: its code cannot catch it).
+        """
+        try:
+            return await self.store.put_value(self.eid, data)
+        except NotEncodable:
+            raise  # over the largest value stored out of line: the step fails
+        except Exception as exc:
+            raise CommitFailed(
+                f"a value of {len(data):,} bytes of {self.run_id!r} was not stored: "
+                f"{exc or type(exc).__name__}"
+            ) from exc
+
+    async def read_value(self, ref: ValueRef) -> bytes:
+        """A value the journal names, stored out of line.
+
+        Raises:
+            Unreplayable: it is missing or not the one named (the run pauses).
+        """
+        try:
+            return await self.store.get_value(ref)
+        except JournalGap as gap:
+            raise Unreplayable(str(gap)) from None
 
     # -- waits ------------------------------------------------------------------------
 
@@ -472,7 +502,7 @@ class RunActor:
                             )
                         )
                     )
-            except DeterminismError as exc:
+            except (DeterminismError, Unreplayable) as exc:
                 return record, str(exc)
             except StepFailedError as exc:
                 if replayer.broken is not None:

@@ -70,6 +70,12 @@ IDLE_MARKER_TTL = 600.0
 # While NATS does not answer: the first retry after this long, doubling up to the cap.
 OUTAGE_BACKOFF = (0.25, 2.0)
 
+# A guest (an actor run here for a partition owner that lacks its code) is a lease the
+# owner renews with a `take` at each of its reconciles (every ``verify_every``): one not
+# renewed for this many rounds is let go (the partition moved to a worker with the
+# code, or the owner died), so two workers do not keep running it.
+GUEST_LEASE_ROUNDS = 3
+
 # An actor that crashed is activated again after this long, doubling up to the cap.
 CRASH_BACKOFF = (1.0, 300.0)
 
@@ -189,6 +195,7 @@ class Worker:
         self.serves: dict[str, frozenset[str]] = {}
         self.needs: dict[str, tuple[int, str]] = {}
         self.guests: dict[str, int] = {}
+        self._guest_renewed: dict[str, float] = {}  # eid -> when its last take came
         self._unserved: set[str] = set()
         # eid -> quarantine of the actors that crashed (dropped by a clean activation)
         self.quarantined: dict[str, _Quarantine] = {}
@@ -313,8 +320,9 @@ class Worker:
     # -- membership -------------------------------------------------------------------
 
     async def _on_ping(self, _subject: str, _data: bytes, reply: str | None) -> None:
-        if reply:
-            await self.store.publish_core(reply, json.dumps({"id": self.id}).encode())
+        if reply:  # with its code: a peer that just started knows it before a heartbeat
+            body = {"id": self.id, "serves": sorted(code_of(self.registry))}
+            await self.store.publish_core(reply, json.dumps(body).encode())
 
     async def _on_heartbeat(self, subject: str, data: bytes, _reply: str | None) -> None:
         worker = subject.rsplit(".", 1)[-1]
@@ -362,15 +370,22 @@ class Worker:
         taken at once (a ping to a closed connection has no responders) instead of after
         a heartbeat timeout. Workers that own nothing show up with their heartbeats."""
         owners: set[str] = set()
+        lost: list[ConnectionLost] = []
 
         async def read(p: int) -> None:
-            current = await self.store.get_owner(p)
+            try:
+                current = await self.store.get_owner(p)
+            except ConnectionLost as exc:  # raised below, not as an ExceptionGroup
+                lost.append(exc)
+                return
             if current is not None:
                 owners.add(current[0])
 
         async with anyio.create_task_group() as tg:
             for p in range(self.config.partitions):
                 tg.start_soon(read, p)
+        if lost:
+            raise lost[0]
         owners.discard(self.id)
         async with anyio.create_task_group() as tg:
             for worker in owners:
@@ -383,6 +398,12 @@ class Worker:
             self.serves.pop(worker, None)
             return False
         self.members[worker] = anyio.current_time()
+        try:
+            serves = json.loads(answer).get("serves")
+        except (ValueError, AttributeError):
+            serves = None
+        if isinstance(serves, list):
+            self.serves[worker] = frozenset(str(c) for c in serves)
         return True
 
     # -- partitions -------------------------------------------------------------------
@@ -544,6 +565,7 @@ class Worker:
                 slot.scope.cancel()
 
     async def _verify(self) -> None:
+        self._expire_guests()
         for p, revision in list(self.owned.items()):
             current = await self.store.get_owner(p)
             if current is None or current[0] != self.id:
@@ -578,18 +600,33 @@ class Worker:
                 del self.needs[eid]  # it ended
                 self.unrunnable.discard(eid)
                 self._unserved.discard(eid)
-        if self._missed:
-            self._missed = False
-            await self._recheck_parked()
+        if self._missed and await self._recheck_parked():
+            self._missed = False  # (only once every parked inbox was read)
 
-    async def _recheck_parked(self) -> None:
+    async def _recheck_parked(self) -> bool:
         """After a dropped hint: every parked actor with something new in its inbox
-        comes back (one read each, as many at once as the limiter lets through)."""
+        comes back (one read each, as many at once as the limiter lets through).
+        False when a read failed (the next reconcile tries again).
+
+        Raises:
+            ConnectionLost: NATS did not answer (the balance loop backs off).
+        """
         limit = anyio.CapacityLimiter(32)
+        lost: list[ConnectionLost] = []
+        failed = False
 
         async def look(eid: str, p: int, seen: int) -> None:
-            async with limit:
-                news = await self.store.read_inbox(p, eid, seen, limit=1)
+            nonlocal failed
+            try:
+                async with limit:
+                    news = await self.store.read_inbox(p, eid, seen, limit=1)
+            except ConnectionLost as exc:  # raised below, not as an ExceptionGroup
+                lost.append(exc)
+                return
+            except Exception:
+                log.warning("worker.recheck_failed", run_id=unescape(eid), exc_info=True)
+                failed = True
+                return
             if news and self.parked.get(eid, (p, -1))[1] == seen:
                 del self.parked[eid]
                 self._ensure_actor(p, eid)
@@ -598,6 +635,9 @@ class Worker:
             for eid, (p, seen) in list(self.parked.items()):
                 if p in self.owned or eid in self.guests:
                     tg.start_soon(look, eid, p, seen)
+        if lost:  # the next reconcile looks again (``_missed`` stays set)
+            raise lost[0]
+        return not failed
 
     # -- actors -----------------------------------------------------------------------
 
@@ -763,7 +803,15 @@ class Worker:
         if self.actors.get(eid) is slot:
             del self.actors[eid]
         self.parked[eid] = (slot.partition, seen)
-        if not await self.store.read_inbox(slot.partition, eid, seen, limit=1):
+        try:
+            news = await self.store.read_inbox(slot.partition, eid, seen, limit=1)
+        except BaseException:
+            # not looked at: not parked either (a reconcile brings it back), and any
+            # parked actor may have missed its message the same way
+            self.parked.pop(eid, None)
+            self._missed = True
+            raise
+        if not news:
             return False
         # still parked as left here (a wake did not bring it back meanwhile)
         return self.parked.pop(eid, None) is not None
@@ -792,7 +840,13 @@ class Worker:
             body = json.dumps({"partition": p, "eid": eid, "from": self.id}).encode()
             await self.store.publish_core(self.store.layout.take(target), body)
             if eid in self._unserved and kind == "object":
-                await self._note_marker(p, eid, {})  # served now: the note goes
+                # served now: the note goes (unless the marker changed since, e.g. the
+                # guest already made it idle, which must keep its expiry)
+                try:
+                    with anyio.move_on_after(5.0):
+                        await self.store.clear_note(p, eid, "unserved")
+                except Exception:  # for operators; the next hand-over tries again
+                    log.warning("actor.note_failed", run_id=unescape(eid), exc_info=True)
             self._unserved.discard(eid)
             return
         first = eid not in self._unserved
@@ -819,6 +873,8 @@ class Worker:
         else:
             if first:
                 log.warning("object.unserved", run_id=unescape(eid), object_type=name)
+            elif await self._noted(p, eid, "unserved"):
+                return  # still there: no write (a caller's marker may have replaced it)
             await self._note_marker(p, eid, {"unserved": reason})
 
     async def _on_take(self, _subject: str, data: bytes, _reply: str | None) -> None:
@@ -835,7 +891,23 @@ class Worker:
             self.guests[eid] = p
             self.unrunnable.discard(eid)
             self.needs.pop(eid, None)
+        self._guest_renewed[eid] = anyio.current_time()
         self._ensure_actor(p, eid)  # nothing when it runs or is parked here already
+
+    def _expire_guests(self) -> None:
+        """Let go of guests whose owner stopped renewing them: a parked one is
+        forgotten, a running one stops at its next step boundary (its new owner has
+        it; fencing keeps the two copies from both committing meanwhile)."""
+        lease = GUEST_LEASE_ROUNDS * self.config.verify_every
+        now = anyio.current_time()
+        for eid in [e for e in self.guests if now - self._guest_renewed.get(e, 0.0) > lease]:
+            log.info("actor.guest_expired", run_id=unescape(eid))
+            self.guests.pop(eid, None)
+            self._guest_renewed.pop(eid, None)
+            self.parked.pop(eid, None)
+            slot = self.actors.get(eid)
+            if slot is not None:
+                slot.evict = True
 
     async def _quarantine(self, p: int, eid: str, exc: BaseException) -> None:
         """Hold a crashed actor back for a while, and say why where operators look:
@@ -853,6 +925,17 @@ class Worker:
         note["worker"] = self.id
         await self._note_marker(p, eid, note)
         await self._note_index(eid, reason)
+
+    async def _noted(self, p: int, eid: str, field: str) -> bool:
+        """Whether the actor's active marker holds a note with ``field`` (False when it
+        cannot be read: the note is written again)."""
+        try:
+            with anyio.move_on_after(5.0):
+                note = await self.store.active_note(p, eid)
+                return note is not None and field in note
+        except Exception:  # noqa: BLE001 - unknown: written again
+            return False
+        return False
 
     async def _note_marker(self, p: int, eid: str, note: dict[str, Any]) -> None:
         """Write ``note`` in the actor's active marker (``objects show`` prints it)."""

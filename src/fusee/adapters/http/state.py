@@ -14,8 +14,9 @@ from fusee._engine import Engine
 from fusee._logging import get_logger
 from fusee.adapters.http.errors import ApiError
 from fusee.adapters.http.sse import StreamRegistry
+from fusee.errors import InvalidArgument
 
-__all__ = ("ApiState", "api_state", "json_response", "until_disconnect")
+__all__ = ("ApiState", "api_state", "json_body", "json_response", "until_disconnect")
 
 log = get_logger()
 
@@ -42,6 +43,24 @@ def api_state(request: Request) -> ApiState:
 
 
 _encoder = msgspec.json.Encoder()
+
+
+async def json_body(request: Request, what: str) -> Any:
+    """The request body as JSON; an empty body is ``None``.
+
+    Raises:
+        InvalidArgument: it is not JSON, or nests too deeply to be read; the message
+            names ``what``.
+    """
+    data = await request.body()
+    if not data.strip():
+        return None
+    try:
+        return msgspec.json.decode(data)
+    except msgspec.DecodeError as exc:
+        raise InvalidArgument(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{what} nests too deeply to be read") from None
 
 
 def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:

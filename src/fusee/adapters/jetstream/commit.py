@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -91,7 +92,11 @@ class GroupCommitter:
         # an appender that left (cancelled) does not read its outcome: nothing to report
         item.done.add_done_callback(lambda f: f.cancelled() or f.exception())
         if self._committer is None:
-            self._committer = asyncio.get_running_loop().create_task(self._commit_queued())
+            # in a context of its own: not the first appender's (its log fields, its
+            # patience); each record carries its own ``give_up``
+            self._committer = asyncio.get_running_loop().create_task(
+                self._commit_queued(), context=contextvars.Context()
+            )
         # Shielded: an appender cancelled while it waits leaves its record to the
         # committer (it may land; the appender's next commit, fenced, finds out).
         return await asyncio.shield(item.done)

@@ -461,7 +461,8 @@ class NatsStore:
             except nats.js.errors.BadRequestError as exc:
                 if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
                     raise
-                last = await self.last_in_journal(eid)
+                with self.retrying_for(max(0.0, give_up - time.monotonic())):
+                    last = await self.last_in_journal(eid)  # as patient as the append
                 if last is not None and last.headers.get(MSG_ID) == msg_id:
                     return last.seq  # our earlier try landed; its reply was lost
                 raise Fenced(f"journal of {eid} moved past sequence {fence}") from None
@@ -827,6 +828,25 @@ class NatsStore:
         the actor's active marker: it stays active, and ``objects show`` reads it."""
         with lost_on_transient("writing a note in an active marker"):
             await self._retrying(self.work.put, Layout.active_key(partition, eid), note)
+
+    async def clear_note(self, partition: int, eid: str, field: str) -> None:
+        """Replace the actor's active marker with ``{}`` if it still holds a note with
+        ``field``, by compare-and-set: a marker written since (an idle one, another
+        note) is left as it is."""
+        key = Layout.active_key(partition, eid)
+        with lost_on_transient("clearing a note in an active marker"):
+            try:
+                entry = await self.work.get(key)
+            except nats.js.errors.KeyNotFoundError:
+                return
+            try:
+                note = json.loads(entry.value or b"{}")
+            except ValueError:
+                return
+            if not isinstance(note, dict) or field not in note:
+                return
+            with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+                await self.work.update(key, b"{}", last=entry.revision)
 
     async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None:
         """The JSON object an actor's active marker holds (``{}``, an idle marker, a

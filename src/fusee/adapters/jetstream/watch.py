@@ -120,8 +120,9 @@ class JournalWatch:
         """Wait up to ``timeout`` seconds for news: ``(sequences of records of the
         waiter's kinds, in order; whether records may have been missed: then read the
         journal again)``. Both empty and False when the time passed."""
-        with anyio.move_on_after(min(timeout, STALE)):
-            await waiter._event.wait()
+        if not self._broken:  # (broken before this waiter came: renewed at once below)
+            with anyio.move_on_after(min(timeout, STALE)):
+                await waiter._event.wait()
         if self._broken or time.monotonic() - self._heard > STALE:
             await self._renew()
         return waiter._take()

@@ -20,7 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from fusee._engine import CompletionInfo
 from fusee.adapters.http.errors import error_response
-from fusee.adapters.http.state import api_state, json_response
+from fusee.adapters.http.state import api_state, json_body, json_response
 from fusee.errors import InvalidArgument, InvalidToken
 
 __all__ = ("routes",)
@@ -49,7 +49,12 @@ async def complete(request: Request) -> Response:
     engine = api_state(request).engine
     token = request.path_params["token"]
     form = request.headers.get("content-type", "").split(";")[0].strip() == FORM
-    value = _form_value(await request.body()) if form else _json_value(await request.body())
+    if form:
+        value = _form_value(await request.body())
+    else:
+        value = await json_body(request, "the completion's value")
+        if value is None:
+            raise InvalidArgument("the completion's value is missing: send JSON (true, false, ...)")
     try:
         stored = await engine.complete(token, value)
     except InvalidToken as exc:
@@ -66,15 +71,6 @@ def _refused(exc: InvalidToken) -> Response:
     """A spent token (expired, used with another value): 409; any other: 404, since the
     URL names no wait (a forged one is told apart only in the message)."""
     return error_response(409 if exc.spent else 404, "InvalidToken", str(exc))
-
-
-def _json_value(data: bytes) -> Any:
-    if not data.strip():
-        raise InvalidArgument("the completion's value is missing: send JSON (true, false, ...)")
-    try:
-        return msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise InvalidArgument(f"the completion's value is not valid JSON: {exc}") from None
 
 
 def _form_value(data: bytes) -> Any:

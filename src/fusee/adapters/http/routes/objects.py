@@ -8,9 +8,6 @@ with the handler's own ``error_type`` and ``message`` in the error body.
 
 from __future__ import annotations
 
-from typing import Any
-
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -18,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 from fusee._objects import ObjectKey
 from fusee.adapters.http.errors import ApiError, error_response
 from fusee.adapters.http.params import parse_wait
-from fusee.adapters.http.state import api_state, json_response, until_disconnect
+from fusee.adapters.http.state import api_state, json_body, json_response, until_disconnect
 from fusee.errors import HandlerCancelled, HandlerFailed, InvalidArgument, Timeout
 from fusee.runtime.ids import validate_id, validate_name
 
@@ -30,19 +27,6 @@ UNKNOWN_HANDLER = "fusee.UnknownHandler"  # the error_type of a handler the type
 def _object(request: Request) -> ObjectKey:
     params = request.path_params
     return api_state(request).engine.object(params["type"], params["key"])
-
-
-async def _body(request: Request, what: str) -> Any:
-    """The request body as JSON; an empty body is ``None``."""
-    data = await request.body()
-    if not data.strip():
-        return None
-    try:
-        return msgspec.json.decode(data)
-    except msgspec.DecodeError as exc:
-        raise InvalidArgument(f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise InvalidArgument(f"{what} nests too deeply to be read") from None
 
 
 def _timed_out(obj: ObjectKey, what: str, wait: float) -> Response:
@@ -86,7 +70,7 @@ async def _patch_state(request: Request) -> Response:
     ``{"state"}``, applied as one exclusive invocation; answers the new state."""
     obj = _object(request)
     wait = parse_wait(request.query_params.get("timeout"))
-    edit = await _body(request, "the edit")
+    edit = await json_body(request, "the edit")
     if not isinstance(edit, dict):
         raise InvalidArgument(
             'the edit must be a JSON object: {"set": {...}, "delete": [...], "clear": true} '
@@ -139,7 +123,7 @@ async def call(request: Request) -> Response:
     handler = validate_name(request.path_params["handler"], "handler name")
     wait = parse_wait(request.query_params.get("timeout"))
     idempotency_key = _idempotency_key(request)
-    arg = await _body(request, "the input")
+    arg = await json_body(request, "the input")
     try:
         result = await until_disconnect(
             request,
@@ -168,7 +152,7 @@ async def send(request: Request) -> Response:
     obj = _object(request)
     handler = validate_name(request.path_params["handler"], "handler name")
     idempotency_key = _idempotency_key(request)
-    arg = await _body(request, "the input")
+    arg = await json_body(request, "the input")
     seq = await obj.send(handler, arg, idempotency_key=idempotency_key)
     return json_response({"seq": seq}, 202)
 
@@ -177,7 +161,7 @@ async def cancel(request: Request) -> Response:
     """``POST /v1/objects/{type:id}/{key}/cancel``: ``{"seq": n, "reason": "..."}``; without
     ``seq``, the invocation running (else the next to run). ``202 {"seq", "reason"}``."""
     obj = _object(request)
-    body = await _body(request, "the cancel")
+    body = await json_body(request, "the cancel")
     body = {} if body is None else body
     if not isinstance(body, dict) or set(body) - {"seq", "reason"}:
         raise InvalidArgument('the body must be {"seq": <int>, "reason": "<text>"} (both optional)')

@@ -65,7 +65,7 @@ async def _outcome(request: Request, run: Run, wait: float) -> Response | None:
 
 
 routes: list[BaseRoute] = [
-    # `:path`: run IDs may hold slashes ("chat-7/turn-3"); the suffixed routes come first
+    # `:id`: one percent-encoded segment (a run ID's "/" is %2F), so no order matters
     Route("/v1/runs/{run_id:id}/result", result, methods=["GET"], name="run_result"),
     Route("/v1/runs/{run_id:id}", describe, methods=["GET"], name="run_describe"),
 ]
