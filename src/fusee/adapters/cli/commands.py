@@ -93,20 +93,24 @@ async def open_engine(
             await engine.close()
 
 
-async def _until_signal(body: Callable[[], Awaitable[None]]) -> None:
+async def _until_signal(body: Callable[[], Awaitable[None]]) -> int | None:
     """Run ``body`` until it returns or SIGINT/SIGTERM arrives, which cancel it so its
-    cleanup runs (a worker hands its partitions over)."""
+    cleanup runs (a worker hands its partitions over); returns that signal's number,
+    None when ``body`` returned by itself."""
+    stopped: int | None = None
     with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with anyio.create_task_group() as tg:
             scope = anyio.CancelScope()
 
             async def watch() -> None:
+                nonlocal stopped
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     if scope.cancel_called:
                         log.info("cli.still_stopping", signal=name)
                     else:
                         log.info("cli.stopping", signal=name)
+                        stopped = signum
                         scope.cancel()
 
             tg.start_soon(watch)
@@ -115,35 +119,20 @@ async def _until_signal(body: Callable[[], Awaitable[None]]) -> None:
                     await body()
             finally:
                 tg.cancel_scope.cancel()
+    return stopped
 
 
 async def stoppable(command: Callable[[], Awaitable[int]]) -> int:
     """Run a one-shot command (``runs``, ``objects``, ``streams``) so that SIGINT or
     SIGTERM cancels it and its cleanup runs (an embedded server it started is stopped,
     not left running without its owner): exit 130 or 143, as a shell reports."""
-    stopped: int | None = None
     code = 0
 
     async def body() -> None:
         nonlocal code
         code = await command()
 
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as tg:
-            scope = anyio.CancelScope()
-
-            async def watch() -> None:
-                nonlocal stopped
-                async for signum in signals:
-                    stopped = signum
-                    scope.cancel()
-
-            tg.start_soon(watch)
-            try:
-                with scope:
-                    await body()
-            finally:
-                tg.cancel_scope.cancel()
+    stopped = await _until_signal(body)
     return 128 + stopped if stopped is not None else code
 
 
