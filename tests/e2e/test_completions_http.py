@@ -111,3 +111,17 @@ async def _by_program(engine: fusee.Engine) -> None:
             assert r.json()["error"]["type"] == "InvalidToken"
         r = await client.post(url, content=b"{not json")
         assert r.status_code in (400, 409)
+
+
+async def test_null_is_a_value_and_an_empty_body_is_not(nats_server: Any, namespace: str) -> None:
+    async with _served(nats_server.url, namespace) as (engine, _):
+        url = await _url(engine, "by-null")
+        async with httpx.AsyncClient(timeout=20) as client:
+            r = await client.post(url, content=b"", headers={"content-type": "application/json"})
+            assert r.status_code == 400
+            assert "missing" in r.json()["error"]["message"]
+            r = await client.post(
+                url, content=b"null", headers={"content-type": "application/json"}
+            )
+            assert r.json() == {"completed": True, "stored": True, "value": None}
+        assert await engine.run("by-null").result(timeout=15) is None

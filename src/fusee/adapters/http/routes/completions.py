@@ -52,9 +52,9 @@ async def complete(request: Request) -> Response:
     if form:
         value = _form_value(await request.body())
     else:
-        value = await json_body(request, "the completion's value")
-        if value is None:
+        if not (await request.body()).strip():
             raise InvalidArgument("the completion's value is missing: send JSON (true, false, ...)")
+        value = await json_body(request, "the completion's value")  # (null is a value)
     try:
         stored = await engine.complete(token, value)
     except InvalidToken as exc:
