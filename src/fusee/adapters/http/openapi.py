@@ -29,12 +29,24 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {_JSON: {"schema": _ref("Error")}}}
 
 
+# What the ID checks accept (runtime/ids.py), as a schema: no control characters (C0,
+# DEL, C1). The byte limits (256 UTF-8 bytes for IDs and keys, 128 for names) have no
+# JSON Schema form: the character limits below always fit them.
+_NO_CONTROL = "\\x00-\\x1f\\x7f-\\x9f"
+_ID = {"type": "string", "minLength": 1, "maxLength": 64, "pattern": f"^[^{_NO_CONTROL}]+$"}
+_NAME = {"type": "string", "minLength": 1, "maxLength": 32, "pattern": f"^[^{_NO_CONTROL}]+$"}
+# a run ID must not start with "@" (objects' actors); an object type holds no "/" either
+_RUN_ID_SCHEMA = {**_ID, "pattern": f"^[^@{_NO_CONTROL}][^{_NO_CONTROL}]*$"}
+_TYPE_SCHEMA = {**_NAME, "pattern": f"^[^@/{_NO_CONTROL}][^/{_NO_CONTROL}]*$"}
+
+
 _RUN_ID = {
     "name": "run_id",
     "in": "path",
     "required": True,
-    "description": "The run's ID, percent-encoded as one path segment (a `/` in it is `%2F`).",
-    "schema": {"type": "string", "minLength": 1},
+    "description": "The run's ID, percent-encoded as one path segment (a `/` in it is "
+    "`%2F`): at most 256 UTF-8 bytes, no control characters, not starting with `@`.",
+    "schema": _RUN_ID_SCHEMA,
 }
 _BAD_ID = _error(
     "`InvalidId`: the run ID or stream name cannot exist (empty, too long, control characters)."
@@ -138,7 +150,7 @@ PATHS: dict[str, dict[str, Any]] = {
                     "in": "path",
                     "required": True,
                     "description": "The stream's name: the name given to `model_call`.",
-                    "schema": {"type": "string", "minLength": 1},
+                    "schema": _NAME,
                 },
                 {
                     "name": "from",
@@ -184,22 +196,24 @@ _TYPE = {
     "name": "type",
     "in": "path",
     "required": True,
-    "description": "The object type: the name given to `fusee.object`.",
-    "schema": {"type": "string", "minLength": 1},
+    "description": "The object type: the name given to `fusee.object` (no `/`, not "
+    "starting with `@`).",
+    "schema": _TYPE_SCHEMA,
 }
 _KEY = {
     "name": "key",
     "in": "path",
     "required": True,
-    "description": "The object's key (it may contain `/`).",
-    "schema": {"type": "string", "minLength": 1},
+    "description": "The object's key, percent-encoded as one path segment (a `/` in it "
+    "is `%2F`).",
+    "schema": _ID,
 }
 _HANDLER = {
     "name": "handler",
     "in": "path",
     "required": True,
     "description": "The handler's name, as registered in `fusee.object`.",
-    "schema": {"type": "string", "minLength": 1},
+    "schema": _NAME,
 }
 _WAIT = {
     "name": "timeout",
@@ -217,7 +231,7 @@ _IDEMPOTENCY = {
     "required": False,
     "description": "A retried request with the same key (within 2 minutes) does not run "
     "the handler again: it gets the first invocation's outcome.",
-    "schema": {"type": "string", "minLength": 1},
+    "schema": _ID,
 }
 _BAD_OBJECT = _error(
     "`InvalidId`: the type, key or handler name cannot exist; or `InvalidArgument`: a "
@@ -380,7 +394,7 @@ _TOKEN = {
     "required": True,
     "description": "The completion token `ctx.await_completion` made (the callback URL's "
     "last segment): it authenticates the request by itself.",
-    "schema": {"type": "string", "minLength": 1},
+    "schema": {"type": "string", "minLength": 1, "maxLength": 2048},
 }
 _TOKEN_UNKNOWN = _error(
     "`InvalidToken`: the token is malformed or forged, or names no completion wait."
@@ -463,6 +477,7 @@ OBJECT_SCHEMAS: dict[str, Any] = {
         "type": "object",
         "description": "The state: top-level keys to JSON values.",
         "additionalProperties": True,
+        "propertyNames": {"minLength": 1},
     },
     "ObjectKeys": {
         "type": "object",
@@ -520,11 +535,34 @@ OBJECT_SCHEMAS: dict[str, Any] = {
         "`set`, `delete`, `clear` (`clear` first, then `delete`, then `set`).",
         "properties": {
             "state": _ref("ObjectState"),
-            "set": {"type": "object", "additionalProperties": True},
+            "set": {
+                "type": "object",
+                "additionalProperties": True,
+                "propertyNames": {"minLength": 1},
+            },
             "delete": {"type": "array", "items": {"type": "string", "minLength": 1}},
             "clear": {"type": "boolean"},
         },
         "additionalProperties": False,
+        # something to do: a whole state alone, or a key to set, one to delete, a clear
+        "anyOf": [
+            {"required": ["state"], "maxProperties": 1},
+            {
+                "required": ["set"],
+                "not": {"required": ["state"]},
+                "properties": {"set": {"minProperties": 1}},
+            },
+            {
+                "required": ["delete"],
+                "not": {"required": ["state"]},
+                "properties": {"delete": {"minItems": 1}},
+            },
+            {
+                "required": ["clear"],
+                "not": {"required": ["state"]},
+                "properties": {"clear": {"const": True}},
+            },
+        ],
     },
     "CallResult": {
         "type": "object",

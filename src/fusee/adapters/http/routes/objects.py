@@ -166,6 +166,8 @@ async def cancel(request: Request) -> Response:
     if not isinstance(body, dict) or set(body) - {"seq", "reason"}:
         raise InvalidArgument('the body must be {"seq": <int>, "reason": "<text>"} (both optional)')
     seq = body.get("seq")
+    if isinstance(seq, float) and seq.is_integer():
+        seq = int(seq)  # 43.0 is the integer 43 in JSON (and in the OpenAPI schema)
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
         raise InvalidArgument(f"seq={seq!r}: an invocation's number (>= 1), from the queue")
     reason = body.get("reason", "cancelled over HTTP")
