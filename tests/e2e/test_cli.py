@@ -356,3 +356,18 @@ async def test_dev_with_objects_only_finishes_what_main_sent(tmp_path: Path) -> 
     assert "nothing_to_serve" not in done.stderr
     async with await fusee.connect(store_dir=store) as engine:
         assert await engine.object("dev_chat", "u1").state() == {"last": "echo: hi"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs", "cancel", "@counter/victim"),
+        ("runs", "signal", "@counter/victim", "go"),
+        ("runs", "show", "@counter/victim"),
+    ],
+)
+async def test_run_commands_refuse_object_ids(nats_server: Any, namespace: str, args: Any) -> None:
+    done = await cli(*args, "--nats", nats_server.url, "--namespace", namespace)
+    assert done.returncode != 0
+    assert "reserved for objects" in done.stderr
+    assert "Traceback" not in done.stderr
