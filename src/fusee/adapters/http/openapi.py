@@ -204,8 +204,7 @@ _KEY = {
     "name": "key",
     "in": "path",
     "required": True,
-    "description": "The object's key, percent-encoded as one path segment (a `/` in it "
-    "is `%2F`).",
+    "description": "The object's key, percent-encoded as one path segment (a `/` in it is `%2F`).",
     "schema": _ID,
 }
 _HANDLER = {

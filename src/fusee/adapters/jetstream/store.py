@@ -795,20 +795,64 @@ class NatsStore:
 
     async def list_states(self, object_type: str) -> list[tuple[str, StoredMsg]]:
         """Every key of ``object_type`` with a state, and its projection."""
-        # A key updated while the watcher delivers the initial values comes twice (its
-        # value at the start and the update): each key once, with its latest value.
-        out: dict[str, StoredMsg] = {}
         prefix = f"{escape(object_type)}."
-        watcher = await self.objects.watch(f"{prefix}>", ignore_deletes=True)
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                key = unescape(entry.key[len(prefix) :])
-                out[key] = StoredMsg(entry.revision or 0, entry.key, entry.value or b"", {})
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped here
-        return list(out.items())
+        found = await self._kv_list(self.layout.objects_bucket, self.objects, f"{prefix}>")
+        return [
+            (unescape(k[len(prefix) :]), StoredMsg(rev, k, value, {}))
+            for k, (rev, value) in found.items()
+        ]
+
+    async def _kv_list(self, bucket: str, kv: KeyValue, keys: str) -> dict[str, tuple[int, bytes]]:
+        """Every key of ``kv`` under the filter ``keys`` with its latest value (not
+        empty) and revision, each key once.
+
+        A KV watcher alone is not enough while keys change: a key updated as it delivers
+        the initial values can come twice (kept once, the latest), or not at all (its
+        older value is no longer the last one, and the watcher says it is done before
+        the update). So the keys the stream lists that the watcher did not deliver are
+        read one by one (Direct Get, 32 at a time)."""
+        out: dict[str, tuple[int, bytes]] = {}
+        with lost_on_transient(f"listing {bucket}"):
+            watcher = await kv.watch(keys, ignore_deletes=True)
+            try:
+                async for entry in watcher:
+                    if entry is None:
+                        break
+                    if entry.value:
+                        out[entry.key] = (entry.revision or 0, entry.value)
+            finally:
+                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped
+            subject_prefix = f"$KV.{bucket}."
+            info = await self._retrying(self.js.stream_info, f"KV_{bucket}", subject_prefix + keys)
+        missing = [
+            s[len(subject_prefix) :]
+            for s in info.state.subjects or {}
+            if s[len(subject_prefix) :] not in out
+        ]
+        limit = anyio.CapacityLimiter(32)
+        failed: list[Exception] = []
+
+        async def read(key: str) -> None:
+            async with limit:
+                try:
+                    raw = await self._retrying(
+                        self.js.get_last_msg, f"KV_{bucket}", subject_prefix + key, True
+                    )
+                except nats.js.errors.NotFoundError:
+                    return
+                except Exception as exc:  # noqa: BLE001 - raised below, not as an ExceptionGroup
+                    failed.append(exc)
+                    return
+            headers = dict(raw.headers or {})
+            if headers.get("KV-Operation") not in ("DEL", "PURGE") and raw.data:
+                out[key] = (raw.seq or 0, raw.data)
+
+        async with anyio.create_task_group() as tg:
+            for key in missing:
+                tg.start_soon(read, key)
+        if failed:
+            raise failed[0]
+        return out
 
     async def ensure_active(self, partition: int, eid: str) -> None:
         """Make sure the actor has an active marker (a caller that queued work for an
@@ -916,19 +960,9 @@ class NatsStore:
         return entry.value or None
 
     async def list_index(self) -> list[tuple[str, bytes]]:
-        # Each run once, with its latest entry: a run whose entry changes while the
-        # watcher delivers the initial values comes twice (before and after).
-        out: dict[str, bytes] = {}
-        watcher = await self.runs.watchall(ignore_deletes=True)
-        try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                if entry.value:
-                    out[entry.key] = entry.value
-        finally:
-            await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped here
-        return list(out.items())
+        """Every run's index entry, each run once (see :meth:`_kv_list`)."""
+        found = await self._kv_list(self.layout.runs_bucket, self.runs, ">")
+        return [(key, value) for key, (_, value) in found.items()]
 
     async def mark_active(self, partition: int, eid: str) -> None:
         await self._retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
