@@ -27,6 +27,7 @@ from fusee.adapters.jetstream.server import EmbeddedServer
 
 
 async def consumers(engine: fusee.Engine) -> int:
+    await engine.store.journal_watch.settled()  # the last waiter's delete, in the background
     info = await engine.store.js.stream_info(engine.store.layout.stream)
     return int(info.state.consumer_count)
 

@@ -38,6 +38,9 @@ async def signalled(ctx: fusee.Context, n: int) -> int:
 
 
 async def consumers(engine: fusee.Engine) -> int:
+    """The stream's consumers, once a delete the last waiter began is done (it runs in
+    the background, so a result does not wait for it)."""
+    await engine.store.journal_watch.settled()
     info = await engine.store.js.stream_info(engine.store.layout.stream)
     return int(info.state.consumer_count)
 

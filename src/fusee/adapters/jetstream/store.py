@@ -325,6 +325,8 @@ class NatsStore:
         second at most)."""
         await self.committer.close()
         with anyio.move_on_after(timeout):
+            await self.journal_watch.settled()
+        with anyio.move_on_after(timeout):
             with contextlib.suppress(*TRANSIENT, nats.errors.ConnectionDrainingError):
                 await self.nc.drain()
                 return

@@ -19,7 +19,9 @@ restart), the next waiter to notice makes a new consumer and every waiter reads 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
@@ -82,6 +84,9 @@ class JournalWatch:
         self._next = 1  # the consumer sequence expected next
         self._heard = 0.0  # time.monotonic() of the last message or heartbeat
         self._broken = False
+        self._closing: asyncio.Task[None] | None = (
+            None  # the consumer's delete, after the last waiter
+        )
         self.consumers_made = 0  # for tests and benchmarks
 
     @property
@@ -108,13 +113,31 @@ class JournalWatch:
                 if not waiting:
                     del self._waiters[eid]
             self._count -= 1
-            if self._count == 0:
+            if self._count == 0 and self._closing is None:
                 # the last waiter leaves (returned, timed out or cancelled): nothing of
-                # it stays on the server
-                with anyio.move_on_after(5.0, shield=True):
-                    async with self._lock:
-                        if self._count == 0:
-                            await self._close()
+                # it stays on the server. Deleted in the background, so the waiter's
+                # answer does not wait for it (a round trip); a waiter that comes in
+                # the meantime keeps it (or waits for the lock and opens another).
+                self._closing = asyncio.get_running_loop().create_task(
+                    self._close_if_idle(), context=contextvars.Context()
+                )
+
+    async def _close_if_idle(self) -> None:
+        try:
+            with anyio.move_on_after(5.0):
+                async with self._lock:
+                    if self._count == 0:
+                        await self._close()
+        finally:
+            self._closing = None
+
+    async def settled(self) -> None:
+        """Until a consumer delete begun by the last waiter's leaving is done (the
+        store awaits it when it closes; tests, before counting consumers)."""
+        task = self._closing
+        if task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(task)
 
     async def next(self, waiter: Waiter, timeout: float) -> tuple[list[int], bool]:
         """Wait up to ``timeout`` seconds for news: ``(sequences of records of the
