@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog.testing
 
 import fusee
 from fusee.actors.registry import Workflow
@@ -252,18 +253,20 @@ async def test_race_of_a_signal_against_a_running_step_keeps_the_run_in_memory(
     async def interruptible(ctx: fusee.Context, _arg: Any) -> Any:
         return await ctx.race([ctx.step("work", work), ctx.wait_for("stop")])
 
-    async with engine.worker(registry=_registry(interruptible, "interruptible")) as worker:
-        run = await engine.start("interruptible", "r-stop", None)
-        with anyio.fail_after(20):
-            await working.wait()
-        # The window is the subject here: well past park_after (1 s) with the step
-        # running, the wait must not have parked the run. No event says "the park timer
-        # fired and was declined", so this is a time span, not an ordering: if the span
-        # were too short under load, the test would check less, never fail wrongly.
-        await anyio.sleep(2.5)
-        assert "r-stop" not in worker.parked
-        assert await run.signal("stop", "now")
-        assert await run.result(timeout=20) == "now"
+    with structlog.testing.capture_logs() as logs:
+        async with engine.worker(registry=_registry(interruptible, "interruptible")) as worker:
+            run = await engine.start("interruptible", "r-stop", None)
+            with anyio.fail_after(20):
+                await working.wait()
+            # the wait's park time passed while the step ran: it was declined, not taken
+            await wait_until(
+                lambda: any(e["event"] == "wait.kept" for e in logs),
+                timeout=20,
+                what="the wait to decline parking",
+            )
+            assert "r-stop" not in worker.parked
+            assert await run.signal("stop", "now")
+            assert await run.result(timeout=20) == "now"
     records = await _journal(run)
     assert [(r.pos, r.name) for r in records if isinstance(r, CallCancelled)] == [(1, "work")]
 

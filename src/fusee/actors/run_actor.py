@@ -252,10 +252,11 @@ class RunActor:
                 idle.cancelled_caught
                 and not changed.is_set()  # read just as the time ran out: look first
                 and (started.until is None or self.clock() < started.until - 0.005)
-                and may_park()  # inside ctx.all / ctx.race: only once no branch is busy
             ):
-                self.left_at = self.inbox_seen
-                raise Parked
+                if may_park():  # inside ctx.all / ctx.race: only once no branch is busy
+                    self.left_at = self.inbox_seen
+                    raise Parked
+                log.debug("wait.kept", pos=pos, reason="another branch is busy")
 
     def _resolve(self, started: WaitStarted) -> WaitDone | None:
         if started.wait == "signal":
