@@ -13,11 +13,17 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee._engine import Engine
 from fusee._logging import get_logger
-from fusee.adapters.http.errors import HTTP_TYPES, ApiError, error_response, status_of
+from fusee.adapters.http.errors import (
+    HTTP_TYPES,
+    ApiError,
+    TrackedSend,
+    error_response,
+    status_of,
+)
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.paths import RawPath
 from fusee.adapters.http.routes import completions, meta, objects, runs, streams
@@ -112,19 +118,12 @@ class _LastResort:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self.app(scope, receive, tracking_send)
+            await self.app(scope, receive, tracked)
         except Exception:  # the server's boundary: a bug becomes a 500, logged once
             log.exception("http.internal_error", method=scope["method"], path=scope["path"])
-            if not started:
+            if not tracked.started:
                 response = error_response(
                     500,
                     "InternalError",

@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 from starlette.responses import Response
+from starlette.types import Message, Send
 
 __all__ = (
     "ApiError",
@@ -23,6 +24,7 @@ __all__ = (
     "error_body",
     "status_of",
     "HTTP_TYPES",
+    "TrackedSend",
 )
 
 
@@ -116,3 +118,17 @@ def error_response(
 def error_body(status: int, type_: str, message: str) -> dict[str, Any]:
     """The same shape as a plain dict (for an SSE ``error`` event)."""
     return {"error": {"type": type_, "message": message, "status": status}}
+
+
+class TrackedSend:
+    """An ASGI ``send`` that notes whether the response began (``started``): after
+    that, an error can no longer be answered with an error response."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from fusee.adapters.http.errors import error_response
+from fusee.adapters.http.errors import TrackedSend, error_response
 
 __all__ = ("BodyLimit", "DEFAULT_MAX_BODY", "parse_size")
 
@@ -71,7 +71,6 @@ class BodyLimit:
             await self._refuse(scope, receive, send, size, close=size > DRAIN_LIMIT)
             return
         seen = 0
-        started = False
 
         async def counted() -> Message:
             nonlocal seen
@@ -82,16 +81,11 @@ class BodyLimit:
                     raise _TooLarge
             return message
 
-        async def tracking(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        tracked = TrackedSend(send)
         try:
-            await self.app(scope, counted, tracking)
+            await self.app(scope, counted, tracked)
         except _TooLarge:
-            if not started:
+            if not tracked.started:
                 await self._refuse(scope, receive, send, None, close=True)
 
     async def _refuse(

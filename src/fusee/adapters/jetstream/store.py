@@ -456,36 +456,28 @@ class NatsStore:
         lay = self.layout
         headers = self._fenced_headers(eid, kind, fence, msg_id)
         what = f"the {kind} record of {unescape(eid)!r}"
-        started, delay = time.monotonic(), 0.05
-        while True:
-            try:
-                ack = await self.js.publish(lay.journal(eid), data, headers=headers, timeout=2.0)
-            except nats.js.errors.BadRequestError as exc:
-                if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
-                    raise
-                with self.retrying_for(max(0.0, give_up - time.monotonic())):
-                    last = await self.last_in_journal(eid)  # as patient as the append
-                if last is not None and last.headers.get(MSG_ID) == msg_id:
-                    return last.seq  # our earlier try landed; its reply was lost
-                raise Fenced(f"journal of {eid} moved past sequence {fence}") from None
-            except nats.js.errors.APIError as exc:
-                if (full := storage_full(exc, what)) is not None:
-                    raise full from None
-                if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
-                    raise
-                failed: BaseException = exc  # JetStream not ready (a restart, an election)
-            except _NO_ANSWER as exc:
-                # The server is down or electing a leader: keep the same msg_id and
-                # fence and try again; dedupe or the read-back above sorts it out.
-                failed = exc
-            except nats.errors.ConnectionClosedError:
-                raise _closed(what) from None
-            else:
-                return ack.seq  # a duplicate ack names the original, which is ours
-            if time.monotonic() + delay >= give_up:
-                raise _gave_up(what, give_up - started, failed) from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+        try:
+            # The server down or electing a leader: the same msg_id and fence again;
+            # dedupe or the read-back below sorts it out.
+            ack = await self._retrying(
+                self.js.publish,
+                lay.journal(eid),
+                data,
+                2.0,
+                None,
+                headers,
+                what=what,
+                give_up=give_up,
+            )
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
+                raise
+            with self.retrying_for(max(0.0, give_up - time.monotonic())):
+                last = await self.last_in_journal(eid)  # as patient as the append
+            if last is not None and last.headers.get(MSG_ID) == msg_id:
+                return last.seq  # our earlier try landed; its reply was lost
+            raise Fenced(f"journal of {eid} moved past sequence {fence}") from None
+        return ack.seq  # a duplicate ack names the original, which is ours
 
     # -- values stored out of line ----------------------------------------------------
 
@@ -684,9 +676,16 @@ class NatsStore:
         headers = dict(raw.headers or {})
         return StoredMsg(raw.seq or 0, raw.subject or subject, raw.data or b"", headers)
 
-    async def _retrying(self, fn: Callable[..., Awaitable[T]], *args: Any, what: str = "") -> T:
-        """``fn(*args)``, tried again while NATS does not answer, for as long as the
-        context allows (``retrying_for``; ``CLIENT_PATIENCE`` by default).
+    async def _retrying(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        what: str = "",
+        give_up: float | None = None,
+    ) -> T:
+        """``fn(*args)``, tried again while NATS does not answer, until ``give_up`` (a
+        ``time.monotonic()`` instant) or for as long as the context allows
+        (``retrying_for``; ``CLIENT_PATIENCE`` by default).
 
         Raises:
             StorageFull: a write the server refused for want of storage (not retried).
@@ -695,8 +694,10 @@ class NatsStore:
         if not what:  # the call itself, e.g. "KeyValue.put('r1')"
             name = getattr(fn, "__qualname__", "") or getattr(fn, "__name__", "a call")
             what = f"{name}({args[0]!r})" if args and isinstance(args[0], str) else name
-        patience = _patience.get()
-        give_up, delay = time.monotonic() + patience, 0.05
+        started, delay = time.monotonic(), 0.05
+        if give_up is None:
+            give_up = started + _patience.get()
+        patience = give_up - started
         while True:
             try:
                 return await fn(*args)
