@@ -6,13 +6,11 @@ One API process and one worker serve the whole module (each test uses its own ke
 
 from __future__ import annotations
 
-import json
 import secrets
 import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -21,7 +19,7 @@ import httpx
 import pytest
 
 import fusee
-from tests.helpers import cli_cmd, cli_env
+from tests.helpers import cli_cmd, cli_env, wait_for_line
 from tests.workers.procs import HERE, Workers
 
 OBJECTS = HERE / "objects.py"
@@ -32,19 +30,6 @@ class Api:
     base: str
     nats: str
     namespace: str
-
-
-def _wait_for_line(log: Path, proc: subprocess.Popen[bytes], event: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 20
-    while True:
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("{") and f'"{event}"' in line:
-                found: dict[str, Any] = json.loads(line)
-                if found.get("event") == event:
-                    return found
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, f"no {event}:\n{log.read_text()}"
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +48,8 @@ def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     )
     try:
         worker = workers.spawn()
-        serving = _wait_for_line(log, server, "api.serving")
-        _wait_for_line(worker.log_path, worker.proc, "worker.started")
+        serving = wait_for_line(log, server, "api.serving")
+        wait_for_line(worker.log_path, worker.proc, "worker.started")
         yield Api(serving["url"], nats_server.url, namespace)
     finally:
         workers.cleanup()

@@ -6,33 +6,19 @@ short (``timeout`` is 0.2 s), so the run takes seconds."""
 
 from __future__ import annotations
 
-import json
 import secrets
 import subprocess
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 
-from tests.helpers import cli_cmd, cli_env
+from tests.helpers import cli_cmd, cli_env, wait_for_line
 from tests.workers.procs import HERE, Workers
 
 MAX_EXAMPLES = 10
-
-
-def _served_url(log: Path, proc: subprocess.Popen[bytes]) -> str:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("{") and '"api.serving"' in line:
-                return str(json.loads(line)["url"])
-        assert proc.poll() is None, log.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"the API did not serve:\n{log.read_text()}")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +37,7 @@ def api_url(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
         )
         try:
             workers.spawn()
-            yield _served_url(log, server)
+            yield str(wait_for_line(log, server, "api.serving")["url"])
         finally:
             workers.cleanup()
             server.terminate()

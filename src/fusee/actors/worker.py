@@ -900,6 +900,8 @@ class Worker:
         it; fencing keeps the two copies from both committing meanwhile)."""
         lease = GUEST_LEASE_ROUNDS * self.config.verify_every
         now = anyio.current_time()
+        for eid in [e for e in self._guest_renewed if e not in self.guests]:
+            del self._guest_renewed[eid]  # a guest that ended or was fenced
         for eid in [e for e in self.guests if now - self._guest_renewed.get(e, 0.0) > lease]:
             log.info("actor.guest_expired", run_id=unescape(eid))
             self.guests.pop(eid, None)
