@@ -16,12 +16,12 @@ import anyio.abc
 import msgspec
 
 import fusee
-from fusee._logging import get_logger
 from fusee.actors.registry import REGISTRY
 from fusee.adapters.cli.loader import load_file
 from fusee.adapters.cli.options import GlobalOptions, command_hint
 from fusee.adapters.cli.render import format_run, format_runs_table, json_text
 from fusee.errors import RunCancelled, RunFailed, Timeout
+from fusee.logs import get_logger
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.ids import unescape, validate_id, validate_name
 
