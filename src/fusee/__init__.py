@@ -19,6 +19,7 @@ from fusee.actors.registry import Workflow as Workflow
 from fusee.actors.registry import exclusive as exclusive
 from fusee.actors.registry import shared as shared
 from fusee.actors.registry import workflow as workflow
+from fusee.actors.worker import WorkerConfig as WorkerConfig
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import ConnectionLost as ConnectionLost
 from fusee.errors import DeterminismError as DeterminismError
@@ -43,12 +44,15 @@ from fusee.errors import Timeout as Timeout
 from fusee.runtime.completions import Completion as Completion
 from fusee.runtime.index import RunInfo as RunInfo
 from fusee.runtime.retry import Retry as Retry
+from fusee.runtime.tokens import TokenEvent as TokenEvent
 
 __all__ = (
     "connect",
     "Engine",
+    "WorkerConfig",
     "Run",
     "RunInfo",
+    "TokenEvent",
     "CompletionInfo",
     "workflow",
     "Workflow",

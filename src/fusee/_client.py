@@ -8,15 +8,19 @@ share: the reply subscription and when each object last answered.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from fusee.errors import FuseeError
+
 if TYPE_CHECKING:
     from fusee.adapters.jetstream.store import NatsStore
 
-__all__ = ("Client", "Replies", "Answered")
+__all__ = ("Client", "Replies", "Answered", "current_client", "enter_client", "leave_client")
 
 
 class Client(Protocol):
@@ -102,3 +106,36 @@ class Answered:
         self._at[eid] = at
         if len(self._at) > self._limit:
             del self._at[next(iter(self._at))]
+
+
+# The engine of the innermost ``async with await fusee.connect() as engine:`` block of
+# this task (and of the tasks it starts): what ``chats.key(k)`` uses without ``engine=``.
+_current: ContextVar[Client | None] = ContextVar("fusee_engine", default=None)
+
+
+def enter_client(client: Client) -> Token[Client | None]:
+    """Make ``client`` the current one; ``leave_client`` with the token undoes it."""
+    return _current.set(client)
+
+
+def leave_client(token: Token[Client | None]) -> None:
+    # A block left in another context than it was entered in (an async fixture's
+    # teardown, say) has nothing to undo in this one.
+    with contextlib.suppress(ValueError):
+        _current.reset(token)
+
+
+def current_client(what: str) -> Client:
+    """The engine of the enclosing ``async with await fusee.connect() as engine:``.
+
+    Raises:
+        FuseeError: there is none; the message says how to give one.
+    """
+    client = _current.get()
+    if client is None:
+        raise FuseeError(
+            f"{what} has no engine: pass one (`obj.key(k, engine=engine)` or "
+            f"`engine.object(obj, k)`), or use it inside "
+            f"`async with await fusee.connect() as engine:`"
+        )
+    return client

@@ -10,13 +10,14 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator
+from contextvars import Token
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 
-from fusee._client import Answered, Replies
+from fusee._client import Answered, Client, Replies, enter_client, leave_client
 from fusee._objects import ObjectKey
 from fusee._run import ENDED, DurationLike, Run
 from fusee.actors.context import COMPENSATE
@@ -119,28 +120,7 @@ async def connect(
         if server is not None:
             server.stop()
         raise
-    engine = Engine(store, url=url, server=server, partitions=count)
-    global _current
-    _current = engine
-    return engine
-
-
-_current: Engine | None = None
-
-
-def current_engine() -> Engine:
-    """The engine ``fusee.connect()`` made last (and not closed): what ``chats.key(k)``
-    uses when it is given no engine.
-
-    Raises:
-        FuseeError: there is none.
-    """
-    if _current is None:
-        raise FuseeError(
-            "no engine: call `engine = await fusee.connect()` first, or pass "
-            "engine= to the object's key()"
-        )
-    return _current
+    return Engine(store, url=url, server=server, partitions=count)
 
 
 async def _partition_count(store: NatsStore, wanted: int | None) -> int:
@@ -190,6 +170,7 @@ class Engine:
         # what the object handles of this engine share (``fusee._client.Client``)
         self.replies = Replies(store)
         self.answered = Answered()
+        self._entered: list[Token[Client | None]] = []  # one per enclosing ``async with``
 
     def object(self, obj: ObjectSpec | str, key: str) -> ObjectKey:
         """The object ``key`` of type ``obj`` (an ``fusee.object`` or its name), on
@@ -273,16 +254,19 @@ class Engine:
         return heard
 
     async def __aenter__(self) -> Engine:
+        """Within the block, object keys made without ``engine=`` use this engine
+        (``chats.key("user-7")``; see ``ObjectKey``)."""
+        self._entered.append(enter_client(self))
         return self
 
     async def __aexit__(self, *exc: builtins.object) -> None:
-        await self.close()
+        if self._entered:
+            leave_client(self._entered.pop())
+        with anyio.CancelScope(shield=True):  # a cancelled block still closes
+            await self.close()
 
     async def close(self) -> None:
         """Close the connection, and stop the embedded server if this engine started it."""
-        global _current
-        if _current is self:
-            _current = None
         await self.store.close()
         if self.server is not None:
             await anyio.to_thread.run_sync(self.server.stop)

@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from fusee._client import Client
+from fusee._client import Client, current_client
 from fusee._run import Run
 from fusee.actors.object_state import current_state, read_object
 from fusee.actors.registry import (
@@ -61,7 +61,9 @@ class ObjectType(ObjectSpec):
 
     def key(self, key: str, *, engine: Client | None = None) -> ObjectKey:
         """The object under ``key``: ``call``, ``send``, ``state``... (see ``ObjectKey``).
-        Uses the engine ``fusee.connect()`` made last unless ``engine`` is given.
+        Without ``engine``, each call uses the engine of the enclosing
+        ``async with await fusee.connect() as engine:`` block (a ``FuseeError`` says
+        so when there is none).
 
         Example:
             ``await chats.key("user-7").call("say", "Where is my order?")``
@@ -150,11 +152,16 @@ class ObjectKey:
 
     @property
     def engine(self) -> Client:
-        if self._engine is None:
-            from fusee._engine import current_engine
+        """The engine given (``key(k, engine=...)``, ``engine.object``), else the one of
+        the enclosing ``async with await fusee.connect() as engine:`` block, looked up
+        at each use.
 
-            self._engine = current_engine()
-        return self._engine
+        Raises:
+            FuseeError: none was given and no such block encloses the call.
+        """
+        if self._engine is not None:
+            return self._engine
+        return current_client(repr(self))
 
     @property
     def _partition(self) -> int:

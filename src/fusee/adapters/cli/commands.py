@@ -86,11 +86,10 @@ async def open_engine(
         # Shielded: a Ctrl-C here must not leave a started server without its owner.
         with anyio.CancelScope(shield=True):
             engine = await fusee.connect(namespace=opts.namespace, store_dir=opts.store)
-    try:
+    # its block: object keys made without engine= (in a worker's handlers too) use it;
+    # it closes the engine on the way out, shielded from a Ctrl-C
+    async with engine:
         yield engine
-    finally:
-        with anyio.CancelScope(shield=True):
-            await engine.close()
 
 
 async def _until_signal(body: Callable[[], Awaitable[None]]) -> int | None:
