@@ -18,11 +18,11 @@ import anyio
 import msgspec
 
 from fusee._client import Answered, Client, Replies, enter_client, leave_client
-from fusee._objects import ObjectKey
+from fusee._objects import ObjectKey, ObjectType
 from fusee._run import ENDED, DurationLike, Run
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
-from fusee.actors.registry import REGISTRY, ObjectSpec, Registry, Workflow
+from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.run_index import project_index
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
@@ -172,7 +172,7 @@ class Engine:
         self.answered = Answered()
         self._entered: list[Token[Client | None]] = []  # one per enclosing ``async with``
 
-    def object(self, obj: ObjectSpec | str, key: str) -> ObjectKey:
+    def object(self, obj: ObjectType | str, key: str) -> ObjectKey:
         """The object ``key`` of type ``obj`` (an ``fusee.object`` or its name), on
         this engine.
 
@@ -181,14 +181,14 @@ class Engine:
         """
         return ObjectKey(obj, key, self)
 
-    async def list_objects(self, obj: ObjectSpec | str) -> list[tuple[str, dict[str, Any]]]:
+    async def list_objects(self, obj: ObjectType | str) -> list[tuple[str, dict[str, Any]]]:
         """Every key of an object type that has state, with its state, sorted by key:
         every change a caller was answered for is in it.
 
         The KV projections list the keys; a key active in the last ``IDLE_MARKER_TTL``
         (its marker in the work bucket) may have invocations its projection does not
         hold yet (written after the reply), so its journal is folded past it."""
-        name = obj.name if isinstance(obj, ObjectSpec) else validate_name(obj, "object type")
+        name = obj.name if isinstance(obj, ObjectType) else validate_name(obj, "object type")
         object_id(name, "k")
         states: dict[str, State] = {}
         for key, msg in await self.store.list_states(name):

@@ -137,10 +137,10 @@ class ObjectKey:
     """One object: ``call`` and ``send`` invoke its handlers; ``state``, ``show``,
     ``edit``, ``clear`` and ``cancel`` are for operators and scripts."""
 
-    def __init__(self, obj: ObjectSpec | str, key: str, engine: Client | None = None) -> None:
-        self.type = obj if isinstance(obj, ObjectSpec) else None
+    def __init__(self, obj: ObjectType | str, key: str, engine: Client | None = None) -> None:
+        self.type = obj if isinstance(obj, ObjectType) else None
         self.object_type = (
-            obj.name if isinstance(obj, ObjectSpec) else validate_name(obj, "object type")
+            obj.name if isinstance(obj, ObjectType) else validate_name(obj, "object type")
         )
         self.actor_id = object_id(self.object_type, key)
         self.key = validate_id(key, f"key of object {self.object_type!r}")
