@@ -48,8 +48,8 @@ from nats.js.api import KeyValueConfig, StorageType
 import bench.workflows as wfs
 import fusee
 from bench.__main__ import spawn_worker
+from fusee.adapters.jetstream.direct import direct_page
 from fusee.adapters.jetstream.server import EmbeddedServer
-from fusee.adapters.jetstream.tokens import direct_page
 
 RESULTS: list[dict[str, Any]] = []
 WORKER = "in-process (engine.worker(), as W1/W2)"

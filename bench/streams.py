@@ -155,7 +155,7 @@ async def main(args: argparse.Namespace) -> None:
             await writer(store.tokens, "wr", args.tokens, "persist_mode=async")
             if args.sync:
                 other = await NatsStore.connect(server.url, "benchsync")
-                other.tokens = SyncTokens(other)
+                other.tokens = SyncTokens(other.nc, other.js, other.layout)
                 await other.ensure_layout()
                 await writer(other.tokens, "wr", args.tokens, "persist_mode=default")
                 await other.close()

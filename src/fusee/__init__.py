@@ -6,19 +6,20 @@ running, and nothing that finished runs again.
 
 from fusee._engine import CompletionInfo as CompletionInfo
 from fusee._engine import Engine as Engine
-from fusee._engine import Run as Run
 from fusee._engine import connect as connect
 from fusee._objects import ObjectInfo as ObjectInfo
 from fusee._objects import ObjectKey as ObjectKey
+from fusee._objects import ObjectType as ObjectType
+from fusee._objects import object as object  # noqa: A004 - fusee.object
+from fusee._run import Run as Run
 from fusee.actors.context import Context as Context
 from fusee.actors.context import StepFailedError as StepFailedError
 from fusee.actors.context import StepInfo as StepInfo
-from fusee.actors.registry import ObjectType as ObjectType
 from fusee.actors.registry import Workflow as Workflow
 from fusee.actors.registry import exclusive as exclusive
-from fusee.actors.registry import object as object  # noqa: A004 - fusee.object
 from fusee.actors.registry import shared as shared
 from fusee.actors.registry import workflow as workflow
+from fusee.actors.worker import WorkerConfig as WorkerConfig
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import ConnectionLost as ConnectionLost
 from fusee.errors import DeterminismError as DeterminismError
@@ -43,12 +44,15 @@ from fusee.errors import Timeout as Timeout
 from fusee.runtime.completions import Completion as Completion
 from fusee.runtime.index import RunInfo as RunInfo
 from fusee.runtime.retry import Retry as Retry
+from fusee.runtime.tokens import TokenEvent as TokenEvent
 
 __all__ = (
     "connect",
     "Engine",
+    "WorkerConfig",
     "Run",
     "RunInfo",
+    "TokenEvent",
     "CompletionInfo",
     "workflow",
     "Workflow",

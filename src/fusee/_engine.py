@@ -9,35 +9,33 @@ import math
 import os
 import secrets
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
-from datetime import timedelta
+from collections.abc import AsyncIterator
+from contextvars import Token
 from pathlib import Path
 from typing import Any
 
 import anyio
 import msgspec
 
-from fusee._logging import get_logger
-from fusee._objects import ObjectKey, Replies
+from fusee._client import Answered, Client, Replies, enter_client, leave_client
+from fusee._objects import ObjectKey, ObjectType
+from fusee._run import ENDED, DurationLike, Run
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
-from fusee.actors.registry import REGISTRY, ObjectType, Registry, Workflow
+from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.run_index import project_index
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
-from fusee.adapters.jetstream.store import NatsStore, StoredMsg
+from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
     Fenced,
     FuseeError,
     InvalidArgument,
     InvalidToken,
-    JournalGap,
-    RunCancelled,
     RunExists,
-    RunFailed,
     RunNotFound,
-    Timeout,
 )
+from fusee.logs import get_logger
 from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.completions import mac_matches, parse_token
 from fusee.runtime.durations import format_duration, parse_duration
@@ -55,29 +53,19 @@ from fusee.runtime.objects import State, check_run_id, decode_state, object_id, 
 from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
-    RunCompleted,
     RunStarted,
     WaitStarted,
     decode_record,
     encode_record,
     kind_of,
 )
-from fusee.runtime.records import (
-    RunCancelled as RunCancelledRecord,
-)
-from fusee.runtime.records import (
-    RunFailed as RunFailedRecord,
-)
 from fusee.runtime.records import RunPaused as RunPausedRecord
 from fusee.runtime.records import StepFailed as StepFailedRecord
 from fusee.runtime.reuse import reusable
-from fusee.runtime.tokens import TokenEvent
 
-__all__ = ("Engine", "Run", "CompletionInfo", "connect")
+__all__ = ("Engine", "CompletionInfo", "connect")
 
 log = get_logger()
-
-DurationLike = str | float | int | timedelta
 
 
 async def connect(
@@ -132,28 +120,7 @@ async def connect(
         if server is not None:
             server.stop()
         raise
-    engine = Engine(store, url=url, server=server, partitions=count)
-    global _current
-    _current = engine
-    return engine
-
-
-_current: Engine | None = None
-
-
-def current_engine() -> Engine:
-    """The engine ``fusee.connect()`` made last (and not closed): what ``chats.key(k)``
-    uses when it is given no engine.
-
-    Raises:
-        FuseeError: there is none.
-    """
-    if _current is None:
-        raise FuseeError(
-            "no engine: call `engine = await fusee.connect()` first, or pass "
-            "engine= to the object's key()"
-        )
-    return _current
+    return Engine(store, url=url, server=server, partitions=count)
 
 
 async def _partition_count(store: NatsStore, wanted: int | None) -> int:
@@ -200,13 +167,10 @@ class Engine:
         self.server = server
         self.partitions = partitions
         self.namespace = store.layout.namespace
-        self._reply_box: Replies | None = None
-        self._objects_answered: dict[str, float] = {}  # eid: when (monotonic) it last replied
-
-    def _replies(self) -> Replies:
-        if self._reply_box is None:
-            self._reply_box = Replies(self)
-        return self._reply_box
+        # what the object handles of this engine share (``fusee._client.Client``)
+        self.replies = Replies(store)
+        self.answered = Answered()
+        self._entered: list[Token[Client | None]] = []  # one per enclosing ``async with``
 
     def object(self, obj: ObjectType | str, key: str) -> ObjectKey:
         """The object ``key`` of type ``obj`` (an ``fusee.object`` or its name), on
@@ -290,16 +254,19 @@ class Engine:
         return heard
 
     async def __aenter__(self) -> Engine:
+        """Within the block, object keys made without ``engine=`` use this engine
+        (``chats.key("user-7")``; see ``ObjectKey``)."""
+        self._entered.append(enter_client(self))
         return self
 
     async def __aexit__(self, *exc: builtins.object) -> None:
-        await self.close()
+        if self._entered:
+            leave_client(self._entered.pop())
+        with anyio.CancelScope(shield=True):  # a cancelled block still closes
+            await self.close()
 
     async def close(self) -> None:
         """Close the connection, and stop the embedded server if this engine started it."""
-        global _current
-        if _current is self:
-            _current = None
         await self.store.close()
         if self.server is not None:
             await anyio.to_thread.run_sync(self.server.stop)
@@ -462,7 +429,7 @@ class Engine:
                 f"(this start: {_clip(data)})"
             )
         last = await self.store.last_in_journal(eid)
-        if last is not None and last.headers.get("Fusee-Kind") not in (*_ENDED, "run.paused"):
+        if last is not None and last.headers.get("Fusee-Kind") not in (*ENDED, "run.paused"):
             # A start whose marker write was lost (the starter died): restore it.
             if isinstance(started.from_run, str):
                 await self._finish_copies(run_id, eid, upto)
@@ -682,254 +649,6 @@ class CompletionInfo:
     until: float | None = None
     value: Any = None
     reason: str | None = None
-
-
-class Run:
-    """A handle on one run, by ID."""
-
-    def __init__(self, engine: Engine, run_id: str) -> None:
-        self.engine = engine
-        self.run_id = run_id
-        self.eid = escape(run_id)
-
-    def __repr__(self) -> str:
-        return f"Run({self.run_id!r})"
-
-    async def _history(self) -> History:
-        history = History(self.run_id)
-        for msg in await self.engine.store.read_journal(self.eid):
-            history.feed(msg.seq, msg.data)
-        if history.started is None:
-            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
-        return history
-
-    async def describe(self) -> RunInfo:
-        """The run's status, from its journal (and the worker's note when it waits)."""
-        try:
-            history = await self._history()
-        except JournalGap as gap:
-            # a broken chain: the worker paused the run and noted why in the index
-            indexed = await self.engine.store.get_index(self.eid)
-            if indexed is None:
-                raise
-            info = decode_info(indexed)
-            info.status, info.reason = "paused", info.reason or str(gap)
-            return info
-        info = info_from_history(history, now=time.time())
-        indexed = await self.engine.store.get_index(self.eid)
-        if indexed is not None:
-            noted = decode_info(indexed)
-            info.updated_at = noted.updated_at
-            if not info.ended and info.status != "paused":
-                info.status, info.reason = noted.status, noted.reason
-                if noted.status in ("completed", "failed", "cancelled"):
-                    info.status = "running"  # the index is ahead of what was read: reread
-        return info
-
-    async def journal(self) -> list[tuple[int, Any]]:
-        """The run's records as ``(sequence, record)``, oldest first."""
-        return [
-            (m.seq, decode_record(m.data)) for m in await self.engine.store.read_journal(self.eid)
-        ]
-
-    async def signal(self, name: str, payload: Any = None, *, key: str | None = None) -> bool:
-        """Send the run the signal ``name`` with ``payload``; durable once it returns.
-
-        The run's ``ctx.wait_for(name)`` returns the payload; signals that come before the
-        wait are kept, in order. ``key`` makes a retried send (within 2 minutes) store
-        nothing new. Returns False (and stores nothing) when the run had already ended.
-
-        Raises:
-            RunNotFound: no such run.
-            NotEncodable: the payload is not JSON-encodable.
-
-        Example:
-            ``await engine.run("refund-9").signal("approval", {"approved": True})``
-        """
-        name = validate_name(name, "signal name")
-        body = msgspec.json.encode(
-            {
-                "kind": "signal",
-                "name": name,
-                "payload": msgspec.Raw(
-                    canonical(
-                        payload,
-                        f"the payload of signal {name!r}",
-                        limit=self.engine.store.max_value,
-                    )
-                ),
-            }
-        )
-        if not await self._live():
-            return False
-        msg_id = f"{self.eid}:signal:{validate_id(key, 'signal key')}" if key is not None else None
-        store, partition = self.engine.store, self._partition()
-        await store.send_inbox(partition, self.eid, "signal", body, msg_id=msg_id)
-        # the owner's inbox consumer sees the message too; the hint is just faster
-        await store.wake(partition, self.eid)
-        return True
-
-    def _partition(self) -> int:
-        return partition_of(self.run_id, self.engine.partitions)
-
-    async def _live(self) -> bool:
-        """Whether the run exists and has not ended (one read of its last record).
-
-        Raises:
-            RunNotFound: no such run.
-        """
-        last = await self.engine.store.last_in_journal(self.eid)
-        if last is None:
-            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
-        return last.headers.get("Fusee-Kind") not in _ENDED
-
-    async def cancel(self, reason: str = "cancelled") -> bool:
-        """Ask the run to stop: the running step's ``s.signal`` is set and its task
-        cancelled, and the run ends ``cancelled`` with ``reason``. Durable once it
-        returns: a worker that dies meanwhile leaves it to the next one.
-
-        Returns False (and does nothing) when the run had already ended.
-
-        Raises:
-            RunNotFound: no such run.
-
-        Example:
-            ``await engine.run("chat-7/turn-3").cancel("interrupted")``
-        """
-        if not isinstance(reason, str):
-            raise InvalidArgument(f"reason={reason!r}: must be a str")
-        if not await self._live():
-            return False
-        store, partition = self.engine.store, self._partition()
-        body = msgspec.json.encode({"kind": "cancel", "reason": reason})
-        await store.send_inbox(partition, self.eid, "cancel", body)
-        await store.wake(partition, self.eid)
-        return True
-
-    async def result(self, *, timeout: DurationLike | None = None) -> Any:
-        """Wait for the run to end; return its result or raise its error.
-
-        Raises:
-            RunFailed: the run failed (``error_type`` and ``message`` are the remote ones).
-            RunCancelled: the run was cancelled or timed out.
-            RunNotFound: no such run.
-            Timeout: ``timeout`` passed first.
-
-        Example:
-            ``answer = await engine.run("support-42").result(timeout="30s")``
-        """
-        limit = parse_duration(timeout, "timeout") if timeout is not None else None
-        # read before the time counts: an ended run answers even with timeout=0
-        last = await self.engine.store.last_in_journal(self.eid)
-        if last is None:
-            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
-        if (outcome := _outcome_of(self.run_id, last)) is not None:
-            return outcome()
-        with anyio.move_on_after(limit if limit is not None else math.inf):
-            return await self._wait_end()
-        raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
-
-    async def _wait_end(self) -> Any:
-        """The run's outcome, once its end record is stored. The engine's journal watch
-        says when an end record of this run is stored (no consumer per waiter, no step
-        record read); the record itself is read by Direct Get."""
-        store = self.engine.store
-        watch = store.journal_watch
-        async with watch.watching(self.eid, _ENDED) as waiter:
-            reread = True  # what was stored before the watch began, or while it was blind
-            behind = 0.0  # a replica answering Direct Gets may lag the watch: look again
-            while True:
-                if reread:
-                    last = await store.last_in_journal(self.eid)
-                    if last is not None and (outcome := _outcome_of(self.run_id, last)):
-                        return outcome()
-                seqs, reread = await watch.next(waiter, behind or math.inf)
-                reread = reread or bool(behind)  # until the record is readable here
-                for seq in seqs:
-                    found = await store.journal_at(self.eid, seq)
-                    if found is not None and (outcome := _outcome_of(self.run_id, found)):
-                        return outcome()
-                    if found is None:  # named by the watch, not readable here yet
-                        reread, behind = True, min(max(behind * 2, 0.01), 1.0)
-
-    # -- token streams (issue #5) ------------------------------------------------------
-
-    async def stream_events(self, name: str, offset: int = 0) -> AsyncGenerator[TokenEvent, None]:
-        """Follow the run's token stream ``name`` from token index ``offset``, from any
-        process, while the step runs and after the run ended.
-
-        Every stored event with an index of ``offset`` or more, in order, no gap, no
-        duplicate: tokens, ``attempt`` boundaries (the step restarted from scratch:
-        drop the text of earlier attempts) and the ``end`` marker. The iterator ends once
-        the stream is over: after ``end`` when the step's result is journaled, or after
-        the last stored token when the step failed or the run ended without finishing it.
-        A reader that reconnects with ``offset=last token index + 1`` continues exactly.
-        A stream the run does not have yet is waited for while the run is running.
-
-        Raises:
-            RunNotFound: no such run.
-            StreamNotFound: the run is over and never had a stream ``name``.
-            InvalidArgument: ``offset`` is not an int >= 0.
-
-        Example:
-            ``async for ev in engine.run("chat-7").stream_events("model-0", offset=120): ...``
-        """
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidArgument(f"offset={offset!r}: a token index, an int >= 0")
-        name = validate_name(name, "stream name")
-        # closed here, not by the garbage collector, when the caller stops early
-        async with contextlib.aclosing(self.engine.store.tokens.read(self.eid, name, offset)) as it:
-            async for event in it:
-                yield event
-
-    async def stream(self, name: str, offset: int = 0) -> AsyncGenerator[str, None]:
-        """The text of the run's token stream ``name`` from token index ``offset``, chunk
-        by chunk (tokens only; see :meth:`stream_events` for attempt boundaries).
-
-        Raises:
-            RunNotFound: no such run.
-            StreamNotFound: the run is over and never had a stream ``name``.
-            InvalidArgument: ``offset`` is not an int >= 0.
-
-        Example:
-            ``async for token in engine.run(id).stream(f"model-{turn}"): print(token, end="")``
-        """
-        async with contextlib.aclosing(self.stream_events(name, offset)) as events:
-            async for event in events:
-                if event.kind == "token":
-                    yield event.text
-
-
-_ENDED = ("run.completed", "run.failed", "run.cancelled")
-
-
-def _outcome_of(run_id: str, msg: StoredMsg) -> Any:
-    """The run's outcome if ``msg`` is its end record (else None; nothing decoded)."""
-    if msg.headers.get("Fusee-Kind") not in _ENDED:
-        return None
-    return _outcome(run_id, msg.data)
-
-
-def _outcome(run_id: str, data: bytes) -> Any:
-    record = decode_record(data)
-    if isinstance(record, RunCompleted):
-        value = decode_value(bytes(record.result))
-        return lambda: value
-    if isinstance(record, RunFailedRecord):
-        err = RunFailed(run_id, record.error_type, record.message)
-
-        def fail() -> Any:
-            raise err
-
-        return fail
-    if isinstance(record, RunCancelledRecord):
-        cancelled = RunCancelled(run_id, record.reason)
-
-        def cancel() -> Any:
-            raise cancelled
-
-        return cancel
-    return None
 
 
 def _clip(data: bytes, n: int = 80) -> str:

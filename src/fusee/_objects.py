@@ -11,17 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import math
-import secrets
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import msgspec
 
+from fusee._client import Client, current_client
+from fusee._run import Run
 from fusee.actors.object_state import current_state, read_object
-from fusee.actors.registry import ObjectType
+from fusee.actors.registry import (
+    DEFAULT_HANDLER_TIMEOUT,
+    REGISTRY,
+    Handler,
+    ObjectSpec,
+    make_handler,
+)
 from fusee.adapters.jetstream.store import NobodyListens
 from fusee.errors import (
     FuseeError,
@@ -38,10 +45,7 @@ from fusee.runtime.objects import EDIT, edit_changes, object_id
 from fusee.runtime.records import ObjectDone, decode_record
 from fusee.runtime.tokens import invocation_stream
 
-if TYPE_CHECKING:
-    from fusee._engine import Engine
-
-__all__ = ("ObjectKey", "ObjectInfo", "QueuedInvocation", "Replies")
+__all__ = ("ObjectType", "object", "ObjectKey", "ObjectInfo", "QueuedInvocation")
 
 DurationLike = str | float | int
 
@@ -50,44 +54,55 @@ DurationLike = str | float | int
 STILL_ACTIVE = 0.5
 
 
-class Replies:
-    """One subscription per engine for the replies its callers wait on."""
+@dataclass(frozen=True)
+class ObjectType(ObjectSpec):
+    """A keyed object type: its name, its handlers, and the default timeout of its
+    exclusive handlers. ``key(k)`` is the handle callers use."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.prefix = engine.store.layout.replies(secrets.token_hex(8))
-        self.waiting: dict[str, anyio.Event] = {}
-        self.got: dict[str, bytes] = {}
-        self._sub: Any = None
-        self._n = 0
+    def key(self, key: str, *, engine: Client | None = None) -> ObjectKey:
+        """The object under ``key``: ``call``, ``send``, ``state``... (see ``ObjectKey``).
+        Without ``engine``, each call uses the engine of the enclosing
+        ``async with await fusee.connect() as engine:`` block (a ``FuseeError`` says
+        so when there is none).
 
-    async def open(self) -> None:
-        if self._sub is not None:
-            return
+        Example:
+            ``await chats.key("user-7").call("say", "Where is my order?")``
+        """
+        return ObjectKey(self, key, engine)
 
-        async def on_reply(subject: str, data: bytes, _reply: str | None) -> None:
-            event = self.waiting.get(subject)
-            if event is not None:
-                self.got[subject] = data
-                event.set()
 
-        self._sub = await self.engine.store.subscribe_core(f"{self.prefix}.*", on_reply)
+def object(  # noqa: A001 - fusee.object reads as the concept's name
+    name: str,
+    handlers: dict[str, Any],
+    *,
+    timeout: str | float = DEFAULT_HANDLER_TIMEOUT,
+) -> ObjectType:
+    """Define (and register) the keyed object type ``name``: one actor per key, its
+    state in KV, exclusive handlers one at a time per key in arrival order, shared ones
+    at once. ``timeout`` bounds each exclusive invocation (default 15 minutes).
 
-    def new(self) -> str:
-        self._n += 1
-        subject = f"{self.prefix}.{self._n}"
-        self.waiting[subject] = anyio.Event()
-        return subject
-
-    async def wait(self, subject: str, timeout: float) -> bytes | None:
-        event = self.waiting[subject]
-        with anyio.move_on_after(timeout):
-            await event.wait()
-        return self.got.get(subject)
-
-    def drop(self, subject: str) -> None:
-        self.waiting.pop(subject, None)
-        self.got.pop(subject, None)
+    Example:
+        ``chats = fusee.object("chat", {"say": say, "history": fusee.shared(history)})``
+    """
+    object_id(name, "k")  # the type's name rules
+    if not isinstance(handlers, dict) or not handlers:
+        raise InvalidArgument(
+            f"object {name!r}: handlers must be a non-empty dict of name: function"
+        )
+    made: dict[str, Handler] = {}
+    for hname, fn in handlers.items():
+        hname = validate_name(hname, f"handler name of object {name!r}")
+        if hname.startswith("fusee."):
+            raise InvalidArgument(
+                f"object {name!r}: handler names starting with 'fusee.' are reserved"
+            )
+        made[hname] = make_handler(hname, fn, shared=False)  # a Handler keeps its own kind
+    seconds = parse_duration(timeout, f"the timeout of object {name!r}")
+    if seconds <= 0:
+        raise InvalidArgument(f"object {name!r}: timeout must be positive, got {timeout!r}")
+    obj = ObjectType(name, made, seconds)
+    REGISTRY.add_object(obj)
+    return obj
 
 
 @dataclass
@@ -122,7 +137,7 @@ class ObjectKey:
     """One object: ``call`` and ``send`` invoke its handlers; ``state``, ``show``,
     ``edit``, ``clear`` and ``cancel`` are for operators and scripts."""
 
-    def __init__(self, obj: ObjectType | str, key: str, engine: Engine | None = None) -> None:
+    def __init__(self, obj: ObjectType | str, key: str, engine: Client | None = None) -> None:
         self.type = obj if isinstance(obj, ObjectType) else None
         self.object_type = (
             obj.name if isinstance(obj, ObjectType) else validate_name(obj, "object type")
@@ -136,12 +151,17 @@ class ObjectKey:
         return f"ObjectKey({self.object_type!r}, {self.key!r})"
 
     @property
-    def engine(self) -> Engine:
-        if self._engine is None:
-            from fusee._engine import current_engine
+    def engine(self) -> Client:
+        """The engine given (``key(k, engine=...)``, ``engine.object``), else the one of
+        the enclosing ``async with await fusee.connect() as engine:`` block, looked up
+        at each use.
 
-            self._engine = current_engine()
-        return self._engine
+        Raises:
+            FuseeError: none was given and no such block encloses the call.
+        """
+        if self._engine is not None:
+            return self._engine
+        return current_client(repr(self))
 
     @property
     def _partition(self) -> int:
@@ -191,7 +211,7 @@ class ObjectKey:
             body = await self._outcome(seq, subject, duplicate, deadline)
         finally:
             if subject:
-                self.engine._replies().drop(subject)
+                self.engine.replies.drop(subject)
         if body is None:
             raise Timeout(f"{self!r}.call({handler!r}) got no result within {timeout}")
         self._saw(body)
@@ -257,7 +277,7 @@ class ObjectKey:
             msg_id = f"{self.eid}:invoke:{validate_id(idempotency_key, 'idempotency key')}"
         subject = ""
         if reply:
-            replies = engine._replies()
+            replies = engine.replies
             await replies.open()
             subject = replies.new()
         body: dict[str, Any] = {"kind": "invoke", "handler": handler, "input": msgspec.Raw(data)}
@@ -274,7 +294,7 @@ class ObjectKey:
                 duplicate = False
         except BaseException:
             if subject:
-                engine._replies().drop(subject)
+                engine.replies.drop(subject)
             raise
         if not reply:
             await store.ensure_active(p, self.eid)  # a caller that waits does it meanwhile
@@ -290,7 +310,7 @@ class ObjectKey:
         # this engine was answered by the object moments ago: an actor keeps its marker
         # until it has been idle for a second, and reads its inbox again after letting
         # it go. (The fallback after a second without a reply ensures it anyway.)
-        answered = self.engine._objects_answered.get(self.eid)
+        answered = self.engine.answered.get(self.eid)
         if answered is not None and time.monotonic() - answered < STILL_ACTIVE:
             return await self._await_outcome(seq, subject, duplicate, deadline)
         failed: list[FuseeError] = []
@@ -315,7 +335,7 @@ class ObjectKey:
     ) -> dict[str, Any] | None:
         if not subject or duplicate:
             return await self._watch_done(seq, deadline)
-        replies = self.engine._replies()
+        replies = self.engine.replies
         searched = seq  # the journal is read from here on, a page at a time
         while True:
             left = deadline - time.monotonic()
@@ -368,7 +388,7 @@ class ObjectKey:
         """Remember when the object answered this engine: it still has its active
         marker for a while (``STILL_ACTIVE``), so the next call need not ensure it."""
         if isinstance(body.get("at"), int):
-            _remember(self.engine._objects_answered, self.eid, time.monotonic())
+            self.engine.answered.note(self.eid, time.monotonic())
 
     def _result(self, handler: str, body: dict[str, Any], type: Any) -> Any:  # noqa: A002
         if "error_type" in body:
@@ -425,8 +445,6 @@ class ObjectKey:
         Example:
             ``async for token in chat.stream(seq, "reply"): print(token, end="")``
         """
-        from fusee._engine import Run
-
         async with contextlib.aclosing(
             Run(self.engine, self.actor_id).stream(invocation_stream(seq, name), offset)
         ) as tokens:
@@ -482,7 +500,7 @@ class ObjectKey:
         try:
             body = await self._outcome(seq, subject, False, deadline)
         finally:
-            self.engine._replies().drop(subject)
+            self.engine.replies.drop(subject)
         if body is None:
             raise Timeout(f"the edit of {self!r} did not run within {timeout}")
         self._saw(body)
@@ -591,16 +609,6 @@ class ObjectKey:
             if entry.seq in cancelled:
                 entry.cancelling = True
         return info
-
-
-REMEMBERED = 10_000  # objects an engine keeps the last answer of (oldest go first)
-
-
-def _remember(table: dict[str, Any], eid: str, value: Any) -> None:
-    table.pop(eid, None)  # to the end: the oldest answered is first
-    table[eid] = value
-    if len(table) > REMEMBERED:
-        del table[next(iter(table))]
 
 
 def _stamp(value: str | None) -> float | None:

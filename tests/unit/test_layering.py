@@ -20,7 +20,7 @@ RUNTIME_BANNED = ("anyio", "asyncio", "nats", "socket", "time", "random", "struc
 ACTORS_BANNED = ("nats", "asyncio", "fusee.adapters")
 
 
-def _module_name(path: Path, root: Path) -> str:
+def module_name(path: Path, root: Path) -> str:
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -32,7 +32,7 @@ def imported_modules(path: Path, root: Path = SRC) -> set[str]:
     function bodies too), as absolute dotted names; ``from m import n`` gives ``m`` and
     ``m.n`` (``n`` may be a submodule)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = _module_name(path, root)
+    package = module_name(path, root)
     if path.name != "__init__.py":
         package = package.rpartition(".")[0]
     found: set[str] = set()

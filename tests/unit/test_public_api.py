@@ -11,8 +11,10 @@ import fusee
 PUBLIC = (
     "connect",
     "Engine",
+    "WorkerConfig",
     "Run",
     "RunInfo",
+    "TokenEvent",
     "CompletionInfo",
     "workflow",
     "Workflow",

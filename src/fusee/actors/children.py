@@ -8,10 +8,10 @@ from typing import Any
 
 import msgspec
 
-from fusee._logging import get_logger
 from fusee.actors.ports import RunStore
 from fusee.actors.run_index import project_index
 from fusee.errors import Fenced, RunExists
+from fusee.logs import get_logger
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.index import info_from_history

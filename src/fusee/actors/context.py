@@ -18,7 +18,6 @@ import anyio
 import msgspec
 import structlog
 
-from fusee._logging import get_logger
 from fusee.actors.children import cancel_child, start_child
 from fusee.errors import (
     Evicted,
@@ -31,6 +30,7 @@ from fusee.errors import (
     StepTimeout,
     Timeout,
 )
+from fusee.logs import get_logger
 from fusee.runtime.codec import (
     MAX_LARGE_VALUE,
     canonical,

@@ -27,7 +27,6 @@ import anyio.abc
 import msgspec
 import structlog
 
-from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children
 from fusee.actors.context import (
     Context,
@@ -37,7 +36,8 @@ from fusee.actors.context import (
     error_type_name,
 )
 from fusee.actors.object_state import read_object
-from fusee.actors.registry import Handler, ObjectType
+from fusee.actors.registry import Handler
+from fusee.actors.registry import ObjectSpec as ObjectType  # what a worker knows of a type
 from fusee.actors.run_actor import Outcome, RunActor
 from fusee.errors import (
     DeterminismError,
@@ -49,6 +49,7 @@ from fusee.errors import (
     Parked,
     Unreplayable,
 )
+from fusee.logs import get_logger
 from fusee.runtime.codec import check_size, decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import Replayer

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fusee._logging import get_logger
 from fusee.actors.ports import RunStore
 from fusee.errors import InvalidArgument, JournalGap
+from fusee.logs import get_logger
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape
 from fusee.runtime.objects import State, decode_state, fold, object_id

@@ -1,17 +1,16 @@
-"""Workflows by name: what ``@fusee.workflow`` registers and workers look up."""
+"""Workflows and object types by name: what ``@fusee.workflow`` and ``fusee.object``
+register and workers look up. Plain data: the callers' side of an object type
+(``ObjectType.key``) is ``fusee._objects``."""
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_type_hints
+from typing import Any, Generic, TypeVar, get_type_hints
 
 from fusee.errors import InvalidArgument
 from fusee.runtime.ids import validate_name
-
-if TYPE_CHECKING:
-    from fusee.actors.context import Context
 
 __all__ = (
     "Workflow",
@@ -19,8 +18,8 @@ __all__ = (
     "REGISTRY",
     "Registry",
     "Handler",
-    "ObjectType",
-    "object",
+    "ObjectSpec",
+    "make_handler",
     "shared",
     "exclusive",
     "DEFAULT_HANDLER_TIMEOUT",
@@ -40,7 +39,7 @@ class Workflow(Generic[R]):
     input_type: Any
     takes_input: bool
 
-    async def __call__(self, ctx: Context, *args: Any) -> R:
+    async def __call__(self, ctx: Any, *args: Any) -> R:  # ctx: a fusee.Context
         return await self.fn(ctx, *args)
 
 
@@ -65,7 +64,7 @@ def shared(fn: Callable[..., Any]) -> Handler:
     Example:
         ``"history": fusee.shared(lambda ctx: ctx.state.get("history") or [])``
     """
-    return _handler("", fn, shared=True)
+    return make_handler("", fn, shared=True)
 
 
 def exclusive(fn: Callable[..., Any], *, timeout: str | float | None = None) -> Handler:
@@ -79,10 +78,11 @@ def exclusive(fn: Callable[..., Any], *, timeout: str | float | None = None) -> 
     from fusee.runtime.durations import parse_duration
 
     seconds = parse_duration(timeout, "the timeout of an exclusive handler") if timeout else None
-    return _handler("", fn, shared=False, timeout=seconds)
+    return make_handler("", fn, shared=False, timeout=seconds)
 
 
-def _handler(name: str, fn: Any, *, shared: bool, timeout: float | None = None) -> Handler:
+def make_handler(name: str, fn: Any, *, shared: bool, timeout: float | None = None) -> Handler:
+    """The handler ``name`` of ``fn`` (a function, or a ``Handler``, which keeps its kind)."""
     if isinstance(fn, Handler):
         return Handler(name, fn.fn, fn.shared, fn.timeout, fn.input_type, fn.takes_input)
     if not callable(fn):
@@ -103,75 +103,27 @@ def _handler(name: str, fn: Any, *, shared: bool, timeout: float | None = None) 
 
 
 @dataclass(frozen=True)
-class ObjectType:
-    """A keyed object type: its name, its handlers, and the default timeout of its
-    exclusive handlers. ``key(k)`` is the handle callers use."""
+class ObjectSpec:
+    """A keyed object type as workers see it: its name, its handlers, and the default
+    timeout of its exclusive handlers (``fusee.ObjectType`` adds the callers' ``key``)."""
 
     name: str
     handlers: dict[str, Handler]
     timeout: float = DEFAULT_HANDLER_TIMEOUT
 
-    def key(self, key: str, *, engine: Any = None) -> Any:
-        """The object under ``key``: ``call``, ``send``, ``state``... (see ``ObjectKey``).
-        Uses the engine ``fusee.connect()`` made last unless ``engine`` is given.
-
-        Example:
-            ``await chats.key("user-7").call("say", "Where is my order?")``
-        """
-        from fusee._objects import ObjectKey
-
-        return ObjectKey(self, key, engine)
-
     def handler_timeout(self, handler: Handler) -> float:
         return handler.timeout if handler.timeout is not None else self.timeout
-
-
-def object(  # noqa: A001 - fusee.object reads as the concept's name
-    name: str,
-    handlers: dict[str, Any],
-    *,
-    timeout: str | float = DEFAULT_HANDLER_TIMEOUT,
-) -> ObjectType:
-    """Define (and register) the keyed object type ``name``: one actor per key, its
-    state in KV, exclusive handlers one at a time per key in arrival order, shared ones
-    at once. ``timeout`` bounds each exclusive invocation (default 15 minutes).
-
-    Example:
-        ``chats = fusee.object("chat", {"say": say, "history": fusee.shared(history)})``
-    """
-    from fusee.runtime.durations import parse_duration
-    from fusee.runtime.objects import object_id
-
-    object_id(name, "k")  # the type's name rules
-    if not isinstance(handlers, dict) or not handlers:
-        raise InvalidArgument(
-            f"object {name!r}: handlers must be a non-empty dict of name: function"
-        )
-    made: dict[str, Handler] = {}
-    for hname, fn in handlers.items():
-        hname = validate_name(hname, f"handler name of object {name!r}")
-        if hname.startswith("fusee."):
-            raise InvalidArgument(
-                f"object {name!r}: handler names starting with 'fusee.' are reserved"
-            )
-        made[hname] = _handler(hname, fn, shared=False)  # a Handler keeps its own kind
-    seconds = parse_duration(timeout, f"the timeout of object {name!r}")
-    if seconds <= 0:
-        raise InvalidArgument(f"object {name!r}: timeout must be positive, got {timeout!r}")
-    obj = ObjectType(name, made, seconds)
-    REGISTRY.add_object(obj)
-    return obj
 
 
 class Registry:
     def __init__(self) -> None:
         self._by_name: dict[str, Workflow[Any]] = {}
-        self._objects: dict[str, ObjectType] = {}
+        self._objects: dict[str, ObjectSpec] = {}
 
-    def add_object(self, obj: ObjectType) -> None:
+    def add_object(self, obj: ObjectSpec) -> None:
         self._objects[obj.name] = obj  # a module imported twice defines it again
 
-    def get_object(self, name: str) -> ObjectType | None:
+    def get_object(self, name: str) -> ObjectSpec | None:
         return self._objects.get(name)
 
     def object_names(self) -> list[str]:

@@ -15,7 +15,6 @@ import anyio
 import msgspec
 import structlog
 
-from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children, notify_parent
 from fusee.actors.context import (
     Context,
@@ -39,6 +38,7 @@ from fusee.errors import (
     Parked,
     Unreplayable,
 )
+from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History, Replayer

@@ -46,7 +46,6 @@ import anyio
 import anyio.abc
 import structlog
 
-from fusee._logging import get_logger
 from fusee.actors.object_actor import ObjectActor
 from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
@@ -54,6 +53,7 @@ from fusee.actors.run_actor import RunActor
 from fusee.actors.run_index import project_index
 from fusee.actors.shared import serve_shared_call
 from fusee.errors import CommitFailed, ConnectionLost, Evicted, Fenced
+from fusee.logs import get_logger
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import decode_info
 from fusee.runtime.objects import parse_object_id

@@ -16,12 +16,12 @@ import anyio.abc
 import msgspec
 
 import fusee
-from fusee._logging import get_logger
 from fusee.actors.registry import REGISTRY
 from fusee.adapters.cli.loader import load_file
 from fusee.adapters.cli.options import GlobalOptions, command_hint
 from fusee.adapters.cli.render import format_run, format_runs_table, json_text
 from fusee.errors import RunCancelled, RunFailed, Timeout
+from fusee.logs import get_logger
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.ids import unescape, validate_id, validate_name
 
@@ -86,11 +86,10 @@ async def open_engine(
         # Shielded: a Ctrl-C here must not leave a started server without its owner.
         with anyio.CancelScope(shield=True):
             engine = await fusee.connect(namespace=opts.namespace, store_dir=opts.store)
-    try:
+    # its block: object keys made without engine= (in a worker's handlers too) use it;
+    # it closes the engine on the way out, shielded from a Ctrl-C
+    async with engine:
         yield engine
-    finally:
-        with anyio.CancelScope(shield=True):
-            await engine.close()
 
 
 async def _until_signal(body: Callable[[], Awaitable[None]]) -> int | None:

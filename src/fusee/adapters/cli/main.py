@@ -33,12 +33,12 @@ from typing import Any, Literal, cast, get_args
 
 import anyio
 
-from fusee._logging import LEVELS, LogFormat, configure_logging
 from fusee.adapters.cli import commands, objects
 from fusee.adapters.cli.commands import CliError
 from fusee.adapters.cli.loader import LoadError
 from fusee.adapters.cli.options import CURRENT, DEFAULT_NAMESPACE, DEFAULT_STORE, GlobalOptions
 from fusee.errors import FuseeError
+from fusee.logs import LEVELS, LogFormat, configure_logging
 from fusee.runtime.index import Status
 
 __all__ = ("main", "build_parser")

@@ -22,7 +22,7 @@ from typing import Any, NoReturn, TypeVar
 
 import anyio
 
-from fusee._objects import ObjectInfo, ObjectKey
+from fusee import Engine, ObjectInfo, ObjectKey
 from fusee.adapters.cli.commands import CONNECT_TIMEOUT_QUERY, CliError, open_engine
 from fusee.adapters.cli.options import GlobalOptions, command_hint
 from fusee.adapters.cli.render import clip, format_age, json_text
@@ -297,7 +297,10 @@ async def _told_if_unserved(live: ObjectKey, apply: Callable[[], Awaitable[T]]) 
     the key's type, say so at once (the edit stays queued) instead of waiting in silence."""
 
     async def check() -> None:
-        workers = await live.engine.live_workers()
+        engine = live.engine  # the CLI's keys are made on its Engine (``_connected``)
+        if not isinstance(engine, Engine):
+            return
+        workers = await engine.live_workers()
         if not any(f"object:{live.object_type}" in serves for serves in workers.values()):
             _err(
                 f"queued; it applies when a worker for {live.object_type!r} runs "

@@ -9,7 +9,7 @@ import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from fusee._logging import LogFormat
+from fusee.logs import LogFormat
 
 __all__ = (
     "GlobalOptions",

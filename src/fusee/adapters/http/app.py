@@ -15,8 +15,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from fusee._engine import Engine
-from fusee._logging import get_logger
+from fusee import Engine
 from fusee.adapters.http.errors import (
     HTTP_TYPES,
     ApiError,
@@ -29,6 +28,7 @@ from fusee.adapters.http.paths import RawPath
 from fusee.adapters.http.routes import completions, meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
+from fusee.logs import get_logger
 
 __all__ = ("create_app", "api_state_of")
 

@@ -18,10 +18,10 @@ import anyio
 import uvicorn
 from anyio.abc import TaskStatus
 
-from fusee._engine import Engine
-from fusee._logging import get_logger
+from fusee import Engine
 from fusee.adapters.http.app import api_state_of, create_app
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY
+from fusee.logs import get_logger
 
 __all__ = ("serve_api", "Bound")
 

@@ -27,9 +27,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from fusee._logging import get_logger
 from fusee.adapters.http.errors import error_body, error_response, status_of
 from fusee.errors import FuseeError
+from fusee.logs import get_logger
 
 __all__ = (
     "TokenEventLike",

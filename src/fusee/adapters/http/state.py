@@ -10,11 +10,11 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from fusee._engine import Engine
-from fusee._logging import get_logger
+from fusee import Engine
 from fusee.adapters.http.errors import ApiError
 from fusee.adapters.http.sse import StreamRegistry
 from fusee.errors import InvalidArgument
+from fusee.logs import get_logger
 
 __all__ = ("ApiState", "api_state", "json_body", "json_response", "until_disconnect")
 

@@ -1,13 +1,13 @@
 """The JetStream adapter: the only code that speaks nats-py.
 
-It owns the NATS layout (``docs/reference/nats-layout.md``), translates nats-py errors
-at the boundary (``err_code 10071`` becomes :class:`fusee.errors.Fenced`), and wraps
-what nats-py 2.16 lacks (batched Direct Get, the subtree fence header).
+It writes the NATS layout (named in ``layout.py``, documented in
+``docs/reference/nats-layout.md``), translates nats-py errors at the boundary
+(``err_code 10071`` becomes :class:`fusee.errors.Fenced`), and wraps what nats-py 2.16
+lacks (the subtree fence header; batched Direct Get is in ``direct.py``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import hashlib
@@ -15,10 +15,8 @@ import json
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from contextvars import ContextVar
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import nats
@@ -37,33 +35,39 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.commit import GroupCommitter, Pending
-from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore, direct_page
+from fusee.adapters.jetstream.direct import (
+    CLIENT_PATIENCE,
+    direct_batch,
+    patience,
+    retrying,
+    retrying_for,
+)
+from fusee.adapters.jetstream.layout import (
+    CURSOR,
+    EXPECTED_SEQ,
+    EXPECTED_SUBJECT,
+    JOURNAL_SEQ,
+    KIND,
+    MSG_ID,
+    Layout,
+    StoredMsg,
+)
+from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import ConnectionLost, Fenced, FuseeError, JournalGap, NotEncodable, StorageFull
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
 
-T = TypeVar("T")
-
 __all__ = (
     "NatsStore",
-    "Layout",
-    "StoredMsg",
     "ConnectionLost",
     "NobodyListens",
     "StorageFull",
     "CLIENT_PATIENCE",
 )
 
-# Headers the server reads; nats-py has no constant for the subtree fence.
-EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
-EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
-MSG_ID = "Nats-Msg-Id"
-KIND = "Fusee-Kind"
-JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
-CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
 
 # Room kept in every message for what is not the value: the record's other fields
 # (links, name, the values ctx.now() took) and its headers. A value may be the
@@ -72,24 +76,6 @@ VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
 BATCH_DUPLICATE = 10201
-# JetStream's "insufficient resources" (10023), and its storage (10047) and memory
-# (10028) resources exceeded: nothing was stored, and retrying does not help.
-STORAGE_FULL = frozenset({10023, 10028, 10047})
-
-# How long a store call retries while NATS does not answer (unreachable, restarting,
-# electing a leader) before it raises ConnectionLost: bounded for client calls, so a
-# caller gets an answer; a worker's actors wait as long as it takes (``retrying_for``).
-CLIENT_PATIENCE = 30.0
-_patience: ContextVar[float] = ContextVar("fusee_store_patience", default=CLIENT_PATIENCE)
-
-# nats-py errors that mean "no answer (yet)": the write may or may not have happened.
-_NO_ANSWER = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.js.errors.NoStreamResponseError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.OutboundBufferLimitError,
-)
 
 # What nats-py raises while the server is slow, restarting or unreachable: the
 # operation may or may not have happened, and trying again later is the answer.
@@ -120,109 +106,6 @@ class NobodyListens(FuseeError):
     """A core NATS request found no subscriber."""
 
 
-def storage_full(exc: BaseException, what: str) -> StorageFull | None:
-    """The fusee error for a JetStream refusal for want of storage, else None."""
-    code = getattr(exc, "err_code", None)  # KV errors are APIErrors without one
-    if not isinstance(exc, nats.js.errors.APIError) or code not in STORAGE_FULL:
-        return None
-    return StorageFull(
-        f"the NATS server has no storage left: {what} was not stored (JetStream: "
-        f"{exc.description}, err_code={code}); free space on the server or raise "
-        f"its JetStream max_file_store, then retry"
-    )
-
-
-def _gave_up(what: str, patience: float, exc: BaseException) -> ConnectionLost:
-    return ConnectionLost(
-        f"NATS did not answer for {patience:g}s ({what}: {type(exc).__name__}); "
-        f"the operation may or may not have happened"
-    )
-
-
-def _closed(what: str) -> ConnectionLost:
-    return ConnectionLost(f"the connection to NATS is closed ({what})")
-
-
-@dataclass(frozen=True)
-class StoredMsg:
-    seq: int
-    subject: str
-    data: bytes
-    headers: dict[str, str]
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Every name fusee uses in one namespace (a public contract, see the NATS layout doc)."""
-
-    namespace: str
-
-    @property
-    def stream(self) -> str:
-        return self.namespace.upper()
-
-    @property
-    def values_stream(self) -> str:
-        # values too large for a record (step results), stored out of line
-        return f"{self.stream}_VALUES"
-
-    def value(self, eid: str, digest: str, chunk: int) -> str:
-        return f"{self.namespace}.val.{eid}.{digest}.{chunk}"
-
-    @property
-    def runs_bucket(self) -> str:
-        return f"{self.namespace}_runs"
-
-    @property
-    def work_bucket(self) -> str:
-        return f"{self.namespace}_work"
-
-    @property
-    def objects_bucket(self) -> str:
-        return f"{self.namespace}_objects"
-
-    def shared_calls(self, object_type: str) -> str:
-        # core NATS request/reply, answered by one worker of the queue group
-        return f"_fusee.{self.namespace}.shared.{escape(object_type)}"
-
-    def replies(self, token: str) -> str:
-        # core NATS: where one client's callers wait for their invocations' replies
-        return f"_fusee.{self.namespace}.reply.{token}"
-
-    def journal(self, eid: str) -> str:
-        return f"{self.namespace}.run.{eid}.j"
-
-    def tree(self, eid: str) -> str:
-        return f"{self.namespace}.run.{eid}.>"
-
-    def inbox(self, partition: int, eid: str) -> str:
-        return f"{self.namespace}.in.{partition}.{eid}"
-
-    def wake(self, partition: int) -> str:
-        # Core NATS, not stored: a hint that a partition has new work. The active
-        # markers in the work bucket are the durable truth; a lost hint is found by
-        # the owner's next reconcile.
-        return f"_fusee.{self.namespace}.wake.{partition}"
-
-    def heartbeat(self, worker: str) -> str:
-        return f"_fusee.{self.namespace}.hb.{worker}"
-
-    def ping(self, worker: str) -> str:
-        return f"_fusee.{self.namespace}.ping.{worker}"
-
-    def take(self, worker: str) -> str:
-        # core NATS: a partition owner hands ``worker`` a run or key it lacks the code of
-        return f"_fusee.{self.namespace}.take.{worker}"
-
-    @staticmethod
-    def active_key(partition: int, eid: str) -> str:
-        return f"active.{partition}.{eid}"
-
-    @staticmethod
-    def owner_key(partition: int) -> str:
-        return f"owner.{partition}"
-
-
 class NatsStore:
     """A connection to NATS, bound to one namespace."""
 
@@ -243,9 +126,9 @@ class NatsStore:
         self._objects: KeyValue | None = None
         self.committer = GroupCommitter(nc, self.js, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
-        self.tokens = TokenStore(self, max_age=tokens_max_age)
+        self.tokens = TokenStore(nc, self.js, layout, replicas=replicas, max_age=tokens_max_age)
         # callers waiting for results: one consumer for all of them (see watch.py)
-        self.journal_watch = JournalWatch(self)
+        self.journal_watch = JournalWatch(nc, self.js, layout)
         # completions (issue 3): the namespace's secret (``config.secret`` in the work
         # bucket, read at connect) and the base of callback URLs
         self.completion_secret = b""
@@ -412,21 +295,12 @@ class NatsStore:
         headers = self._fenced_headers(eid, kind, fence, msg_id)
         subject = self.layout.journal(eid)
         self._check_fits(subject, data, headers, f"the {kind} record of {unescape(eid)!r}")
-        give_up = time.monotonic() + _patience.get()
+        give_up = time.monotonic() + patience()
         item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up)
         return await self.committer.append(item)
 
-    @staticmethod
-    @contextlib.contextmanager
-    def retrying_for(seconds: float) -> Iterator[None]:
-        """Store calls made in this context (and in tasks started from it) retry for up
-        to ``seconds`` while NATS does not answer, instead of ``CLIENT_PATIENCE``:
-        ``math.inf`` for a worker, whose actors must ride out an outage."""
-        token = _patience.set(seconds)
-        try:
-            yield
-        finally:
-            _patience.reset(token)
+    # Store calls made in this context retry for this long (see ``direct.retrying_for``).
+    retrying_for = staticmethod(retrying_for)
 
     def _fenced_headers(self, eid: str, kind: str, fence: int, msg_id: str) -> dict[str, str]:
         return {
@@ -459,7 +333,7 @@ class NatsStore:
         try:
             # The server down or electing a leader: the same msg_id and fence again;
             # dedupe or the read-back below sorts it out.
-            ack = await self._retrying(
+            ack = await retrying(
                 self.js.publish,
                 lay.journal(eid),
                 data,
@@ -491,7 +365,7 @@ class NatsStore:
         for i, chunk in enumerate(chunks):
             subject = self.layout.value(eid, digest, i)
             self._check_fits(subject, chunk, {}, f"chunk {i} of a value of {unescape(eid)!r}")
-            await self._retrying(self.js.publish, subject, chunk, 5.0, self.layout.values_stream)
+            await retrying(self.js.publish, subject, chunk, 5.0, self.layout.values_stream)
         return ValueRef(run=eid, digest=digest, size=len(data), chunks=len(chunks))
 
     async def get_value(self, ref: ValueRef) -> bytes:
@@ -500,9 +374,7 @@ class NatsStore:
         for i in range(ref.chunks):
             subject = self.layout.value(ref.run, ref.digest, i)
             try:
-                raw = await self._retrying(
-                    self.js.get_last_msg, self.layout.values_stream, subject, True
-                )
+                raw = await retrying(self.js.get_last_msg, self.layout.values_stream, subject, True)
             except nats.js.errors.NotFoundError:
                 raise JournalGap(
                     f"run {unescape(ref.run)!r}: chunk {i} of the value {ref.digest} "
@@ -522,7 +394,9 @@ class NatsStore:
     ) -> list[StoredMsg]:
         """What others sent the run (signals, cancels, invocations, fired timers), above
         sequence ``after``: all of it, or the first ``limit`` messages."""
-        return await self._direct_batch(self.layout.inbox(partition, eid), after + 1, limit=limit)
+        return await direct_batch(
+            self.nc, self.layout.stream, self.layout.inbox(partition, eid), after + 1, limit=limit
+        )
 
     async def send_inbox(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
@@ -547,7 +421,7 @@ class NatsStore:
             headers[MSG_ID] = msg_id
         subject = self.layout.inbox(partition, eid)
         self._check_fits(subject, body, headers, f"the {kind} message to {unescape(eid)!r}")
-        return await self._retrying(
+        return await retrying(
             self.js.publish,
             subject,
             body,
@@ -563,7 +437,7 @@ class NatsStore:
         entry = await self._config(key)
         if entry is None:
             with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
-                await self._retrying(self.work.create, key, value)
+                await retrying(self.work.create, key, value)
             entry = await self._config(key)
         if entry is None:  # pragma: no cover - created above, and the bucket keeps it
             raise FuseeError(f"{key} in {self.layout.work_bucket} vanished as it was made")
@@ -571,7 +445,7 @@ class NatsStore:
 
     async def _config(self, key: str) -> bytes | None:
         try:
-            entry = await self._retrying(self.work.get, key)
+            entry = await retrying(self.work.get, key)
         except nats.js.errors.KeyNotFoundError:
             return None
         return entry.value or b""
@@ -613,7 +487,7 @@ class NatsStore:
         }
         # "start" names the generation (or object invocation) whose wait set it
         body = json.dumps({"kind": "timer", "pos": pos, "start": start}).encode()
-        await self._retrying(
+        await retrying(
             self.js.publish, f"{lay.inbox(partition, eid)}.t{pos}", body, 5.0, None, headers
         )
 
@@ -655,17 +529,19 @@ class NatsStore:
 
     async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
         """Every record of the run's journal with a sequence above ``after``, in order."""
-        return await self._direct_batch(self.layout.journal(eid), after + 1)
+        return await direct_batch(self.nc, self.layout.stream, self.layout.journal(eid), after + 1)
 
     async def last_in_journal(self, eid: str) -> StoredMsg | None:
-        return await self._retrying(self._direct_last, self.layout.journal(eid))
+        return await retrying(self._direct_last, self.layout.journal(eid))
 
     async def first_in_journal(self, eid: str) -> StoredMsg | None:
         return await self.journal_at(eid, 1)
 
     async def journal_at(self, eid: str, seq: int) -> StoredMsg | None:
         """The first record of the run's journal at or after sequence ``seq``."""
-        found = await self._direct_batch(self.layout.journal(eid), seq, limit=1)
+        found = await direct_batch(
+            self.nc, self.layout.stream, self.layout.journal(eid), seq, limit=1
+        )
         return found[0] if found else None
 
     async def _direct_last(self, subject: str) -> StoredMsg | None:
@@ -675,67 +551,6 @@ class NatsStore:
             return None
         headers = dict(raw.headers or {})
         return StoredMsg(raw.seq or 0, raw.subject or subject, raw.data or b"", headers)
-
-    async def _retrying(
-        self,
-        fn: Callable[..., Awaitable[T]],
-        *args: Any,
-        what: str = "",
-        give_up: float | None = None,
-    ) -> T:
-        """``fn(*args)``, tried again while NATS does not answer, until ``give_up`` (a
-        ``time.monotonic()`` instant) or for as long as the context allows
-        (``retrying_for``; ``CLIENT_PATIENCE`` by default).
-
-        Raises:
-            StorageFull: a write the server refused for want of storage (not retried).
-            ConnectionLost: no answer in time, or the connection is closed.
-        """
-        if not what:  # the call itself, e.g. "KeyValue.put('r1')"
-            name = getattr(fn, "__qualname__", "") or getattr(fn, "__name__", "a call")
-            what = f"{name}({args[0]!r})" if args and isinstance(args[0], str) else name
-        started, delay = time.monotonic(), 0.05
-        if give_up is None:
-            give_up = started + _patience.get()
-        patience = give_up - started
-        while True:
-            try:
-                return await fn(*args)
-            except nats.js.errors.APIError as exc:
-                if (full := storage_full(exc, what)) is not None:
-                    raise full from None
-                if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
-                    raise
-                failed: BaseException = exc  # JetStream not ready (a restart, an election)
-            except _NO_ANSWER as exc:
-                failed = exc
-            except nats.errors.ConnectionClosedError:
-                raise _closed(what) from None
-            if time.monotonic() + delay >= give_up:
-                raise _gave_up(what, patience, failed) from None
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    async def _direct_batch(self, subject: str, start: int, *, limit: int = 0) -> list[StoredMsg]:
-        """Batched Direct Get (nats-py has no API for it): every message on ``subject``
-        from sequence ``start``, in pages of 1,000, ending on the server's EOB."""
-        out: list[StoredMsg] = []
-        seq = start
-        while True:
-            page = await self._retrying(self._direct_page, subject, seq, 1000)
-            out.extend(page)
-            if limit and len(out) >= limit:
-                return out[:limit]
-            if len(page) < 1000:
-                return out
-            seq = page[-1].seq + 1
-
-    async def _direct_page(self, subject: str, start: int, batch: int) -> list[StoredMsg]:
-        api = f"$JS.API.DIRECT.GET.{self.layout.stream}"
-        return [
-            StoredMsg(seq, headers.get("Nats-Subject", subject), data, headers)
-            async for seq, headers, data in direct_page(self.nc, api, subject, start, batch)
-        ]
 
     # -- keyed objects: the state projection -----------------------------------------
 
@@ -762,7 +577,7 @@ class NatsStore:
     async def get_state_msg(self, object_type: str, key: str) -> StoredMsg | None:
         subject = self._state_subject(object_type, key)
         try:
-            raw = await self._retrying(
+            raw = await retrying(
                 self.js.get_last_msg, f"KV_{self.layout.objects_bucket}", subject, True
             )
         except nats.js.errors.NotFoundError:
@@ -785,7 +600,7 @@ class NatsStore:
         subject = self._state_subject(object_type, key)
         self._check_fits(subject, data, headers, f"the state of {object_type}/{key}")
         try:
-            ack = await self._retrying(self.js.publish, subject, data, 5.0, None, headers)
+            ack = await retrying(self.js.publish, subject, data, 5.0, None, headers)
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
@@ -826,7 +641,7 @@ class NatsStore:
             finally:
                 await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped
             subject_prefix = f"$KV.{bucket}."
-            info = await self._retrying(self.js.stream_info, f"KV_{bucket}", subject_prefix + keys)
+            info = await retrying(self.js.stream_info, f"KV_{bucket}", subject_prefix + keys)
         missing = [
             s[len(subject_prefix) :]
             for s in info.state.subjects or {}
@@ -838,7 +653,7 @@ class NatsStore:
         async def read(key: str) -> None:
             async with limit:
                 try:
-                    raw = await self._retrying(
+                    raw = await retrying(
                         self.js.get_last_msg, f"KV_{bucket}", subject_prefix + key, True
                     )
                 except nats.js.errors.NotFoundError:
@@ -874,7 +689,7 @@ class NatsStore:
         """Put ``note`` (a JSON object: why no worker runs the actor now, or ``{}``) as
         the actor's active marker: it stays active, and ``objects show`` reads it."""
         with lost_on_transient("writing a note in an active marker"):
-            await self._retrying(self.work.put, Layout.active_key(partition, eid), note)
+            await retrying(self.work.put, Layout.active_key(partition, eid), note)
 
     async def clear_note(self, partition: int, eid: str, field: str) -> None:
         """Replace the actor's active marker with ``{}`` if it still holds a note with
@@ -914,7 +729,7 @@ class NatsStore:
         after ``ttl`` seconds (a per-message TTL): until then a new owner still looks
         at the actor, in case something came just as it went idle."""
         subject = f"$KV.{self.layout.work_bucket}.{Layout.active_key(partition, eid)}"
-        await self._retrying(self._publish_ttl, subject, IDLE_MARKER, ttl)
+        await retrying(self._publish_ttl, subject, IDLE_MARKER, ttl)
 
     async def _publish_ttl(self, subject: str, data: bytes, ttl: float) -> None:
         await self.js.publish(subject, data, timeout=5.0, msg_ttl=ttl)
@@ -927,7 +742,7 @@ class NatsStore:
         by an older fusee) has sequence 0."""
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
-            raw = await self._retrying(
+            raw = await retrying(
                 self.js.get_last_msg, f"KV_{self.layout.runs_bucket}", subject, True
             )
         except nats.js.errors.NotFoundError:
@@ -947,7 +762,7 @@ class NatsStore:
         headers = {JOURNAL_SEQ: str(journal_seq), EXPECTED_SEQ: str(last)}
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
-            ack = await self._retrying(self.js.publish, subject, value, 5.0, None, headers)
+            ack = await retrying(self.js.publish, subject, value, 5.0, None, headers)
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
@@ -968,7 +783,7 @@ class NatsStore:
         return [(key, value) for key, (_, value) in found.items()]
 
     async def mark_active(self, partition: int, eid: str) -> None:
-        await self._retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
+        await retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
         await self.wake(partition, eid)
 
     async def wake(self, partition: int, eid: str) -> None:
@@ -979,13 +794,13 @@ class NatsStore:
     async def clear_active(self, partition: int, eid: str) -> None:
         # A purge marker with a TTL: the key's subject disappears from the bucket a
         # second later, so the list of active runs does not grow with finished ones.
-        await self._retrying(self.work.purge, Layout.active_key(partition, eid), 1)
+        await retrying(self.work.purge, Layout.active_key(partition, eid), 1)
 
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """Active runs of ``partitions`` (a run ended less than a second ago may show)."""
         prefix = f"$KV.{self.layout.work_bucket}.active."
         with lost_on_transient("listing the active runs"):
-            info = await self._retrying(
+            info = await retrying(
                 self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
             )
         out: list[tuple[int, str]] = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any, Final
 
@@ -26,6 +25,7 @@ import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
+from fusee.adapters.jetstream.direct import direct_batch, direct_page, retrying
 from fusee.errors import FuseeError, NotEncodable, RunNotFound, StreamNotFound
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.records import decode_record
@@ -42,8 +42,9 @@ from fusee.runtime.tokens import (
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
+    from nats.js import JetStreamContext
 
-    from fusee.adapters.jetstream.store import NatsStore
+    from fusee.adapters.jetstream.layout import Layout
 
 __all__ = ("TokenStore", "TokenWriter", "DEFAULT_MAX_AGE")
 
@@ -59,11 +60,21 @@ PAGE: Final = 1000
 class TokenStore:
     """The namespace's token streams: writers for the run actors, readers for anyone."""
 
-    def __init__(self, store: NatsStore, *, max_age: float = DEFAULT_MAX_AGE) -> None:
-        self.store = store
-        self.nc = store.nc
+    def __init__(
+        self,
+        nc: Client,
+        js: JetStreamContext,
+        layout: Layout,
+        *,
+        replicas: int = 1,
+        max_age: float = DEFAULT_MAX_AGE,
+    ) -> None:
+        self.nc = nc
+        self.js = js
+        self.layout = layout
+        self.replicas = replicas
         self.max_age = max_age
-        ns = store.layout.namespace
+        ns = layout.namespace
         self.namespace = ns
         self.stream = f"{ns.upper()}_TOKENS"
         self._direct = f"$JS.API.DIRECT.GET.{self.stream}"
@@ -73,7 +84,7 @@ class TokenStore:
         return f"{self.namespace}.tok.{eid}.{escape(name)}"
 
     def config(self) -> StreamConfig:
-        replicas = self.store.replicas
+        replicas = self.replicas
         return StreamConfig(
             name=self.stream,
             description="fusee: token streams of model calls",
@@ -94,14 +105,14 @@ class TokenStore:
         """Create the tokens stream if it is missing (idempotent); a retention that
         differs from the configured one is updated (the rest of the config never is)."""
         try:
-            info = await self.store.js.stream_info(self.stream)
+            info = await self.js.stream_info(self.stream)
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
-                await self.store.js.add_stream(self.config())
+                await self.js.add_stream(self.config())
             return
         if abs((info.config.max_age or 0.0) - self.max_age) > 0.001:
             info.config.max_age = self.max_age
-            await self.store.js.update_stream(info.config)
+            await self.js.update_stream(info.config)
 
     # -- writing ------------------------------------------------------------------
 
@@ -127,7 +138,7 @@ class TokenStore:
         return writer
 
     async def _claim(self, subject: str) -> int:
-        js = self.store.js
+        js = self.js
         while True:
             try:
                 last = await js.get_last_msg(self.stream, subject, direct=True)
@@ -178,7 +189,8 @@ class TokenStore:
         # Both first: the journal must be read before the catch-up (see below), and
         # neither waits for the other, so the first token comes one round trip sooner.
         journal, (start, exists) = await asyncio.gather(
-            self.store.read_journal(eid, after), self._seek(subject, offset)
+            direct_batch(self.nc, self.layout.stream, self.layout.journal(eid), after + 1),
+            self._seek(subject, offset),
         )
         for msg in journal:
             watch.feed(decode_record(msg.data))
@@ -205,15 +217,15 @@ class TokenStore:
         async def on_record(msg: Msg) -> None:
             queue.put_nowait(("record", msg))
 
-        js = self.store.js
+        js = self.js
         subs = []
         try:
             subs.append(
                 await js.subscribe(
-                    self.store.layout.journal(eid),
+                    self.layout.journal(eid),
                     ordered_consumer=True,
                     cb=on_record,
-                    stream=self.store.layout.stream,
+                    stream=self.layout.stream,
                     config=ConsumerConfig(
                         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
                         opt_start_seq=journal_last + 1,
@@ -310,7 +322,7 @@ class TokenStore:
         return await self._get(self._direct, payload)
 
     async def _get(self, api: str, payload: bytes) -> TokenEvent | None:
-        msg = await self.store._retrying(self.nc.request, api, payload, 2.0)
+        msg = await retrying(self.nc.request, api, payload, 2.0)
         headers = dict(msg.headers or {})
         status = headers.get("Status")
         if status == "404":
@@ -339,78 +351,6 @@ class TokenStore:
             if got < batch:
                 return
             batch = PAGE
-
-
-class _DirectReplies:
-    """One reply subscription per connection for every batched Direct Get it makes
-    (``<inbox>.<n>`` per request): a subscribe and an unsubscribe per read cost two
-    protocol round trips' worth of work on every journal and inbox read."""
-
-    def __init__(self, nc: Client) -> None:
-        self.nc = nc
-        self.prefix = nc.new_inbox()
-        self.queues: dict[str, asyncio.Queue[Msg]] = {}
-        self.sub: Any = None
-        self.n = 0
-        self.lock = asyncio.Lock()
-
-    async def open(self) -> None:
-        if self.sub is not None:
-            return
-        async with self.lock:
-            if self.sub is None:
-                self.sub = await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_msg)
-
-    async def _on_msg(self, msg: Msg) -> None:
-        queue = self.queues.get(msg.subject)
-        if queue is not None:
-            queue.put_nowait(msg)
-
-    def new(self) -> tuple[str, asyncio.Queue[Msg]]:
-        self.n += 1
-        subject = f"{self.prefix}.{self.n}"
-        queue: asyncio.Queue[Msg] = asyncio.Queue()
-        self.queues[subject] = queue
-        return subject, queue
-
-
-_REPLIES: weakref.WeakKeyDictionary[Client, _DirectReplies] = weakref.WeakKeyDictionary()
-
-
-async def direct_page(
-    nc: Client, api: str, subject: str, start: int, batch: int
-) -> AsyncIterator[tuple[int, dict[str, str], bytes]]:
-    """One batched Direct Get (nats-py has no API for it) on ``api``
-    (``$JS.API.DIRECT.GET.<stream>``): up to ``batch`` messages of ``subject`` from
-    sequence ``start``, as ``(sequence, headers, data)``, yielded as they arrive, ending
-    on the server's EOB. Shared by the journal reads (``store.py``) and the token streams.
-    """
-    replies = _REPLIES.get(nc)
-    if replies is None:
-        replies = _REPLIES[nc] = _DirectReplies(nc)
-    await replies.open()
-    inbox, queue = replies.new()
-    try:
-        request = {"seq": start, "next_by_subj": subject, "batch": batch}
-        await nc.publish(api, json.dumps(request).encode(), reply=inbox)
-        while True:
-            try:
-                async with asyncio.timeout(5.0):
-                    msg = await queue.get()
-            except TimeoutError:
-                raise nats.errors.TimeoutError from None
-            headers = dict(msg.headers or {})
-            status = headers.get("Status")
-            if status is None:
-                yield int(headers["Nats-Sequence"]), headers, msg.data
-                continue
-            if status in ("204", "404"):  # end of batch / nothing there
-                return
-            if status == "503":  # no responders: JetStream is (re)starting; retried
-                raise nats.errors.NoRespondersError
-            raise FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
-    finally:
-        replies.queues.pop(inbox, None)
 
 
 class TokenWriter:

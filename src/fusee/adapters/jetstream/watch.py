@@ -31,15 +31,20 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
+from fusee.adapters.jetstream.direct import retrying
+from fusee.adapters.jetstream.layout import KIND
+
 if TYPE_CHECKING:
-    from fusee.adapters.jetstream.store import NatsStore
+    from nats.aio.client import Client
+    from nats.js import JetStreamContext
+
+    from fusee.adapters.jetstream.layout import Layout
 
 __all__ = ("JournalWatch", "Waiter")
 
 HEARTBEAT = 2.0  # the consumer's idle heartbeat, asked of the server
 STALE = 3 * HEARTBEAT  # nothing heard for this long: the consumer is gone, make another
 INACTIVE = 30.0  # the server deletes the consumer of a client that died this long ago
-KIND = "Fusee-Kind"
 
 
 class Waiter:
@@ -71,9 +76,9 @@ class Waiter:
 class JournalWatch:
     """The connection's watch on its namespace's journals (see the module doc)."""
 
-    def __init__(self, store: NatsStore) -> None:
-        self.store = store
-        lay = store.layout
+    def __init__(self, nc: Client, js: JetStreamContext, layout: Layout) -> None:
+        self.nc, self.js, self.layout = nc, js, layout
+        lay = layout
         self._filter = f"{lay.namespace}.run.*.j"
         self._prefix = f"{lay.namespace}.run."
         self._waiters: dict[str, set[Waiter]] = {}
@@ -153,7 +158,7 @@ class JournalWatch:
     # -- the consumer -------------------------------------------------------------
 
     async def _open(self) -> None:
-        nc = self.store.nc
+        nc = self.nc
         inbox = nc.new_inbox()
         # subscribed first: the consumer delivers from the moment it exists
         sub = await nc.subscribe(inbox, cb=self._on_msg)
@@ -170,9 +175,7 @@ class JournalWatch:
             num_replicas=1,
         )
         try:
-            info = await self.store._retrying(
-                self.store.js.add_consumer, self.store.layout.stream, config, what="a watch"
-            )
+            info = await retrying(self.js.add_consumer, self.layout.stream, config, what="a watch")
         except BaseException:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -191,7 +194,7 @@ class JournalWatch:
         # Deleted now, not when the server finds it inactive (INACTIVE) a while later:
         # one round trip on the last waiter's return (an error: INACTIVE does it)
         with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
-            await self.store.js.delete_consumer(self.store.layout.stream, consumer)
+            await self.js.delete_consumer(self.layout.stream, consumer)
 
     async def _renew(self) -> None:
         """A new consumer, then every waiter reads its journal again."""

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from fusee._engine import CompletionInfo
+from fusee import CompletionInfo
 from fusee.adapters.http.errors import error_response
 from fusee.adapters.http.state import api_state, json_body, json_response
 from fusee.errors import InvalidArgument, InvalidToken

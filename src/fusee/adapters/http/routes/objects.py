@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from fusee._objects import ObjectKey
+from fusee import ObjectKey
 from fusee.adapters.http.errors import ApiError, error_response
 from fusee.adapters.http.params import parse_wait
 from fusee.adapters.http.state import api_state, json_body, json_response, until_disconnect

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from fusee._engine import Run
+from fusee import Run
 from fusee.adapters.http.params import parse_wait
 from fusee.adapters.http.state import api_state, json_response, until_disconnect
 from fusee.errors import RunCancelled, RunFailed, Timeout

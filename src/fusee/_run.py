@@ -1,0 +1,289 @@
+"""A handle on one run, by ID: ``engine.run("support-42")``.
+
+It reads the run's journal and sends to its inbox through the narrow ``Client``
+interface (``_client.py``), so it needs nothing private of the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import AsyncGenerator
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import msgspec
+
+from fusee._client import Client
+from fusee.adapters.jetstream.layout import StoredMsg
+from fusee.errors import (
+    InvalidArgument,
+    JournalGap,
+    RunCancelled,
+    RunFailed,
+    RunNotFound,
+    Timeout,
+)
+from fusee.runtime.codec import canonical, decode_value
+from fusee.runtime.durations import parse_duration
+from fusee.runtime.history import History
+from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
+from fusee.runtime.index import RunInfo, decode_info, info_from_history
+from fusee.runtime.records import RunCancelled as RunCancelledRecord
+from fusee.runtime.records import RunCompleted, decode_record
+from fusee.runtime.records import RunFailed as RunFailedRecord
+from fusee.runtime.tokens import TokenEvent
+
+__all__ = ("Run", "ENDED", "DurationLike")
+
+DurationLike = str | float | int | timedelta
+
+# The kinds of the records that end a run.
+ENDED = ("run.completed", "run.failed", "run.cancelled")
+
+
+class Run:
+    """A handle on one run, by ID."""
+
+    def __init__(self, engine: Client, run_id: str) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.eid = escape(run_id)
+
+    def __repr__(self) -> str:
+        return f"Run({self.run_id!r})"
+
+    async def _history(self) -> History:
+        history = History(self.run_id)
+        for msg in await self.engine.store.read_journal(self.eid):
+            history.feed(msg.seq, msg.data)
+        if history.started is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        return history
+
+    async def describe(self) -> RunInfo:
+        """The run's status, from its journal (and the worker's note when it waits)."""
+        try:
+            history = await self._history()
+        except JournalGap as gap:
+            # a broken chain: the worker paused the run and noted why in the index
+            indexed = await self.engine.store.get_index(self.eid)
+            if indexed is None:
+                raise
+            info = decode_info(indexed)
+            info.status, info.reason = "paused", info.reason or str(gap)
+            return info
+        info = info_from_history(history, now=time.time())
+        indexed = await self.engine.store.get_index(self.eid)
+        if indexed is not None:
+            noted = decode_info(indexed)
+            info.updated_at = noted.updated_at
+            if not info.ended and info.status != "paused":
+                info.status, info.reason = noted.status, noted.reason
+                if noted.status in ("completed", "failed", "cancelled"):
+                    info.status = "running"  # the index is ahead of what was read: reread
+        return info
+
+    async def journal(self) -> list[tuple[int, Any]]:
+        """The run's records as ``(sequence, record)``, oldest first."""
+        return [
+            (m.seq, decode_record(m.data)) for m in await self.engine.store.read_journal(self.eid)
+        ]
+
+    async def signal(self, name: str, payload: Any = None, *, key: str | None = None) -> bool:
+        """Send the run the signal ``name`` with ``payload``; durable once it returns.
+
+        The run's ``ctx.wait_for(name)`` returns the payload; signals that come before the
+        wait are kept, in order. ``key`` makes a retried send (within 2 minutes) store
+        nothing new. Returns False (and stores nothing) when the run had already ended.
+
+        Raises:
+            RunNotFound: no such run.
+            NotEncodable: the payload is not JSON-encodable.
+
+        Example:
+            ``await engine.run("refund-9").signal("approval", {"approved": True})``
+        """
+        name = validate_name(name, "signal name")
+        body = msgspec.json.encode(
+            {
+                "kind": "signal",
+                "name": name,
+                "payload": msgspec.Raw(
+                    canonical(
+                        payload,
+                        f"the payload of signal {name!r}",
+                        limit=self.engine.store.max_value,
+                    )
+                ),
+            }
+        )
+        if not await self._live():
+            return False
+        msg_id = f"{self.eid}:signal:{validate_id(key, 'signal key')}" if key is not None else None
+        store, partition = self.engine.store, self._partition()
+        await store.send_inbox(partition, self.eid, "signal", body, msg_id=msg_id)
+        # the owner's inbox consumer sees the message too; the hint is just faster
+        await store.wake(partition, self.eid)
+        return True
+
+    def _partition(self) -> int:
+        return partition_of(self.run_id, self.engine.partitions)
+
+    async def _live(self) -> bool:
+        """Whether the run exists and has not ended (one read of its last record).
+
+        Raises:
+            RunNotFound: no such run.
+        """
+        last = await self.engine.store.last_in_journal(self.eid)
+        if last is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        return last.headers.get("Fusee-Kind") not in ENDED
+
+    async def cancel(self, reason: str = "cancelled") -> bool:
+        """Ask the run to stop: the running step's ``s.signal`` is set and its task
+        cancelled, and the run ends ``cancelled`` with ``reason``. Durable once it
+        returns: a worker that dies meanwhile leaves it to the next one.
+
+        Returns False (and does nothing) when the run had already ended.
+
+        Raises:
+            RunNotFound: no such run.
+
+        Example:
+            ``await engine.run("chat-7/turn-3").cancel("interrupted")``
+        """
+        if not isinstance(reason, str):
+            raise InvalidArgument(f"reason={reason!r}: must be a str")
+        if not await self._live():
+            return False
+        store, partition = self.engine.store, self._partition()
+        body = msgspec.json.encode({"kind": "cancel", "reason": reason})
+        await store.send_inbox(partition, self.eid, "cancel", body)
+        await store.wake(partition, self.eid)
+        return True
+
+    async def result(self, *, timeout: DurationLike | None = None) -> Any:
+        """Wait for the run to end; return its result or raise its error.
+
+        Raises:
+            RunFailed: the run failed (``error_type`` and ``message`` are the remote ones).
+            RunCancelled: the run was cancelled or timed out.
+            RunNotFound: no such run.
+            Timeout: ``timeout`` passed first.
+
+        Example:
+            ``answer = await engine.run("support-42").result(timeout="30s")``
+        """
+        limit = parse_duration(timeout, "timeout") if timeout is not None else None
+        # read before the time counts: an ended run answers even with timeout=0
+        last = await self.engine.store.last_in_journal(self.eid)
+        if last is None:
+            raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        if (outcome := _outcome_of(self.run_id, last)) is not None:
+            return outcome()
+        with anyio.move_on_after(limit if limit is not None else math.inf):
+            return await self._wait_end()
+        raise Timeout(f"run {self.run_id!r} did not end within {timeout}")
+
+    async def _wait_end(self) -> Any:
+        """The run's outcome, once its end record is stored. The engine's journal watch
+        says when an end record of this run is stored (no consumer per waiter, no step
+        record read); the record itself is read by Direct Get."""
+        store = self.engine.store
+        watch = store.journal_watch
+        async with watch.watching(self.eid, ENDED) as waiter:
+            reread = True  # what was stored before the watch began, or while it was blind
+            behind = 0.0  # a replica answering Direct Gets may lag the watch: look again
+            while True:
+                if reread:
+                    last = await store.last_in_journal(self.eid)
+                    if last is not None and (outcome := _outcome_of(self.run_id, last)):
+                        return outcome()
+                seqs, reread = await watch.next(waiter, behind or math.inf)
+                reread = reread or bool(behind)  # until the record is readable here
+                for seq in seqs:
+                    found = await store.journal_at(self.eid, seq)
+                    if found is not None and (outcome := _outcome_of(self.run_id, found)):
+                        return outcome()
+                    if found is None:  # named by the watch, not readable here yet
+                        reread, behind = True, min(max(behind * 2, 0.01), 1.0)
+
+    # -- token streams (issue #5) ------------------------------------------------------
+
+    async def stream_events(self, name: str, offset: int = 0) -> AsyncGenerator[TokenEvent, None]:
+        """Follow the run's token stream ``name`` from token index ``offset``, from any
+        process, while the step runs and after the run ended.
+
+        Every stored event with an index of ``offset`` or more, in order, no gap, no
+        duplicate: tokens, ``attempt`` boundaries (the step restarted from scratch:
+        drop the text of earlier attempts) and the ``end`` marker. The iterator ends once
+        the stream is over: after ``end`` when the step's result is journaled, or after
+        the last stored token when the step failed or the run ended without finishing it.
+        A reader that reconnects with ``offset=last token index + 1`` continues exactly.
+        A stream the run does not have yet is waited for while the run is running.
+
+        Raises:
+            RunNotFound: no such run.
+            StreamNotFound: the run is over and never had a stream ``name``.
+            InvalidArgument: ``offset`` is not an int >= 0.
+
+        Example:
+            ``async for ev in engine.run("chat-7").stream_events("model-0", offset=120): ...``
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidArgument(f"offset={offset!r}: a token index, an int >= 0")
+        name = validate_name(name, "stream name")
+        # closed here, not by the garbage collector, when the caller stops early
+        async with contextlib.aclosing(self.engine.store.tokens.read(self.eid, name, offset)) as it:
+            async for event in it:
+                yield event
+
+    async def stream(self, name: str, offset: int = 0) -> AsyncGenerator[str, None]:
+        """The text of the run's token stream ``name`` from token index ``offset``, chunk
+        by chunk (tokens only; see :meth:`stream_events` for attempt boundaries).
+
+        Raises:
+            RunNotFound: no such run.
+            StreamNotFound: the run is over and never had a stream ``name``.
+            InvalidArgument: ``offset`` is not an int >= 0.
+
+        Example:
+            ``async for token in engine.run(id).stream(f"model-{turn}"): print(token, end="")``
+        """
+        async with contextlib.aclosing(self.stream_events(name, offset)) as events:
+            async for event in events:
+                if event.kind == "token":
+                    yield event.text
+
+
+def _outcome_of(run_id: str, msg: StoredMsg) -> Any:
+    """The run's outcome if ``msg`` is its end record (else None; nothing decoded)."""
+    if msg.headers.get("Fusee-Kind") not in ENDED:
+        return None
+    return _outcome(run_id, msg.data)
+
+
+def _outcome(run_id: str, data: bytes) -> Any:
+    record = decode_record(data)
+    if isinstance(record, RunCompleted):
+        value = decode_value(bytes(record.result))
+        return lambda: value
+    if isinstance(record, RunFailedRecord):
+        err = RunFailed(run_id, record.error_type, record.message)
+
+        def fail() -> Any:
+            raise err
+
+        return fail
+    if isinstance(record, RunCancelledRecord):
+        cancelled = RunCancelled(run_id, record.reason)
+
+        def cancel() -> Any:
+            raise cancelled
+
+        return cancel
+    return None

@@ -1,0 +1,235 @@
+"""Reading and retrying at the JetStream boundary, shared by the store, the token
+streams and the journal watch: ``retrying`` (a call tried again while NATS does not
+answer, for as long as the context's patience allows) and batched Direct Get, which
+nats-py 2.16 lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+
+from fusee.adapters.jetstream.layout import StoredMsg
+from fusee.errors import ConnectionLost, FuseeError, StorageFull
+
+__all__ = (
+    "CLIENT_PATIENCE",
+    "STORAGE_FULL",
+    "retrying",
+    "retrying_for",
+    "storage_full",
+    "direct_page",
+    "direct_batch",
+)
+
+T = TypeVar("T")
+
+# JetStream's "insufficient resources" (10023), and its storage (10047) and memory
+# (10028) resources exceeded: nothing was stored, and retrying does not help.
+STORAGE_FULL = frozenset({10023, 10028, 10047})
+
+# How long a store call retries while NATS does not answer (unreachable, restarting,
+# electing a leader) before it raises ConnectionLost: bounded for client calls, so a
+# caller gets an answer; a worker's actors wait as long as it takes (``retrying_for``).
+CLIENT_PATIENCE = 30.0
+_patience: ContextVar[float] = ContextVar("fusee_store_patience", default=CLIENT_PATIENCE)
+
+# nats-py errors that mean "no answer (yet)": the write may or may not have happened.
+_NO_ANSWER = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+)
+
+
+def storage_full(exc: BaseException, what: str) -> StorageFull | None:
+    """The fusee error for a JetStream refusal for want of storage, else None."""
+    code = getattr(exc, "err_code", None)  # KV errors are APIErrors without one
+    if not isinstance(exc, nats.js.errors.APIError) or code not in STORAGE_FULL:
+        return None
+    return StorageFull(
+        f"the NATS server has no storage left: {what} was not stored (JetStream: "
+        f"{exc.description}, err_code={code}); free space on the server or raise "
+        f"its JetStream max_file_store, then retry"
+    )
+
+
+def _gave_up(what: str, patience: float, exc: BaseException) -> ConnectionLost:
+    return ConnectionLost(
+        f"NATS did not answer for {patience:g}s ({what}: {type(exc).__name__}); "
+        f"the operation may or may not have happened"
+    )
+
+
+def _closed(what: str) -> ConnectionLost:
+    return ConnectionLost(f"the connection to NATS is closed ({what})")
+
+
+@contextlib.contextmanager
+def retrying_for(seconds: float) -> Iterator[None]:
+    """Store calls made in this context (and in tasks started from it) retry for up
+    to ``seconds`` while NATS does not answer, instead of ``CLIENT_PATIENCE``:
+    ``math.inf`` for a worker, whose actors must ride out an outage."""
+    token = _patience.set(seconds)
+    try:
+        yield
+    finally:
+        _patience.reset(token)
+
+
+def patience() -> float:
+    """How long a call made now retries (``retrying_for``; ``CLIENT_PATIENCE`` by default)."""
+    return _patience.get()
+
+
+async def retrying(
+    fn: Callable[..., Awaitable[T]],
+    *args: Any,
+    what: str = "",
+    give_up: float | None = None,
+) -> T:
+    """``fn(*args)``, tried again while NATS does not answer, until ``give_up`` (a
+    ``time.monotonic()`` instant) or for as long as the context allows
+    (``retrying_for``; ``CLIENT_PATIENCE`` by default).
+
+    Raises:
+        StorageFull: a write the server refused for want of storage (not retried).
+        ConnectionLost: no answer in time, or the connection is closed.
+    """
+    if not what:  # the call itself, e.g. "KeyValue.put('r1')"
+        name = getattr(fn, "__qualname__", "") or getattr(fn, "__name__", "a call")
+        what = f"{name}({args[0]!r})" if args and isinstance(args[0], str) else name
+    started, delay = time.monotonic(), 0.05
+    if give_up is None:
+        give_up = started + _patience.get()
+    patience = give_up - started
+    while True:
+        try:
+            return await fn(*args)
+        except nats.js.errors.APIError as exc:
+            if (full := storage_full(exc, what)) is not None:
+                raise full from None
+            if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+                raise
+            failed: BaseException = exc  # JetStream not ready (a restart, an election)
+        except _NO_ANSWER as exc:
+            failed = exc
+        except nats.errors.ConnectionClosedError:
+            raise _closed(what) from None
+        if time.monotonic() + delay >= give_up:
+            raise _gave_up(what, patience, failed) from None
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+class _DirectReplies:
+    """One reply subscription per connection for every batched Direct Get it makes
+    (``<inbox>.<n>`` per request): a subscribe and an unsubscribe per read cost two
+    protocol round trips' worth of work on every journal and inbox read."""
+
+    def __init__(self, nc: Client) -> None:
+        self.nc = nc
+        self.prefix = nc.new_inbox()
+        self.queues: dict[str, asyncio.Queue[Msg]] = {}
+        self.sub: Any = None
+        self.n = 0
+        self.lock = asyncio.Lock()
+
+    async def open(self) -> None:
+        if self.sub is not None:
+            return
+        async with self.lock:
+            if self.sub is None:
+                self.sub = await self.nc.subscribe(f"{self.prefix}.*", cb=self._on_msg)
+
+    async def _on_msg(self, msg: Msg) -> None:
+        queue = self.queues.get(msg.subject)
+        if queue is not None:
+            queue.put_nowait(msg)
+
+    def new(self) -> tuple[str, asyncio.Queue[Msg]]:
+        self.n += 1
+        subject = f"{self.prefix}.{self.n}"
+        queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self.queues[subject] = queue
+        return subject, queue
+
+
+_REPLIES: weakref.WeakKeyDictionary[Client, _DirectReplies] = weakref.WeakKeyDictionary()
+
+
+async def direct_page(
+    nc: Client, api: str, subject: str, start: int, batch: int
+) -> AsyncIterator[tuple[int, dict[str, str], bytes]]:
+    """One batched Direct Get (nats-py has no API for it) on ``api``
+    (``$JS.API.DIRECT.GET.<stream>``): up to ``batch`` messages of ``subject`` from
+    sequence ``start``, as ``(sequence, headers, data)``, yielded as they arrive, ending
+    on the server's EOB. Shared by the journal reads (``direct_batch``) and the token streams.
+    """
+    replies = _REPLIES.get(nc)
+    if replies is None:
+        replies = _REPLIES[nc] = _DirectReplies(nc)
+    await replies.open()
+    inbox, queue = replies.new()
+    try:
+        request = {"seq": start, "next_by_subj": subject, "batch": batch}
+        await nc.publish(api, json.dumps(request).encode(), reply=inbox)
+        while True:
+            try:
+                async with asyncio.timeout(5.0):
+                    msg = await queue.get()
+            except TimeoutError:
+                raise nats.errors.TimeoutError from None
+            headers = dict(msg.headers or {})
+            status = headers.get("Status")
+            if status is None:
+                yield int(headers["Nats-Sequence"]), headers, msg.data
+                continue
+            if status in ("204", "404"):  # end of batch / nothing there
+                return
+            if status == "503":  # no responders: JetStream is (re)starting; retried
+                raise nats.errors.NoRespondersError
+            raise FuseeError(f"direct get {subject}: {status} {headers.get('Description')}")
+    finally:
+        replies.queues.pop(inbox, None)
+
+
+async def direct_batch(
+    nc: Client, stream: str, subject: str, start: int, *, limit: int = 0
+) -> list[StoredMsg]:
+    """Every message on ``subject`` of ``stream`` from sequence ``start`` (the first
+    ``limit`` only, if given), by batched Direct Get in pages of 1,000, each page
+    retried while NATS does not answer."""
+    out: list[StoredMsg] = []
+    seq = start
+    while True:
+        page = await retrying(
+            _page, nc, stream, subject, seq, 1000, what=f"direct_batch({subject!r})"
+        )
+        out.extend(page)
+        if limit and len(out) >= limit:
+            return out[:limit]
+        if len(page) < 1000:
+            return out
+        seq = page[-1].seq + 1
+
+
+async def _page(nc: Client, stream: str, subject: str, start: int, batch: int) -> list[StoredMsg]:
+    api = f"$JS.API.DIRECT.GET.{stream}"
+    return [
+        StoredMsg(seq, headers.get("Nats-Subject", subject), data, headers)
+        async for seq, headers, data in direct_page(nc, api, subject, start, batch)
+    ]

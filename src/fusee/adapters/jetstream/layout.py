@@ -1,0 +1,111 @@
+"""The names fusee uses in one namespace, and what a read of a stored message gives.
+
+The NATS layout is a public contract (``docs/reference/nats-layout.md``): every subject,
+stream, bucket and header fusee writes is named here, so the store, the token streams and
+the journal watch agree on them without importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fusee.runtime.ids import escape
+
+__all__ = (
+    "Layout",
+    "StoredMsg",
+    "EXPECTED_SEQ",
+    "EXPECTED_SUBJECT",
+    "MSG_ID",
+    "KIND",
+    "JOURNAL_SEQ",
+    "CURSOR",
+)
+
+# Headers the server reads; nats-py has no constant for the subtree fence.
+EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
+EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+MSG_ID = "Nats-Msg-Id"
+KIND = "Fusee-Kind"
+JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
+CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
+
+
+@dataclass(frozen=True)
+class StoredMsg:
+    seq: int
+    subject: str
+    data: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Every name fusee uses in one namespace (a public contract, see the NATS layout doc)."""
+
+    namespace: str
+
+    @property
+    def stream(self) -> str:
+        return self.namespace.upper()
+
+    @property
+    def values_stream(self) -> str:
+        # values too large for a record (step results), stored out of line
+        return f"{self.stream}_VALUES"
+
+    def value(self, eid: str, digest: str, chunk: int) -> str:
+        return f"{self.namespace}.val.{eid}.{digest}.{chunk}"
+
+    @property
+    def runs_bucket(self) -> str:
+        return f"{self.namespace}_runs"
+
+    @property
+    def work_bucket(self) -> str:
+        return f"{self.namespace}_work"
+
+    @property
+    def objects_bucket(self) -> str:
+        return f"{self.namespace}_objects"
+
+    def shared_calls(self, object_type: str) -> str:
+        # core NATS request/reply, answered by one worker of the queue group
+        return f"_fusee.{self.namespace}.shared.{escape(object_type)}"
+
+    def replies(self, token: str) -> str:
+        # core NATS: where one client's callers wait for their invocations' replies
+        return f"_fusee.{self.namespace}.reply.{token}"
+
+    def journal(self, eid: str) -> str:
+        return f"{self.namespace}.run.{eid}.j"
+
+    def tree(self, eid: str) -> str:
+        return f"{self.namespace}.run.{eid}.>"
+
+    def inbox(self, partition: int, eid: str) -> str:
+        return f"{self.namespace}.in.{partition}.{eid}"
+
+    def wake(self, partition: int) -> str:
+        # Core NATS, not stored: a hint that a partition has new work. The active
+        # markers in the work bucket are the durable truth; a lost hint is found by
+        # the owner's next reconcile.
+        return f"_fusee.{self.namespace}.wake.{partition}"
+
+    def heartbeat(self, worker: str) -> str:
+        return f"_fusee.{self.namespace}.hb.{worker}"
+
+    def ping(self, worker: str) -> str:
+        return f"_fusee.{self.namespace}.ping.{worker}"
+
+    def take(self, worker: str) -> str:
+        # core NATS: a partition owner hands ``worker`` a run or key it lacks the code of
+        return f"_fusee.{self.namespace}.take.{worker}"
+
+    @staticmethod
+    def active_key(partition: int, eid: str) -> str:
+        return f"active.{partition}.{eid}"
+
+    @staticmethod
+    def owner_key(partition: int) -> str:
+        return f"owner.{partition}"
