@@ -11,14 +11,13 @@ from fusee._engine import connect as connect
 from fusee._objects import ObjectInfo as ObjectInfo
 from fusee._objects import ObjectKey as ObjectKey
 from fusee.actors.context import Context as Context
-from fusee.actors.context import StepFailedError as StepFailedError
-from fusee.actors.context import StepInfo as StepInfo
 from fusee.actors.registry import ObjectType as ObjectType
 from fusee.actors.registry import Workflow as Workflow
 from fusee.actors.registry import exclusive as exclusive
 from fusee.actors.registry import object as object  # noqa: A004 - fusee.object
 from fusee.actors.registry import shared as shared
 from fusee.actors.registry import workflow as workflow
+from fusee.actors.steps import StepInfo as StepInfo
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import ConnectionLost as ConnectionLost
 from fusee.errors import DeterminismError as DeterminismError
@@ -36,6 +35,7 @@ from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
 from fusee.errors import RunNotFound as RunNotFound
 from fusee.errors import StepError as StepError
+from fusee.errors import StepFailedError as StepFailedError
 from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StorageFull as StorageFull
 from fusee.errors import StreamNotFound as StreamNotFound

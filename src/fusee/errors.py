@@ -18,6 +18,7 @@ __all__ = (
     "DeterminismError",
     "FatalError",
     "StepError",
+    "StepFailedError",
     "RunExists",
     "RunNotFound",
     "RunFailed",
@@ -34,6 +35,9 @@ __all__ = (
     "Parked",
     "CommitFailed",
     "Unreplayable",
+    "ContinueAsNew",
+    "error_type_name",
+    "error_message",
 )
 
 
@@ -89,6 +93,27 @@ class StepError(FuseeError):
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
+
+
+class StepFailedError(FuseeError):
+    """A step failed for good; raised in the workflow where it awaited the step.
+
+    ``error_type`` and ``message`` are those of the error the step's last attempt
+    raised; ``__cause__`` is a :class:`fusee.errors.StepError` holding them, the same
+    when the failure is replayed from the journal as when it happened. Uncaught, it
+    fails the run with that error.
+    """
+
+    def __init__(self, step: str, error_type: str, message: str, attempts: int) -> None:
+        super().__init__(
+            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
+        self.step = step
+        self.error_type = error_type
+        self.message = message
+        self.attempts = attempts
+        # rebuilt from what the journal keeps, live too: user code sees one shape
+        self.__cause__ = StepError(error_type, message)
 
 
 class RunExists(FuseeError):
@@ -211,3 +236,35 @@ class CommitFailed(BaseException):
     """The journal refused or did not take a record (NATS gone for too long, out of
     storage): not the workflow's doing, so its code cannot catch it. The actor stops
     where it is, and its worker activates it again from its journal."""
+
+
+class ContinueAsNew(BaseException):
+    """Raised by ``ctx.continue_as_new``: the run actor ends the generation with
+    ``run.continued`` carrying ``data`` (the next generation's input, canonical JSON)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("continue as new")
+        self.data = data
+
+
+def error_type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    if cls.__module__.startswith("fusee."):
+        return f"fusee.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+MAX_MESSAGE = 8 * 1024  # bytes of an error's message kept in the journal
+
+
+def error_message(exc: BaseException) -> str:
+    """The error's message as journaled: ``str(exc)`` (its repr when empty), cut to
+    ``MAX_MESSAGE`` bytes, so an error that quotes a whole response still fits a record."""
+    message = str(exc) or repr(exc)
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= MAX_MESSAGE:
+        return message
+    kept = raw[:MAX_MESSAGE].decode("utf-8", "ignore")
+    return f"{kept}... (cut: {len(raw):,} bytes in all)"

@@ -29,17 +29,12 @@ import structlog
 
 from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children
-from fusee.actors.context import (
-    Context,
-    ContinueAsNew,
-    StepFailedError,
-    error_message,
-    error_type_name,
-)
+from fusee.actors.context import Context
 from fusee.actors.object_state import read_object
 from fusee.actors.registry import Handler, ObjectType
 from fusee.actors.run_actor import Outcome, RunActor
 from fusee.errors import (
+    ContinueAsNew,
     DeterminismError,
     Evicted,
     FatalError,
@@ -47,7 +42,10 @@ from fusee.errors import (
     JournalGap,
     NotEncodable,
     Parked,
+    StepFailedError,
     Unreplayable,
+    error_message,
+    error_type_name,
 )
 from fusee.runtime.codec import check_size, decode_value, encode_value
 from fusee.runtime.durations import format_duration

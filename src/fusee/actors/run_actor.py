@@ -17,27 +17,24 @@ import structlog
 
 from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children, notify_parent
-from fusee.actors.context import (
-    Context,
-    ContinueAsNew,
-    StepFailedError,
-    StepInfo,
-    error_message,
-    error_type_name,
-    may_park,
-)
+from fusee.actors.combinators import may_park
+from fusee.actors.context import Context
 from fusee.actors.ports import RunStore, Stored
 from fusee.actors.registry import Registry
 from fusee.actors.run_index import project_index
 from fusee.errors import (
     CommitFailed,
+    ContinueAsNew,
     DeterminismError,
     Evicted,
     FatalError,
     JournalGap,
     NotEncodable,
     Parked,
+    StepFailedError,
     Unreplayable,
+    error_message,
+    error_type_name,
 )
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
@@ -102,7 +99,7 @@ class RunActor:
         self.inbox_changed: anyio.Event | None = None
         self.park_after = park_after
         self.partitions = partitions  # the namespace's, to route messages to other runs
-        self.running_steps: set[StepInfo] = set()
+        self.running_steps: set[anyio.Event] = set()  # the running steps' s.signal
         # ctx.all / ctx.race commit from concurrent branches: one append at a time, each
         # under the fence and the link the previous one left
         self._commit_lock = anyio.Lock()
@@ -547,8 +544,8 @@ class RunActor:
     def cancel_running(self) -> None:
         """Stop the code where it is: each running step's ``s.signal`` is set first (so
         its cleanup knows why it stops), then the workflow's scope is cancelled."""
-        for info in list(self.running_steps):
-            info.signal.set()
+        for signal in list(self.running_steps):
+            signal.set()
         if self._workflow_scope is not None:
             self._workflow_scope.cancel()
 

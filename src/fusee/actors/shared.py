@@ -13,11 +13,10 @@ import anyio
 import msgspec
 
 from fusee._logging import get_logger
-from fusee.actors.context import error_message, error_type_name
 from fusee.actors.object_state import current_state
 from fusee.actors.ports import ClusterStore
 from fusee.actors.registry import Registry
-from fusee.errors import FuseeError
+from fusee.errors import FuseeError, error_message, error_type_name
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.objects import ReadOnlyState, object_id

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
 import anyio
 
-from fusee.actors.context import Context, StepInfo
+from fusee.actors.context import Context
+from fusee.actors.steps import StepInfo
 from fusee.errors import FuseeError, InvalidArgument, NotEncodable
 from fusee.runtime.ids import validate_name
 from fusee.runtime.retry import Retry
