@@ -11,12 +11,14 @@ from fusee._engine import connect as connect
 from fusee._objects import ObjectInfo as ObjectInfo
 from fusee._objects import ObjectKey as ObjectKey
 from fusee.actors.context import Context as Context
+from fusee.actors.context import ObjectContext as ObjectContext
 from fusee.actors.registry import ObjectType as ObjectType
 from fusee.actors.registry import Workflow as Workflow
 from fusee.actors.registry import exclusive as exclusive
 from fusee.actors.registry import object as object  # noqa: A004 - fusee.object
 from fusee.actors.registry import shared as shared
 from fusee.actors.registry import workflow as workflow
+from fusee.actors.shared import SharedContext as SharedContext
 from fusee.actors.steps import StepInfo as StepInfo
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import ConnectionLost as ConnectionLost
@@ -61,6 +63,8 @@ __all__ = (
     "HandlerFailed",
     "HandlerCancelled",
     "Context",
+    "ObjectContext",
+    "SharedContext",
     "StepInfo",
     "Retry",
     "FuseeError",

@@ -25,6 +25,8 @@ PUBLIC = (
     "HandlerFailed",
     "HandlerCancelled",
     "Context",
+    "ObjectContext",
+    "SharedContext",
     "StepInfo",
     "Retry",
     "FuseeError",

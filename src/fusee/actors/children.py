@@ -4,12 +4,13 @@ cancelling the children a parent leaves behind. See "Child runs" in docs/design.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import msgspec
 
 from fusee._logging import get_logger
+from fusee.actors.host import ActorHost
 from fusee.actors.ports import RunStore
 from fusee.actors.run_index import project_index
 from fusee.actors.waits import start_wait
@@ -32,9 +33,6 @@ from fusee.runtime.records import (
     kind_of,
 )
 
-if TYPE_CHECKING:
-    from fusee.actors.run_actor import RunActor
-
 __all__ = (
     "run_child",
     "start_child",
@@ -48,7 +46,7 @@ log = get_logger()
 
 
 async def run_child(
-    host: RunActor,
+    host: ActorHost,
     replayer: Replayer,
     name: str,
     child_id: str,

@@ -8,20 +8,18 @@ import inspect
 from collections.abc import Awaitable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.abc
 
 from fusee._logging import get_logger
 from fusee.actors.children import cancel_child
+from fusee.actors.host import ActorHost
 from fusee.actors.steps import BRANCH_STEPS
 from fusee.errors import FuseeError
 from fusee.runtime.history import History, ReplayedCancel, Replayer
 from fusee.runtime.records import CallCancelled
-
-if TYPE_CHECKING:
-    from fusee.actors.run_actor import RunActor
 
 __all__ = ("Branch", "combine", "took_position", "may_park")
 
@@ -67,7 +65,7 @@ class Branch:
 
 
 async def combine(
-    host: RunActor,
+    host: ActorHost,
     replayer: Replayer,
     aws: Iterable[Awaitable[Any]],
     *,
@@ -182,7 +180,9 @@ async def _settle(
     return None
 
 
-async def _journal_cancelled(host: RunActor, history: History, branch: Branch, reason: str) -> None:
+async def _journal_cancelled(
+    host: ActorHost, history: History, branch: Branch, reason: str
+) -> None:
     for pos, call, name in _positions(branch):
         if pos not in history.ends:
             await host.commit(CallCancelled(pos=pos, name=name, call=call, reason=reason))

@@ -14,12 +14,14 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, overload
 from uuid import UUID
 
 from fusee._logging import get_logger
 from fusee.actors.children import run_child
 from fusee.actors.combinators import combine, took_position
+from fusee.actors.host import ActorHost
+from fusee.actors.ports import TokenSink, TokenWriterPort
 from fusee.actors.steps import (
     COMPENSATE,
     DEFAULT_RETRY,
@@ -33,6 +35,7 @@ from fusee.errors import (
     ContinueAsNew,
     FatalError,
     FuseeError,
+    InvalidArgument,
     StepFailedError,
     Timeout,
     error_message,
@@ -43,15 +46,17 @@ from fusee.runtime.completions import Completion
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import Replayed, ReplayedFailure, Replayer
 from fusee.runtime.ids import validate_id, validate_name
-from fusee.runtime.objects import ReadOnlyState, check_run_id
+from fusee.runtime.objects import ReadOnlyState, StateView, check_run_id
 from fusee.runtime.retry import Retry
+from fusee.runtime.tokens import invocation_stream
 
 if TYPE_CHECKING:
     from fusee.actors.registry import Workflow
-    from fusee.actors.run_actor import RunActor
 
 __all__ = (
     "Context",
+    "ObjectContext",
+    "TokenStream",
     "ContinueAsNew",
     "StepInfo",
     "StepFailedError",
@@ -87,35 +92,50 @@ class Context:
         workflow: the workflow's name.
     """
 
-    def __init__(self, actor: RunActor, replayer: Replayer) -> None:
-        self._actor = actor
+    def __init__(self, host: ActorHost, replayer: Replayer) -> None:
+        self._host = host
         self._replayer = replayer
         replayer.on_position = took_position  # ctx.all / ctx.race track their branches
-        self.run_id = actor.run_id
+        self.run_id = host.run_id
         started = replayer.history.started
         assert started is not None
         self.workflow = started.workflow
         self._compensations: list[_Compensation] = []  # ctx.compensate, oldest first
-        # object handlers: the object's type and key, and the state view (ObjectActor)
-        self.object_type: str | None = None
-        self.key: str | None = None
-        self._state: ReadOnlyState | None = None
 
-    @property
-    def state(self) -> ReadOnlyState:
-        """An object handler's state: ``get(name)``, ``set(name, value)``, ``delete``,
-        ``clear``, ``keys``. Changes apply when the exclusive handler returns, all at
-        once, and not at all when it fails.
+    if not TYPE_CHECKING:
+        # Not in the type (a run has no state): code that ignores the types is told so.
+        object_type = None
+        key = None
 
-        Raises:
-            FuseeError: this is a run, not an object handler.
-        """
-        if self._state is None:
+        @property
+        def state(self) -> NoReturn:
             raise FuseeError(
                 f"ctx.state in run {self.run_id!r}: state belongs to keyed objects "
                 f"(fusee.object); a run keeps its data in its steps' results"
             )
-        return self._state
+
+    def _token_stream(self, name: str) -> TokenStream:
+        """Where ``model_call`` step ``name`` streams its tokens (for ``fusee.ai``).
+
+        Raises:
+            InvalidArgument: an earlier step of this run has the name ``name`` (a
+                stream name is unique in a run).
+            FuseeError: the store has no token streams.
+        """
+        replayer = self._replayer
+        history = replayer.history
+        if any(o.name == name for pos, o in history.outcomes.items() if pos < replayer.next_pos):
+            raise InvalidArgument(
+                f"model_call {name!r}: an earlier step of run {self.run_id!r} has this name, "
+                f"and a token stream name is unique in a run (put the turn in it: 'model-3')"
+            )
+        sink = self._host.tokens
+        if sink is None:
+            raise FuseeError("model_call: this engine's store has no token streams")
+        return TokenStream(sink, self._host.eid, self._stream_name(name))
+
+    def _stream_name(self, name: str) -> str:
+        return name
 
     async def sleep(self, duration: str | float | timedelta, *, name: str = "sleep") -> None:
         """Wait ``duration``, durably: the run leaves memory while it sleeps and a timer
@@ -127,7 +147,7 @@ class Context:
         location = _caller_location()
         seconds = parse_duration(duration, "the duration of ctx.sleep")
         await wait(
-            self._actor,
+            self._host,
             self._replayer,
             validate_name(name, "sleep name"),
             "sleep",
@@ -157,7 +177,7 @@ class Context:
         seconds = (
             parse_duration(timeout, "timeout of ctx.wait_for") if timeout is not None else None
         )
-        done = await wait(self._actor, self._replayer, name, "signal", seconds, location)
+        done = await wait(self._host, self._replayer, name, "signal", seconds, location)
         if done.timed_out:
             assert seconds is not None
             raise Timeout(f"no signal {name!r} within {format_duration(seconds)}")
@@ -194,7 +214,7 @@ class Context:
             if timeout is not None
             else None
         )
-        done = await wait_completion(self._actor, self._replayer, name, ask, seconds, location)
+        done = await wait_completion(self._host, self._replayer, name, ask, seconds, location)
         if done.timed_out:
             assert seconds is not None
             raise Timeout(f"no completion {name!r} within {format_duration(seconds)}")
@@ -227,7 +247,7 @@ class Context:
         """
         location = _caller_location()
         if at_compensations(self._replayer):
-            await self._actor.stop_workflow()
+            await self._host.stop_workflow()
         name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
         if not isinstance(name, str):
             raise FuseeError(f"ctx.child: {workflow!r} is not a workflow (at {location})")
@@ -237,10 +257,10 @@ class Context:
             raise FuseeError(f"ctx.child: a run cannot be its own child (at {location})")
         seconds = parse_duration(timeout, "timeout of ctx.child") if timeout is not None else None
         data = canonical(
-            arg, f"the input of child run {child_id!r}", limit=self._actor.store.max_value
+            arg, f"the input of child run {child_id!r}", limit=self._host.store.max_value
         )
         return await run_child(
-            self._actor, self._replayer, name, child_id, data, seconds, location, type
+            self._host, self._replayer, name, child_id, data, seconds, location, type
         )
 
     def compensate(
@@ -300,7 +320,7 @@ class Context:
             policy = comp.retry if comp.retry is not None else DEFAULT_RETRY
             try:
                 await execute(
-                    self._actor,
+                    self._host,
                     self._replayer,
                     comp.step,
                     comp.fn,
@@ -348,7 +368,7 @@ class Context:
             canonical(
                 arg,
                 f"the input of the next generation of {self.run_id!r}",
-                limit=self._actor.store.max_value,
+                limit=self._host.store.max_value,
             )
         )
 
@@ -359,7 +379,7 @@ class Context:
         Example:
             ``deadline = ctx.now() + timedelta(days=1)``
         """
-        clock = self._actor.clock
+        clock = self._host.clock
         seconds = self._take("now", lambda: round(clock(), 6))  # what a datetime holds
         return datetime.fromtimestamp(float(seconds), UTC)
 
@@ -448,16 +468,16 @@ class Context:
             parse_duration(timeout, f"timeout of step {name!r}") if timeout is not None else None
         )
         if at_compensations(self._replayer):
-            await self._actor.stop_workflow()
+            await self._host.stop_workflow()
         decision = self._replayer.begin_step(name, location)
         if isinstance(decision, Replayed):
             if decision.ref is not None:  # stored out of line: read it back
-                return decode_value(await self._actor.read_value(decision.ref), type)
+                return decode_value(await self._host.read_value(decision.ref), type)
             return decode_value(decision.result, type)
         if isinstance(decision, ReplayedFailure):
             rec = decision.record
             raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
-        return await execute(self._actor, self._replayer, name, fn, decision, policy, limit, type)
+        return await execute(self._host, self._replayer, name, fn, decision, policy, limit, type)
 
     async def all(
         self, aws: Iterable[Awaitable[Any]], *, return_exceptions: bool = False
@@ -480,7 +500,7 @@ class Context:
             ``weather, flights = await ctx.all([ctx.step("tool:weather", w), ctx.step("tool:flights", f)])``
         """
         branches = await combine(
-            self._actor,
+            self._host,
             self._replayer,
             aws,
             race=False,
@@ -502,7 +522,7 @@ class Context:
             ``reply = await ctx.race([ctx.step("llm", ask), ctx.sleep("30s")])  # a timeout``
         """
         branches = await combine(
-            self._actor,
+            self._host,
             self._replayer,
             aws,
             race=True,
@@ -511,6 +531,54 @@ class Context:
         )
         winner = next(b for b in branches if b.won)
         return winner.value
+
+
+class ObjectContext(Context):
+    """``ctx`` in an exclusive handler of a keyed object: a :class:`Context` (steps,
+    waits, children... journaled like a run's) and the object's state.
+
+    Attributes:
+        object_type: the object type's name.
+        key: the object's key.
+    """
+
+    def __init__(
+        self,
+        host: ActorHost,
+        replayer: Replayer,
+        *,
+        object_type: str,
+        key: str,
+        state: ReadOnlyState,
+    ) -> None:
+        super().__init__(host, replayer)
+        self.object_type = object_type
+        self.key = key
+        self._state = state
+
+    @property
+    def state(self) -> StateView:
+        """The object's state: ``get(name)``, ``set(name, value)``, ``delete``,
+        ``clear``, ``keys``. Changes apply when the handler returns, all at once, and
+        not at all when it fails."""
+        # A handler queued as exclusive and shared by now gets a view that refuses changes.
+        return cast("StateView", self._state)
+
+    def _stream_name(self, name: str) -> str:
+        # one stream per invocation: the invocation's inbox sequence names it
+        return invocation_stream(self._replayer.history.started_seq, name)
+
+
+@dataclass(frozen=True)
+class TokenStream:
+    """One ``model_call``'s token stream: ``open()`` gives its writer."""
+
+    sink: TokenSink
+    eid: str
+    name: str
+
+    async def open(self) -> TokenWriterPort:
+        return await self.sink.open(self.eid, self.name)
 
 
 def _fresh_random() -> float:

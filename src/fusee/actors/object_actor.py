@@ -29,7 +29,7 @@ import structlog
 
 from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children
-from fusee.actors.context import Context
+from fusee.actors.context import ObjectContext
 from fusee.actors.object_state import read_object
 from fusee.actors.registry import Handler, ObjectType
 from fusee.actors.run_actor import Outcome, RunActor
@@ -59,7 +59,7 @@ from fusee.runtime.objects import (
     encode_state,
     fold,
 )
-from fusee.runtime.records import Invocation, ObjectDone
+from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted
 
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
 
@@ -89,6 +89,12 @@ class ObjectActor(RunActor):
         self._projecting: anyio.Event | None = None  # set once the put in flight is done
         self._projection_error: BaseException | None = None
         self._queue_changed = anyio.Event()  # set when an invocation or a cancel is read
+
+    async def before_step(self) -> None:
+        """An invocation is journaled before its first step runs, so it shows as
+        running (and its start time survives a crash)."""
+        if self.history.pending_invocation is not None:
+            await self.commit(ObjectStarted())
 
     # -- activation -------------------------------------------------------------------
 
@@ -267,14 +273,14 @@ class ObjectActor(RunActor):
             self.cancel_reason = self.cancels.pop(inv.inbox_seq)
         began = self.clock()
         handler = obj.handlers.get(inv.handler) if obj is not None else None
-        ctx = Context(self, Replayer(history))
-        ctx.object_type, ctx.key = self.object_type, self.key
         view = (
             ReadOnlyState(self.state, self.object_type)
             if handler and handler.shared
             else StateView(self.state, self.object_type)
         )
-        ctx._state = view
+        ctx = ObjectContext(
+            self, Replayer(history), object_type=self.object_type, key=self.key, state=view
+        )
         log.debug("invocation.started", handler=inv.handler, inbox_seq=inv.inbox_seq)
         fields: dict[str, Any]
         if self.cancel_reason is not None and history.generation_size == 0:
@@ -371,7 +377,7 @@ class ObjectActor(RunActor):
             return _error(error_type_name(exc), str(exc))
 
     async def _run(
-        self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation
+        self, handler: Handler, ctx: ObjectContext, view: ReadOnlyState, inv: Invocation
     ) -> dict[str, Any]:
         """Run the handler under its timeout (the watcher cancels it on a cancel)."""
         timeout = inv.timeout
@@ -381,7 +387,12 @@ class ObjectActor(RunActor):
         return await self._call(handler, ctx, view, inv, deadline)
 
     async def _call(
-        self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation, deadline: float
+        self,
+        handler: Handler,
+        ctx: ObjectContext,
+        view: ReadOnlyState,
+        inv: Invocation,
+        deadline: float,
     ) -> dict[str, Any]:
         replayer = ctx._replayer
         where = f"handler {inv.handler!r} of object {self.run_id!r}"

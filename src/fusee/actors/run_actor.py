@@ -79,6 +79,7 @@ class RunActor:
         partitions: int | None = None,
     ) -> None:
         self.store = store
+        self.tokens = store.tokens
         self.namespace = namespace
         self.eid = eid
         self.run_id = run_id
@@ -178,6 +179,9 @@ class RunActor:
         self.history.add(seq, record, data)
         self.fence = seq
         return seq
+
+    async def before_step(self) -> None:
+        """A run's start is journaled already: nothing to do before a step."""
 
     async def store_value(self, data: bytes) -> ValueRef:
         """Store a value too large for a record out of line, before the record naming it.

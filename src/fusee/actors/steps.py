@@ -10,13 +10,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import msgspec
 import structlog
 
 from fusee._logging import get_logger
+from fusee.actors.host import ActorHost
 from fusee.errors import (
     Evicted,
     FatalError,
@@ -29,11 +30,8 @@ from fusee.errors import (
 from fusee.runtime.codec import MAX_LARGE_VALUE, check_size, decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import Execute, Replayer
-from fusee.runtime.records import ObjectStarted, StepCompleted, StepFailed, StepRetrying
+from fusee.runtime.records import StepCompleted, StepFailed, StepRetrying
 from fusee.runtime.retry import Retry
-
-if TYPE_CHECKING:
-    from fusee.actors.run_actor import RunActor
 
 __all__ = (
     "StepInfo",
@@ -103,7 +101,7 @@ def _inspect_takes_step_info(fn: Callable[..., Any]) -> bool:
     return len(positional) >= 1 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
-def step_key(host: RunActor, replayer: Replayer, pos: int) -> str:
+def step_key(host: ActorHost, replayer: Replayer, pos: int) -> str:
     history = replayer.history
     seed = f"{host.namespace}\0{host.run_id}\0{history.started_seq}\0{pos}"
     return hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
@@ -121,7 +119,7 @@ def at_compensations(replayer: Replayer) -> bool:
 
 
 async def execute(
-    host: RunActor,
+    host: ActorHost,
     replayer: Replayer,
     name: str,
     fn: Callable[..., Any],
@@ -133,10 +131,7 @@ async def execute(
     # A run that is being cancelled (its scope was cancelled before the workflow got
     # here, or it is replayed to find its compensations) runs nothing new.
     await anyio.lowlevel.checkpoint_if_cancelled()
-    if host.history.pending_invocation is not None:
-        # an object's invocation is journaled before its first step runs, so it
-        # shows as running (and its start time survives a crash)
-        await host.commit(ObjectStarted())
+    await host.before_step()
     key = step_key(host, replayer, decision.pos)
     attempt = decision.attempt
     if decision.last_retry is not None:
@@ -240,7 +235,7 @@ async def execute(
 
 
 async def fail_step(
-    host: RunActor, pos: int, name: str, attempt: int, etype: str, message: str, elapsed: float
+    host: ActorHost, pos: int, name: str, attempt: int, etype: str, message: str, elapsed: float
 ) -> StepFailedError:
     """Journal the step's final failure; the error to raise in the workflow."""
     await host.commit(

@@ -6,19 +6,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
 from fusee._logging import get_logger
+from fusee.actors.host import ActorHost
 from fusee.actors.steps import DEFAULT_RETRY, at_compensations, execute
 from fusee.errors import StepFailedError
 from fusee.runtime.completions import Completion, completion_token, completion_url
 from fusee.runtime.history import Execute, Replayed, ReplayedCancel, ReplayedFailure, Replayer
 from fusee.runtime.records import WaitDone, WaitStarted
-
-if TYPE_CHECKING:
-    from fusee.actors.run_actor import RunActor
 
 __all__ = ("wait", "start_wait", "wait_completion", "completion")
 
@@ -26,7 +24,7 @@ log = get_logger()
 
 
 async def wait(
-    host: RunActor, replayer: Replayer, name: str, kind: str, seconds: float | None, location: str
+    host: ActorHost, replayer: Replayer, name: str, kind: str, seconds: float | None, location: str
 ) -> WaitDone:
     """The end of the code's next wait (``sleep`` or ``signal``), journaled or awaited."""
     if at_compensations(replayer):
@@ -42,7 +40,7 @@ async def wait(
 
 
 async def start_wait(
-    host: RunActor, pos: int, name: str, kind: str, until: float | None
+    host: ActorHost, pos: int, name: str, kind: str, until: float | None
 ) -> WaitStarted:
     """Journal ``wait.started`` at ``pos``; returns the record as journaled."""
     await host.commit(WaitStarted(pos=pos, name=name, wait=kind, until=until))
@@ -52,7 +50,7 @@ async def start_wait(
 
 
 async def wait_completion(
-    host: RunActor,
+    host: ActorHost,
     replayer: Replayer,
     name: str,
     ask: Callable[[Completion], Any] | None,
@@ -93,7 +91,7 @@ async def wait_completion(
     return await host.wait_out(started)
 
 
-def completion(host: RunActor, replayer: Replayer, pos: int, name: str) -> Completion:
+def completion(host: ActorHost, replayer: Replayer, pos: int, name: str) -> Completion:
     """The token and URL of the completion wait ``name`` at ``pos`` of this run."""
     store = host.store
     token = completion_token(
