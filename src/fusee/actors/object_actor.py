@@ -31,20 +31,18 @@ from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children
 from fusee.actors.context import ObjectContext
 from fusee.actors.object_state import read_object
+from fusee.actors.outcomes import Outcome, failure_of
 from fusee.actors.registry import Handler, ObjectType
-from fusee.actors.run_actor import Outcome, RunActor
+from fusee.actors.run_actor import RunActor
 from fusee.errors import (
     ContinueAsNew,
     DeterminismError,
     Evicted,
-    FatalError,
     Fenced,
     JournalGap,
     NotEncodable,
     Parked,
-    StepFailedError,
     Unreplayable,
-    error_message,
     error_type_name,
 )
 from fusee.runtime.codec import check_size, decode_value, encode_value
@@ -418,31 +416,20 @@ class ObjectActor(RunActor):
                 if isinstance(view, StateView):
                     fields.update(view.changes())
                 return fields
-            except Unreplayable as exc:  # a value its journal names cannot be read back
-                log.error("invocation.unreplayable", error=str(exc))
-                return _error("fusee.JournalGap", str(exc))
-            except DeterminismError as exc:
-                # The key must not stay held by code that no longer matches its journal:
-                # the invocation fails (state unchanged) and the next one runs.
-                log.error("invocation.nondeterministic", error=str(exc))
-                return _error("fusee.DeterminismError", str(exc))
-            except StepFailedError as exc:
-                if replayer.broken is not None:
-                    return _error("fusee.DeterminismError", str(replayer.broken))
-                return _error(exc.error_type, exc.message)
             except ContinueAsNew:
                 return _error(
                     "fusee.InvalidArgument",
                     f"{where}: ctx.continue_as_new is for runs; an object keeps going as is",
                 )
-            except (FatalError, NotEncodable) as exc:
-                return _error(error_type_name(exc), str(exc))
-            except msgspec.ValidationError as exc:
-                return _error("fusee.InvalidInput", f"the input of {where} does not fit: {exc}")
-            except Exception as exc:  # noqa: BLE001 - the handler's own error, journaled
-                if replayer.broken is not None:
-                    return _error("fusee.DeterminismError", str(replayer.broken))
-                return _error(error_type_name(exc), error_message(exc))
+            except (Exception, Unreplayable) as exc:  # noqa: BLE001 - the handler's own error, journaled
+                failure = failure_of(exc, replayer, f"the input of {where} does not fit")
+                if isinstance(exc, Unreplayable):
+                    log.error("invocation.unreplayable", error=failure.message)
+                elif isinstance(exc, DeterminismError):
+                    # The key must not stay held by code that no longer matches its
+                    # journal: the invocation fails (state unchanged) and the next one runs.
+                    log.error("invocation.nondeterministic", error=failure.message)
+                return _error(failure.error_type, failure.message)
         if self.cancel_reason is not None:
             return _error("fusee.Cancelled", self.cancel_reason)
         assert inv.timeout is not None

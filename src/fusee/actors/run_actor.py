@@ -19,6 +19,7 @@ from fusee._logging import get_logger
 from fusee.actors.children import cancel_children, live_children, notify_parent
 from fusee.actors.combinators import may_park
 from fusee.actors.context import Context
+from fusee.actors.outcomes import Outcome, failure_of
 from fusee.actors.ports import RunStore, Stored
 from fusee.actors.registry import Registry
 from fusee.actors.run_index import project_index
@@ -27,14 +28,10 @@ from fusee.errors import (
     ContinueAsNew,
     DeterminismError,
     Evicted,
-    FatalError,
     JournalGap,
     NotEncodable,
     Parked,
-    StepFailedError,
     Unreplayable,
-    error_message,
-    error_type_name,
 )
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
@@ -57,8 +54,6 @@ from fusee.runtime.records import (
 __all__ = ("RunActor", "Outcome")
 
 log = get_logger()
-
-Outcome = str  # "ended" | "paused" | "unrunnable"
 
 
 class RunActor:
@@ -504,23 +499,15 @@ class RunActor:
                             )
                         )
                     )
-            except (DeterminismError, Unreplayable) as exc:
-                return record, str(exc)
-            except StepFailedError as exc:
-                if replayer.broken is not None:
-                    return record, str(replayer.broken)
-                record = RunFailed(error_type=exc.error_type, message=exc.message, step=exc.step)
-            except (FatalError, NotEncodable) as exc:
-                record = RunFailed(error_type=error_type_name(exc), message=str(exc))
-            except msgspec.ValidationError as exc:
-                record = RunFailed(
-                    error_type="fusee.InvalidInput",
-                    message=f"the input of run {self.run_id!r} does not fit {wf.name}: {exc}",
+            except (Exception, Unreplayable) as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
+                failure = failure_of(
+                    exc, replayer, f"the input of run {self.run_id!r} does not fit {wf.name}"
                 )
-            except Exception as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
-                if replayer.broken is not None:
-                    return record, str(replayer.broken)
-                record = RunFailed(error_type=error_type_name(exc), message=error_message(exc))
+                if failure.broken:
+                    return record, failure.message
+                record = RunFailed(
+                    error_type=failure.error_type, message=failure.message, step=failure.step
+                )
         if scope.cancelled_caught:
             if self.cancel_reason is not None:
                 record = RunCancelled(reason=self.cancel_reason)
