@@ -3,7 +3,6 @@ cancelling the children a parent leaves behind. See "Child runs" in docs/design.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import anyio
@@ -12,15 +11,14 @@ import msgspec
 from fusee._logging import get_logger
 from fusee.actors.host import ActorHost
 from fusee.actors.ports import RunStore
-from fusee.actors.run_index import project_index
+from fusee.actors.starts import start_or_attach
 from fusee.actors.waits import start_wait
-from fusee.errors import Fenced, FuseeError, RunExists
+from fusee.errors import FuseeError, RunExists
 from fusee.errors import RunCancelled as ChildCancelled
 from fusee.errors import RunFailed as ChildFailed
 from fusee.runtime.codec import decode_value
 from fusee.runtime.history import History, Replayer
 from fusee.runtime.ids import escape, partition_of
-from fusee.runtime.index import info_from_history
 from fusee.runtime.records import (
     TERMINAL,
     RunCancelled,
@@ -29,8 +27,6 @@ from fusee.runtime.records import (
     RunStarted,
     WaitDone,
     decode_record,
-    encode_record,
-    kind_of,
 )
 
 __all__ = (
@@ -123,30 +119,20 @@ async def start_child(
         RunExists: a run with this ID exists with another workflow or input, or is not
             a child of ``parent``.
     """
-    eid = escape(child_id)
-    partition = partition_of(child_id, partitions)
     record = RunStarted(
         workflow=workflow,
         input=msgspec.Raw(data),
         started_at=now,
         timeout=timeout,
-        partition=partition,
+        partition=partition_of(child_id, partitions),
         parent=parent,
     )
-    encoded = encode_record(record)
-    try:
-        seq = await store.append(
-            eid, kind_of(record), encoded, fence=0, msg_id=f"{eid}:start:{secrets.token_hex(6)}"
-        )
-    except Fenced:
-        await _check_existing(store, eid, child_id, record)
-        return
-    history = History(child_id)
-    history.feed(seq, encoded)
-    await project_index(store, eid, info_from_history(history, now=now), seq)
-    await store.mark_active(partition, eid)
-    await store.wake(partition, eid)
-    log.info("child.started", child=child_id, workflow=workflow)
+
+    async def attach() -> None:
+        await _check_existing(store, escape(child_id), child_id, record)
+
+    if await start_or_attach(store, child_id, record, now=now, attach=attach, wake=True):
+        log.info("child.started", child=child_id, workflow=workflow)
 
 
 async def _check_existing(store: RunStore, eid: str, child_id: str, wanted: RunStarted) -> None:
