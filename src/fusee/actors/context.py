@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast, overload
 from uuid import UUID
 
 from fusee._logging import get_logger
@@ -50,9 +50,6 @@ from fusee.runtime.objects import ReadOnlyState, StateView, check_run_id
 from fusee.runtime.retry import Retry
 from fusee.runtime.tokens import invocation_stream
 
-if TYPE_CHECKING:
-    from fusee.actors.registry import Workflow
-
 __all__ = (
     "Context",
     "ObjectContext",
@@ -76,6 +73,14 @@ class _Compensation:
     fn: Callable[..., Any]
     retry: Retry | None
     timeout: float | None
+
+
+class Named(Protocol):
+    """A workflow as ``ctx.child`` takes it (a :class:`fusee.Workflow`): by its name.
+    (Not ``Workflow`` itself: the registry imports this module for its types.)"""
+
+    @property
+    def name(self) -> str: ...
 
 
 def _caller_location(depth: int = 2) -> str:
@@ -222,7 +227,7 @@ class Context:
 
     async def child(
         self,
-        workflow: Workflow[Any] | str,
+        workflow: Named | str,
         child_id: str,
         arg: Any = None,
         *,
