@@ -13,12 +13,13 @@ from fusee._objects import ObjectType as ObjectType
 from fusee._objects import object as object  # noqa: A004 - fusee.object
 from fusee._run import Run as Run
 from fusee.actors.context import Context as Context
-from fusee.actors.context import StepFailedError as StepFailedError
-from fusee.actors.context import StepInfo as StepInfo
+from fusee.actors.context import ObjectContext as ObjectContext
 from fusee.actors.registry import Workflow as Workflow
 from fusee.actors.registry import exclusive as exclusive
 from fusee.actors.registry import shared as shared
 from fusee.actors.registry import workflow as workflow
+from fusee.actors.shared import SharedContext as SharedContext
+from fusee.actors.steps import StepInfo as StepInfo
 from fusee.actors.worker import WorkerConfig as WorkerConfig
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import ConnectionLost as ConnectionLost
@@ -37,6 +38,7 @@ from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
 from fusee.errors import RunNotFound as RunNotFound
 from fusee.errors import StepError as StepError
+from fusee.errors import StepFailedError as StepFailedError
 from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StorageFull as StorageFull
 from fusee.errors import StreamNotFound as StreamNotFound
@@ -65,6 +67,8 @@ __all__ = (
     "HandlerFailed",
     "HandlerCancelled",
     "Context",
+    "ObjectContext",
+    "SharedContext",
     "StepInfo",
     "Retry",
     "FuseeError",

@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import secrets
 import time
 from collections.abc import AsyncIterator
 from contextvars import Token
@@ -23,7 +22,7 @@ from fusee._run import ENDED, DurationLike, Run
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
 from fusee.actors.registry import REGISTRY, Registry, Workflow
-from fusee.actors.run_index import project_index
+from fusee.actors.starts import start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
@@ -48,7 +47,7 @@ from fusee.runtime.ids import (
     validate_name,
     validate_namespace,
 )
-from fusee.runtime.index import RunInfo, decode_info, info_from_history
+from fusee.runtime.index import RunInfo, decode_info
 from fusee.runtime.objects import State, check_run_id, decode_state, object_id, parse_object_id
 from fusee.runtime.records import (
     TERMINAL,
@@ -329,24 +328,20 @@ class Engine:
             partition=partition,
             from_run=from_run if from_run is not None else msgspec.UNSET,
         )
-        try:
-            seq = await self.store.append(
-                eid,
-                kind_of(record),
-                encode_record(record),
-                fence=0,
-                msg_id=f"{eid}:start:{secrets.token_hex(6)}",
-            )
-        except Fenced:
-            return await self._existing(run_id, eid, name, data, seconds, upto)
-        history = History(run_id)
-        history.feed(seq, encode_record(record))
-        # The copies land before the run is marked active, so no worker runs it without
-        # them; a retried start finishes the copy of a starter that died in between.
-        await self._append_copies(eid, history, reused, 0)
-        await project_index(self.store, eid, info_from_history(history, now=time.time()), seq)
-        await self.store.mark_active(partition, eid)
-        log.debug("run.submitted", run_id=run_id, workflow=name)
+
+        async def attach() -> None:
+            await self._existing(run_id, eid, name, data, seconds, upto)
+
+        async def copy(history: History) -> None:
+            # The copies land before the run is marked active, so no worker runs it
+            # without them; a retried start finishes the copy of a starter that died.
+            await self._append_copies(eid, history, reused, 0)
+
+        now = time.time()
+        if await start_or_attach(
+            self.store, run_id, record, now=now, attach=attach, before_active=copy
+        ):
+            log.debug("run.submitted", run_id=run_id, workflow=name)
         return Run(self, run_id)
 
     async def _reusable(self, name: str, from_run: str, upto: int | None) -> list[AnyRecord]:

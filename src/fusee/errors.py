@@ -1,8 +1,10 @@
 """Every error fusee raises.
 
 User-facing errors derive from :class:`FuseeError`. Control-flow signals that must
-travel through user code untouched (a fenced-out actor stopping, an eviction) derive
-from :class:`BaseException`, so a workflow's ``except Exception`` cannot swallow them.
+travel through user code untouched (a fenced-out actor stopping, a run parking, an
+eviction, continue-as-new) derive from :class:`ControlFlow`, a :class:`BaseException`,
+so a workflow's ``except Exception`` cannot swallow them; :func:`is_control_flow` tells
+them apart in an ``except BaseException``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ __all__ = (
     "DeterminismError",
     "FatalError",
     "StepError",
+    "StepFailedError",
     "RunExists",
     "RunNotFound",
     "RunFailed",
@@ -28,12 +31,17 @@ __all__ = (
     "InvalidToken",
     "NothingToCancel",
     "StorageFull",
+    "ControlFlow",
+    "is_control_flow",
     "Fenced",
     "JournalGap",
     "Evicted",
     "Parked",
     "CommitFailed",
     "Unreplayable",
+    "ContinueAsNew",
+    "error_type_name",
+    "error_message",
 )
 
 
@@ -89,6 +97,27 @@ class StepError(FuseeError):
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
+
+
+class StepFailedError(FuseeError):
+    """A step failed for good; raised in the workflow where it awaited the step.
+
+    ``error_type`` and ``message`` are those of the error the step's last attempt
+    raised; ``__cause__`` is a :class:`fusee.errors.StepError` holding them, the same
+    when the failure is replayed from the journal as when it happened. Uncaught, it
+    fails the run with that error.
+    """
+
+    def __init__(self, step: str, error_type: str, message: str, attempts: int) -> None:
+        super().__init__(
+            f"step {step!r} failed after {attempts} attempt(s): {error_type}: {message}"
+        )
+        self.step = step
+        self.error_type = error_type
+        self.message = message
+        self.attempts = attempts
+        # rebuilt from what the journal keeps, live too: user code sees one shape
+        self.__cause__ = StepError(error_type, message)
 
 
 class RunExists(FuseeError):
@@ -183,7 +212,43 @@ class StorageFull(FuseeError):
     Nothing was stored; the call can be retried once space is freed."""
 
 
-class Fenced(BaseException):
+class ControlFlow(BaseException):
+    """How fusee stops, parks or restarts a workflow's code: not an error.
+
+    Raised through the workflow's (or handler's) code by fusee itself; the actor running
+    it catches it. Do not catch it: an ``except BaseException:`` or a bare ``except:``
+    around ``ctx`` calls must re-raise it (``if is_control_flow(exc): raise``). Every
+    one carries that hint as a note, so a traceback that shows one says why.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.add_note(
+            f"{type(self).__name__} is fusee's control flow, not an error: fusee raises it "
+            f"through workflow code to stop, park or restart it, and catches it itself. "
+            f"Let it propagate (an `except BaseException:` or bare `except:` around ctx "
+            f"calls must re-raise it; fusee.errors.is_control_flow(exc) tells)."
+        )
+
+
+def is_control_flow(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an exception it was raised from: its ``__cause__`` chain) is
+    fusee's control flow, which the code must let propagate.
+
+    Example:
+        ``except BaseException as exc: if is_control_flow(exc): raise``
+    """
+    seen: set[int] = set()
+    at: BaseException | None = exc
+    while at is not None and id(at) not in seen:
+        if isinstance(at, ControlFlow):
+            return True
+        seen.add(id(at))
+        at = at.__cause__
+    return False
+
+
+class Fenced(ControlFlow):
     """Another worker appended to this actor's journal: this copy must stop at once."""
 
 
@@ -191,23 +256,55 @@ class JournalGap(FuseeError):
     """A journal record does not chain to its predecessor: the run is paused."""
 
 
-class Parked(BaseException):
+class Parked(ControlFlow):
     """The run waits for something that has not come: its actor leaves memory, and the
     next message in its inbox (a signal, a fired timer) brings it back by replay."""
 
 
-class Evicted(BaseException):
+class Evicted(ControlFlow):
     """The actor's in-memory copy is being dropped; it resumes by replay."""
 
 
-class Unreplayable(BaseException):
+class Unreplayable(ControlFlow):
     """Part of the run's history that its journal names cannot be read back (a value
     stored out of line is missing or not the one named): not the workflow's doing, so
     its code cannot catch it; the run pauses with the reason (an object's invocation
     fails)."""
 
 
-class CommitFailed(BaseException):
+class CommitFailed(ControlFlow):
     """The journal refused or did not take a record (NATS gone for too long, out of
     storage): not the workflow's doing, so its code cannot catch it. The actor stops
     where it is, and its worker activates it again from its journal."""
+
+
+class ContinueAsNew(ControlFlow):
+    """Raised by ``ctx.continue_as_new``: the run actor ends the generation with
+    ``run.continued`` carrying ``data`` (the next generation's input, canonical JSON)."""
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__("continue as new")
+        self.data = data
+
+
+def error_type_name(exc: BaseException) -> str:
+    cls = type(exc)
+    if cls.__module__ in ("builtins", "__main__"):
+        return cls.__qualname__
+    if cls.__module__.startswith("fusee."):
+        return f"fusee.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+MAX_MESSAGE = 8 * 1024  # bytes of an error's message kept in the journal
+
+
+def error_message(exc: BaseException) -> str:
+    """The error's message as journaled: ``str(exc)`` (its repr when empty), cut to
+    ``MAX_MESSAGE`` bytes, so an error that quotes a whole response still fits a record."""
+    message = str(exc) or repr(exc)
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= MAX_MESSAGE:
+        return message
+    kept = raw[:MAX_MESSAGE].decode("utf-8", "ignore")
+    return f"{kept}... (cut: {len(raw):,} bytes in all)"

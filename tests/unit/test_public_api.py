@@ -27,6 +27,8 @@ PUBLIC = (
     "HandlerFailed",
     "HandlerCancelled",
     "Context",
+    "ObjectContext",
+    "SharedContext",
     "StepInfo",
     "Retry",
     "FuseeError",

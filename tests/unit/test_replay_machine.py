@@ -56,6 +56,7 @@ class MemoryStore:
     appends: int = 0
     on_stored: Any = None
     max_value: int = 1 << 20  # what one record may carry, as a server's 1 MiB allows
+    tokens: Any = None  # no token streams (model_call)
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands

@@ -3,32 +3,102 @@ cancelling the children a parent leaves behind. See "Child runs" in docs/design.
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
+import anyio
 import msgspec
 
+from fusee.actors.host import ActorHost
 from fusee.actors.ports import RunStore
-from fusee.actors.run_index import project_index
-from fusee.errors import Fenced, RunExists
+from fusee.actors.starts import start_or_attach
+from fusee.actors.waits import start_wait
+from fusee.errors import FuseeError, RunExists
+from fusee.errors import RunCancelled as ChildCancelled
+from fusee.errors import RunFailed as ChildFailed
 from fusee.logs import get_logger
-from fusee.runtime.history import History
+from fusee.runtime.codec import decode_value
+from fusee.runtime.history import History, Replayer
 from fusee.runtime.ids import escape, partition_of
-from fusee.runtime.index import info_from_history
 from fusee.runtime.records import (
     TERMINAL,
     RunCancelled,
     RunCompleted,
     RunFailed,
     RunStarted,
+    WaitDone,
     decode_record,
-    encode_record,
-    kind_of,
 )
 
-__all__ = ("start_child", "notify_parent", "cancel_children", "live_children")
+__all__ = (
+    "run_child",
+    "start_child",
+    "notify_parent",
+    "cancel_children",
+    "cancel_child",
+    "live_children",
+)
 
 log = get_logger()
+
+
+async def run_child(
+    host: ActorHost,
+    replayer: Replayer,
+    name: str,
+    child_id: str,
+    data: bytes,
+    seconds: float | None,
+    location: str,
+    type_: Any,
+) -> Any:
+    """``ctx.child`` once its arguments are checked: the child's result, journaled or
+    awaited (started first, or attached to)."""
+    decision = replayer.begin_wait(child_id, "child", location)
+    if isinstance(decision, WaitDone):
+        done = decision
+    else:
+        pos, started = decision
+        if started is None:
+            # A parent with a timeout sets a timer just past it: parked, it must wake
+            # to end (cancelled by its timeout, which cancels the child too).
+            top = host.history.started
+            assert top is not None
+            until = top.started_at + top.timeout + 0.05 if top.timeout is not None else None
+            started = await start_wait(host, pos, child_id, "child", until)
+        if host.partitions is None:
+            raise FuseeError("ctx.child needs a worker that knows the namespace's partitions")
+        # After wait.started: a parent that dies in between starts it again, which
+        # attaches (create-if-absent), as does every later activation of this wait.
+        now = host.clock()
+        parent = host.history.started
+        assert parent is not None
+        if parent.timeout is not None:
+            left = max(0.05, parent.started_at + parent.timeout - now)
+            seconds = left if seconds is None else min(seconds, left)
+        # not begun in a cancelled scope (a cancelled run replayed to its
+        # compensations), and not cut short once begun: start and marker go together
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        with anyio.CancelScope(shield=True):
+            await start_child(
+                host.store,
+                host.partitions,
+                parent=host.run_id,
+                workflow=name,
+                child_id=child_id,
+                data=data,
+                timeout=seconds,
+                now=now,
+            )
+        done = await host.wait_out(started)
+    if done.timed_out:  # the parent's timeout passed (its scope is cancelled too)
+        raise ChildCancelled(child_id, "timeout: the parent's timeout passed")
+    end = msgspec.json.decode(bytes(done.value))
+    status = end.get("status")
+    if status == "completed":
+        return decode_value(msgspec.json.encode(end.get("result")), type_)
+    if status == "cancelled":
+        raise ChildCancelled(child_id, str(end.get("reason") or "cancelled"))
+    raise ChildFailed(child_id, str(end.get("error_type")), str(end.get("message")))
 
 
 async def start_child(
@@ -49,30 +119,20 @@ async def start_child(
         RunExists: a run with this ID exists with another workflow or input, or is not
             a child of ``parent``.
     """
-    eid = escape(child_id)
-    partition = partition_of(child_id, partitions)
     record = RunStarted(
         workflow=workflow,
         input=msgspec.Raw(data),
         started_at=now,
         timeout=timeout,
-        partition=partition,
+        partition=partition_of(child_id, partitions),
         parent=parent,
     )
-    encoded = encode_record(record)
-    try:
-        seq = await store.append(
-            eid, kind_of(record), encoded, fence=0, msg_id=f"{eid}:start:{secrets.token_hex(6)}"
-        )
-    except Fenced:
-        await _check_existing(store, eid, child_id, record)
-        return
-    history = History(child_id)
-    history.feed(seq, encoded)
-    await project_index(store, eid, info_from_history(history, now=now), seq)
-    await store.mark_active(partition, eid)
-    await store.wake(partition, eid)
-    log.info("child.started", child=child_id, workflow=workflow)
+
+    async def attach() -> None:
+        await _check_existing(store, escape(child_id), child_id, record)
+
+    if await start_or_attach(store, child_id, record, now=now, attach=attach, wake=True):
+        log.info("child.started", child=child_id, workflow=workflow)
 
 
 async def _check_existing(store: RunStore, eid: str, child_id: str, wanted: RunStarted) -> None:

@@ -28,26 +28,22 @@ import msgspec
 import structlog
 
 from fusee.actors.children import cancel_children, live_children
-from fusee.actors.context import (
-    Context,
-    ContinueAsNew,
-    StepFailedError,
-    error_message,
-    error_type_name,
-)
+from fusee.actors.context import ObjectContext
 from fusee.actors.object_state import read_object
+from fusee.actors.outcomes import Outcome, failure_of
 from fusee.actors.registry import Handler
 from fusee.actors.registry import ObjectSpec as ObjectType  # what a worker knows of a type
-from fusee.actors.run_actor import Outcome, RunActor
+from fusee.actors.run_actor import RunActor
 from fusee.errors import (
+    ContinueAsNew,
     DeterminismError,
     Evicted,
-    FatalError,
     Fenced,
     JournalGap,
     NotEncodable,
     Parked,
     Unreplayable,
+    error_type_name,
 )
 from fusee.logs import get_logger
 from fusee.runtime.codec import check_size, decode_value, encode_value
@@ -62,7 +58,7 @@ from fusee.runtime.objects import (
     encode_state,
     fold,
 )
-from fusee.runtime.records import Invocation, ObjectDone
+from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted
 
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
 
@@ -92,6 +88,12 @@ class ObjectActor(RunActor):
         self._projecting: anyio.Event | None = None  # set once the put in flight is done
         self._projection_error: BaseException | None = None
         self._queue_changed = anyio.Event()  # set when an invocation or a cancel is read
+
+    async def before_step(self) -> None:
+        """An invocation is journaled before its first step runs, so it shows as
+        running (and its start time survives a crash)."""
+        if self.history.pending_invocation is not None:
+            await self.commit(ObjectStarted())
 
     # -- activation -------------------------------------------------------------------
 
@@ -270,14 +272,14 @@ class ObjectActor(RunActor):
             self.cancel_reason = self.cancels.pop(inv.inbox_seq)
         began = self.clock()
         handler = obj.handlers.get(inv.handler) if obj is not None else None
-        ctx = Context(self, Replayer(history))
-        ctx.object_type, ctx.key = self.object_type, self.key
         view = (
             ReadOnlyState(self.state, self.object_type)
             if handler and handler.shared
             else StateView(self.state, self.object_type)
         )
-        ctx._state = view
+        ctx = ObjectContext(
+            self, Replayer(history), object_type=self.object_type, key=self.key, state=view
+        )
         log.debug("invocation.started", handler=inv.handler, inbox_seq=inv.inbox_seq)
         fields: dict[str, Any]
         if self.cancel_reason is not None and history.generation_size == 0:
@@ -374,7 +376,7 @@ class ObjectActor(RunActor):
             return _error(error_type_name(exc), str(exc))
 
     async def _run(
-        self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation
+        self, handler: Handler, ctx: ObjectContext, view: ReadOnlyState, inv: Invocation
     ) -> dict[str, Any]:
         """Run the handler under its timeout (the watcher cancels it on a cancel)."""
         timeout = inv.timeout
@@ -384,7 +386,12 @@ class ObjectActor(RunActor):
         return await self._call(handler, ctx, view, inv, deadline)
 
     async def _call(
-        self, handler: Handler, ctx: Context, view: ReadOnlyState, inv: Invocation, deadline: float
+        self,
+        handler: Handler,
+        ctx: ObjectContext,
+        view: ReadOnlyState,
+        inv: Invocation,
+        deadline: float,
     ) -> dict[str, Any]:
         replayer = ctx._replayer
         where = f"handler {inv.handler!r} of object {self.run_id!r}"
@@ -410,31 +417,20 @@ class ObjectActor(RunActor):
                 if isinstance(view, StateView):
                     fields.update(view.changes())
                 return fields
-            except Unreplayable as exc:  # a value its journal names cannot be read back
-                log.error("invocation.unreplayable", error=str(exc))
-                return _error("fusee.JournalGap", str(exc))
-            except DeterminismError as exc:
-                # The key must not stay held by code that no longer matches its journal:
-                # the invocation fails (state unchanged) and the next one runs.
-                log.error("invocation.nondeterministic", error=str(exc))
-                return _error("fusee.DeterminismError", str(exc))
-            except StepFailedError as exc:
-                if replayer.broken is not None:
-                    return _error("fusee.DeterminismError", str(replayer.broken))
-                return _error(exc.error_type, exc.message)
             except ContinueAsNew:
                 return _error(
                     "fusee.InvalidArgument",
                     f"{where}: ctx.continue_as_new is for runs; an object keeps going as is",
                 )
-            except (FatalError, NotEncodable) as exc:
-                return _error(error_type_name(exc), str(exc))
-            except msgspec.ValidationError as exc:
-                return _error("fusee.InvalidInput", f"the input of {where} does not fit: {exc}")
-            except Exception as exc:  # noqa: BLE001 - the handler's own error, journaled
-                if replayer.broken is not None:
-                    return _error("fusee.DeterminismError", str(replayer.broken))
-                return _error(error_type_name(exc), error_message(exc))
+            except (Exception, Unreplayable) as exc:  # noqa: BLE001 - the handler's own error, journaled
+                failure = failure_of(exc, replayer, f"the input of {where} does not fit")
+                if isinstance(exc, Unreplayable):
+                    log.error("invocation.unreplayable", error=failure.message)
+                elif isinstance(exc, DeterminismError):
+                    # The key must not stay held by code that no longer matches its
+                    # journal: the invocation fails (state unchanged) and the next one runs.
+                    log.error("invocation.nondeterministic", error=failure.message)
+                return _error(failure.error_type, failure.message)
         if self.cancel_reason is not None:
             return _error("fusee.Cancelled", self.cancel_reason)
         assert inv.timeout is not None

@@ -11,8 +11,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeAlias
 
 from fusee.runtime.records import ValueRef
+from fusee.runtime.tokens import StoredState
 
-__all__ = ("Stored", "RunStore", "SubjectLayout", "CoreHandler", "ClusterStore")
+__all__ = (
+    "Stored",
+    "RunStore",
+    "TokenSink",
+    "TokenWriterPort",
+    "SubjectLayout",
+    "CoreHandler",
+    "ClusterStore",
+)
 
 
 class Stored(Protocol):
@@ -24,12 +33,41 @@ class Stored(Protocol):
     def data(self) -> bytes: ...
 
 
+class TokenWriterPort(Protocol):
+    """The writer of one token stream (``fusee.adapters.jetstream.tokens.TokenWriter``)."""
+
+    @property
+    def state(self) -> StoredState: ...
+
+    async def write(self, text: str) -> None: ...
+
+    async def restart(self) -> None: ...
+
+    async def end(self) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class TokenSink(Protocol):
+    """Where ``model_call`` writes its token streams
+    (``fusee.adapters.jetstream.tokens.TokenStore``)."""
+
+    async def open(self, eid: str, name: str) -> TokenWriterPort: ...
+
+
 class RunStore(Protocol):
     """A run's journal, the run index and the active markers, for one namespace."""
 
     # completions: the namespace's secret for tokens, and the base of callback URLs
     completion_secret: bytes
     callback_base_url: str
+
+    @property
+    def tokens(self) -> TokenSink | None:
+        """The namespace's token streams (``model_call``); None: this store has none."""
+        ...
 
     @property
     def max_value(self) -> int:

@@ -16,23 +16,17 @@ import msgspec
 import structlog
 
 from fusee.actors.children import cancel_children, live_children, notify_parent
-from fusee.actors.context import (
-    Context,
-    ContinueAsNew,
-    StepFailedError,
-    StepInfo,
-    error_message,
-    error_type_name,
-    may_park,
-)
+from fusee.actors.combinators import may_park
+from fusee.actors.context import Context
+from fusee.actors.outcomes import Outcome, failure_of
 from fusee.actors.ports import RunStore, Stored
 from fusee.actors.registry import Registry
 from fusee.actors.run_index import project_index
 from fusee.errors import (
     CommitFailed,
+    ContinueAsNew,
     DeterminismError,
     Evicted,
-    FatalError,
     JournalGap,
     NotEncodable,
     Parked,
@@ -61,8 +55,6 @@ __all__ = ("RunActor", "Outcome")
 
 log = get_logger()
 
-Outcome = str  # "ended" | "paused" | "unrunnable"
-
 
 class RunActor:
     def __init__(
@@ -82,6 +74,7 @@ class RunActor:
         partitions: int | None = None,
     ) -> None:
         self.store = store
+        self.tokens = store.tokens
         self.namespace = namespace
         self.eid = eid
         self.run_id = run_id
@@ -102,7 +95,7 @@ class RunActor:
         self.inbox_changed: anyio.Event | None = None
         self.park_after = park_after
         self.partitions = partitions  # the namespace's, to route messages to other runs
-        self.running_steps: set[StepInfo] = set()
+        self.running_steps: set[anyio.Event] = set()  # the running steps' s.signal
         # ctx.all / ctx.race commit from concurrent branches: one append at a time, each
         # under the fence and the link the previous one left
         self._commit_lock = anyio.Lock()
@@ -181,6 +174,9 @@ class RunActor:
         self.history.add(seq, record, data)
         self.fence = seq
         return seq
+
+    async def before_step(self) -> None:
+        """A run's start is journaled already: nothing to do before a step."""
 
     async def store_value(self, data: bytes) -> ValueRef:
         """Store a value too large for a record out of line, before the record naming it.
@@ -503,23 +499,15 @@ class RunActor:
                             )
                         )
                     )
-            except (DeterminismError, Unreplayable) as exc:
-                return record, str(exc)
-            except StepFailedError as exc:
-                if replayer.broken is not None:
-                    return record, str(replayer.broken)
-                record = RunFailed(error_type=exc.error_type, message=exc.message, step=exc.step)
-            except (FatalError, NotEncodable) as exc:
-                record = RunFailed(error_type=error_type_name(exc), message=str(exc))
-            except msgspec.ValidationError as exc:
-                record = RunFailed(
-                    error_type="fusee.InvalidInput",
-                    message=f"the input of run {self.run_id!r} does not fit {wf.name}: {exc}",
+            except (Exception, Unreplayable) as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
+                failure = failure_of(
+                    exc, replayer, f"the input of run {self.run_id!r} does not fit {wf.name}"
                 )
-            except Exception as exc:  # noqa: BLE001 - the workflow's own error ends the run, journaled
-                if replayer.broken is not None:
-                    return record, str(replayer.broken)
-                record = RunFailed(error_type=error_type_name(exc), message=error_message(exc))
+                if failure.broken:
+                    return record, failure.message
+                record = RunFailed(
+                    error_type=failure.error_type, message=failure.message, step=failure.step
+                )
         if scope.cancelled_caught:
             if self.cancel_reason is not None:
                 record = RunCancelled(reason=self.cancel_reason)
@@ -547,8 +535,8 @@ class RunActor:
     def cancel_running(self) -> None:
         """Stop the code where it is: each running step's ``s.signal`` is set first (so
         its cleanup knows why it stops), then the workflow's scope is cancelled."""
-        for info in list(self.running_steps):
-            info.signal.set()
+        for signal in list(self.running_steps):
+            signal.set()
         if self._workflow_scope is not None:
             self._workflow_scope.cancel()
 

@@ -7,16 +7,15 @@ it again is harmless, and its caller retries it when no answer comes.
 from __future__ import annotations
 
 import inspect
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import msgspec
 
-from fusee.actors.context import error_message, error_type_name
 from fusee.actors.object_state import current_state
 from fusee.actors.ports import ClusterStore
 from fusee.actors.registry import Registry
-from fusee.errors import FuseeError
+from fusee.errors import FuseeError, error_message, error_type_name
 from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
@@ -29,7 +28,15 @@ log = get_logger()
 
 class SharedContext:
     """``ctx`` in a shared handler: the object's type and key, and ``ctx.state`` to
-    read. The journaled calls of ``Context`` (steps, waits, children) are not here."""
+    read. The journaled calls of ``Context`` (steps, waits, children) are not here.
+
+    Attributes:
+        object_type: the object type's name.
+        key: the object's key.
+        handler: the handler's name.
+        state: the state as of the last finished exclusive invocation (read only:
+            ``set``, ``delete`` and ``clear`` raise ``FuseeError``).
+    """
 
     def __init__(self, object_type: str, key: str, handler: str, state: ReadOnlyState) -> None:
         self.object_type = object_type
@@ -37,12 +44,15 @@ class SharedContext:
         self.handler = handler
         self.state = state
 
-    def __getattr__(self, name: str) -> NoReturn:
-        raise FuseeError(
-            f"ctx.{name} in shared handler {self.handler!r} of object {self.object_type!r}: "
-            f"shared handlers are not journaled and only read the state; make it an "
-            f"exclusive handler to use ctx.{name}"
-        )
+    if not TYPE_CHECKING:
+        # Not in the type (mypy says there is no ctx.step here); code that ignores the
+        # types is told why at runtime.
+        def __getattr__(self, name: str) -> NoReturn:
+            raise FuseeError(
+                f"ctx.{name} in shared handler {self.handler!r} of object "
+                f"{self.object_type!r}: shared handlers are not journaled and only read "
+                f"the state; make it an exclusive handler to use ctx.{name}"
+            )
 
 
 def _reply(body: dict[str, Any]) -> bytes:

@@ -21,18 +21,16 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterable, Awaitable, Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
+from typing import TypeAlias
 
 import anyio
 
-from fusee.actors.context import Context, StepInfo
-from fusee.errors import FuseeError, InvalidArgument, NotEncodable
+from fusee.actors.context import Context
+from fusee.actors.ports import TokenSink, TokenWriterPort
+from fusee.actors.steps import StepInfo
+from fusee.errors import FuseeError, NotEncodable
 from fusee.runtime.ids import validate_name
 from fusee.runtime.retry import Retry
-from fusee.runtime.tokens import invocation_stream
-
-if TYPE_CHECKING:
-    from fusee.runtime.tokens import StoredState
 
 __all__ = ("model_call", "Chunks", "TokenSink", "TokenWriterPort")
 
@@ -40,29 +38,6 @@ Chunks: TypeAlias = AsyncIterable[str] | Awaitable[AsyncIterable[str]]
 """What ``fn(resume)`` returns: an async iterator of text chunks (or an awaitable of one)."""
 
 FLUSH_ON_FAILURE = 2.0  # seconds a failed attempt waits for its in-flight tokens to be stored
-
-
-class TokenWriterPort(Protocol):
-    """The writer of one token stream (``fusee.adapters.jetstream.tokens.TokenWriter``)."""
-
-    @property
-    def state(self) -> StoredState: ...
-
-    async def write(self, text: str) -> None: ...
-
-    async def restart(self) -> None: ...
-
-    async def end(self) -> None: ...
-
-    async def flush(self) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class TokenSink(Protocol):
-    """Where token streams are written (``fusee.adapters.jetstream.tokens.TokenStore``)."""
-
-    async def open(self, eid: str, name: str) -> TokenWriterPort: ...
 
 
 async def model_call(
@@ -96,24 +71,10 @@ async def model_call(
         ``text = await model_call(ctx, f"model-{turn}", lambda resume: llm.stream(history, prefill=resume))``
     """
     name = validate_name(name, "model call name")
-    replayer = ctx._replayer
-    earlier = {o.name for pos, o in replayer.history.outcomes.items() if pos < replayer.next_pos}
-    if name in earlier:
-        raise InvalidArgument(
-            f"model_call {name!r}: an earlier step of run {ctx.run_id!r} has this name, and "
-            f"a token stream name is unique in a run (put the turn in it: 'model-3')"
-        )
-    actor = ctx._actor
-    sink = cast("TokenSink | None", getattr(actor.store, "tokens", None))
-    if sink is None:
-        raise FuseeError("model_call: this engine's store has no token streams")
-
-    stream = name
-    if ctx.object_type is not None:  # one stream per invocation of an object's handler
-        stream = invocation_stream(replayer.history.started_seq, name)
+    stream = ctx._token_stream(name)
 
     async def attempt(s: StepInfo) -> str:
-        writer = await sink.open(actor.eid, stream)
+        writer = await stream.open()
         try:
             return await _attempt(writer, fn, prefill)
         except BaseException:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from fusee.errors import DeterminismError, JournalGap
+from fusee.errors import ControlFlow, DeterminismError, JournalGap
 from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
@@ -241,7 +241,7 @@ class Execute:
     last_retry: StepRetrying | None
 
 
-class ReplayedCancel(BaseException):
+class ReplayedCancel(ControlFlow):
     """The call at this position lost a ``ctx.race`` (or was cancelled by a ``ctx.all``
     that failed fast) in the journal: its branch is cancelled again, at once."""
 

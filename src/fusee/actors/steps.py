@@ -1,0 +1,297 @@
+"""``ctx.step``: the attempt loop. Run a step's function, journal its end (or its
+retry), and tell the workflow how it ended; also what a step's function may take
+(:class:`StepInfo`) and where compensations begin."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import msgspec
+import structlog
+
+from fusee.actors.host import ActorHost
+from fusee.errors import (
+    Evicted,
+    FatalError,
+    NotEncodable,
+    StepFailedError,
+    StepTimeout,
+    error_message,
+    error_type_name,
+)
+from fusee.logs import get_logger
+from fusee.runtime.codec import MAX_LARGE_VALUE, check_size, decode_value, encode_value
+from fusee.runtime.durations import format_duration
+from fusee.runtime.history import Execute, Replayer
+from fusee.runtime.records import StepCompleted, StepFailed, StepRetrying
+from fusee.runtime.retry import Retry
+
+__all__ = (
+    "StepInfo",
+    "DEFAULT_RETRY",
+    "COMPENSATE",
+    "BRANCH_STEPS",
+    "execute",
+    "fail_step",
+    "step_key",
+    "at_compensations",
+    "in_step",
+)
+
+log = get_logger()
+
+DEFAULT_RETRY = Retry()
+COMPENSATE = "compensate:"  # the step name of a compensation is this prefix + its name
+
+
+@dataclass(eq=False)
+class StepInfo:
+    """``s``, the argument a step function may take.
+
+    Attributes:
+        key: stable across attempts and crashes: pass it as the idempotency key of
+            calls that change the world.
+        attempt: 1 for the first attempt, counting the failed attempts journaled before.
+        signal: set when the step should stop (its timeout passed, the run was
+            cancelled, its worker is giving it up).
+        name: the step's name.
+    """
+
+    key: str
+    attempt: int
+    name: str
+    signal: anyio.Event = field(default_factory=anyio.Event)
+
+
+# The running steps' signals of the ctx.all / ctx.race branch this task runs in (set
+# by the combinator): a race the branch loses sets them.
+BRANCH_STEPS: ContextVar[set[anyio.Event] | None] = ContextVar("fusee_branch_steps", default=None)
+
+_TAKES_INFO: dict[object, bool] = {}
+
+
+def _takes_step_info(fn: Callable[..., Any]) -> bool:
+    # Lambdas made in a loop share one code object: inspect each shape once.
+    code = getattr(fn, "__code__", None)
+    if code is not None and getattr(fn, "__defaults__", None) is None:
+        known = _TAKES_INFO.get(code)
+        if known is None:
+            known = _TAKES_INFO[code] = _inspect_takes_step_info(fn)
+        return known
+    return _inspect_takes_step_info(fn)
+
+
+def _inspect_takes_step_info(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [
+        p
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    ]
+    return len(positional) >= 1 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+def step_key(host: ActorHost, replayer: Replayer, pos: int) -> str:
+    history = replayer.history
+    seed = f"{host.namespace}\0{host.run_id}\0{history.started_seq}\0{pos}"
+    return hashlib.blake2b(seed.encode(), digest_size=16).hexdigest()
+
+
+def at_compensations(replayer: Replayer) -> bool:
+    """Whether the journal holds a compensation at the code's next position: the
+    workflow was stopped there (cancelled), so a replay must stop there too."""
+    history = replayer.history
+    pos = replayer.next_pos
+    outcome = history.outcomes.get(pos)
+    retries = history.retries.get(pos)
+    name = outcome.name if outcome is not None else (retries[0].name if retries else None)
+    return name is not None and name.startswith(COMPENSATE)
+
+
+async def execute(
+    host: ActorHost,
+    replayer: Replayer,
+    name: str,
+    fn: Callable[..., Any],
+    decision: Execute,
+    policy: Retry,
+    limit: float | None,
+    type_: Any,
+) -> Any:
+    # A run that is being cancelled (its scope was cancelled before the workflow got
+    # here, or it is replayed to find its compensations) runs nothing new.
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    await host.before_step()
+    key = step_key(host, replayer, decision.pos)
+    attempt = decision.attempt
+    if decision.last_retry is not None:
+        # resumed between attempts: wait out what is left of the journaled delay
+        due = decision.last_retry.failed_at + decision.last_retry.retry_in
+        await anyio.sleep(max(0.0, due - host.clock()))
+    takes_info = _takes_step_info(fn)
+    with structlog.contextvars.bound_contextvars(step=name, pos=decision.pos):
+        while True:
+            info = StepInfo(key=key, attempt=attempt, name=name)
+            log.debug("step.started", attempt=attempt)
+            began = anyio.current_time()
+            host.running_steps.add(info.signal)  # a cancel of the run sets its signal
+            branch = BRANCH_STEPS.get()
+            if branch is not None:
+                branch.add(info.signal)  # a race it loses sets its signal
+            try:
+                try:
+                    with _inside_step(name):
+                        value = await _call(fn, info, takes_info, limit)
+                    data = check_size(
+                        encode_value(value, f"the result of step {name!r}"),
+                        f"the result of step {name!r}",
+                        MAX_LARGE_VALUE,
+                        of="a step's result (one over "
+                        f"{host.store.max_value:,} bytes is stored out of line)",
+                    )
+                finally:
+                    host.running_steps.discard(info.signal)
+                    if branch is not None:
+                        branch.discard(info.signal)
+            except (Evicted, anyio.get_cancelled_exc_class()):
+                info.signal.set()
+                raise
+            except Exception as exc:  # noqa: BLE001 - journaled, raised as StepFailedError
+                elapsed = anyio.current_time() - began
+                final = (
+                    isinstance(exc, FatalError | NotEncodable)
+                    or policy.gives_up_on(exc)
+                    or attempt >= policy.attempts
+                )
+                etype, message = error_type_name(exc), error_message(exc)
+                if final:
+                    failure = await fail_step(
+                        host, decision.pos, name, attempt, etype, message, elapsed
+                    )
+                    break  # raised outside the handler: no live-only __context__
+                wait = policy.delay(attempt, key)
+                await host.commit(
+                    StepRetrying(
+                        pos=decision.pos,
+                        name=name,
+                        attempt=attempt,
+                        error_type=etype,
+                        message=message,
+                        retry_in=wait,
+                        failed_at=host.clock(),
+                    )
+                )
+                log.info(
+                    "step.retrying",
+                    attempt=attempt,
+                    error=f"{etype}: {message}",
+                    retry_in=format_duration(wait),
+                )
+                await host.maybe_evict()
+                await anyio.sleep(wait)
+                attempt += 1
+                continue
+            elapsed_ms = round((anyio.current_time() - began) * 1000, 3)
+            inline, ref = data, None
+            if len(data) > host.store.max_value:
+                # too large for a record: stored first, then the record naming it
+                inline, ref = b"null", await host.store_value(data)
+            try:
+                await host.commit(
+                    StepCompleted(
+                        pos=decision.pos,
+                        name=name,
+                        result=msgspec.Raw(inline),
+                        attempt=attempt,
+                        duration_ms=elapsed_ms,
+                        result_ref=msgspec.UNSET if ref is None else ref,
+                    )
+                )
+            except NotEncodable as exc:  # the record as a whole is over the limit
+                failure = await fail_step(
+                    host,
+                    decision.pos,
+                    name,
+                    attempt,
+                    "fusee.NotEncodable",
+                    f"the result of step {name!r} cannot be stored: {exc}",
+                    elapsed_ms / 1000,
+                )
+                break
+            log.info("step.completed", attempt=attempt, duration_ms=elapsed_ms)
+            await host.maybe_evict()
+            return decode_value(data, type_)
+    raise failure
+
+
+async def fail_step(
+    host: ActorHost, pos: int, name: str, attempt: int, etype: str, message: str, elapsed: float
+) -> StepFailedError:
+    """Journal the step's final failure; the error to raise in the workflow."""
+    await host.commit(
+        StepFailed(pos=pos, name=name, attempt=attempt, error_type=etype, message=message)
+    )
+    log.warning(
+        "step.failed",
+        attempt=attempt,
+        error=f"{etype}: {message}",
+        duration_ms=round(elapsed * 1000, 2),
+    )
+    return StepFailedError(name, etype, message, attempt)
+
+
+async def _call(
+    fn: Callable[..., Any], info: StepInfo, takes_info: bool, limit: float | None
+) -> Any:
+    if limit is None:  # no deadline: no cancel scope to pay for on every step
+        return await _invoke(fn, info, takes_info)
+    with anyio.CancelScope(deadline=anyio.current_time() + limit):
+        return await _invoke(fn, info, takes_info)
+    info.signal.set()
+    raise StepTimeout(
+        f"step {info.name!r} attempt {info.attempt} ran past its timeout of "
+        f"{format_duration(limit)}"
+    )
+
+
+async def _invoke(fn: Callable[..., Any], info: StepInfo, takes_info: bool) -> Any:
+    if inspect.iscoroutinefunction(fn):
+        result = fn(info) if takes_info else fn()
+    else:
+        # A plain function may block (a sync HTTP client): it runs in a thread,
+        # and a coroutine it returns (a lambda around an async call) is awaited here.
+        def call() -> Any:
+            return fn(info) if takes_info else fn()
+
+        result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+_IN_STEP: ContextVar[str | None] = ContextVar("fusee_in_step", default=None)
+
+
+def in_step() -> str | None:
+    """The name of the step whose function is running here, if any."""
+    return _IN_STEP.get()
+
+
+@contextmanager
+def _inside_step(name: str) -> Iterator[None]:
+    # Seen by the step's function, also in its worker thread (anyio copies the context).
+    token = _IN_STEP.set(name)
+    try:
+        yield
+    finally:
+        _IN_STEP.reset(token)
