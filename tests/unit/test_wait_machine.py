@@ -42,14 +42,16 @@ from hypothesis.stateful import (
 from fusee.runtime import waits
 from fusee.runtime.inbox import InboxMessage, Signal, TimerFired
 from fusee.runtime.records import WaitDone, WaitStarted
-from fusee.runtime.waits import Commit, InboxView, ParkingLot, Park, SetTimer, Sleep, Wait
+from fusee.runtime.waits import Commit, InboxView, Park, ParkingLot, SetTimer, Sleep, Wait
 
 EID = "r-1"
 PARTITION = 0
 START = 1  # the journal sequence of run.started: its generation
 PARK_AFTER = 1.0
 
-Plan = tuple[str, str, float | None]  # (wait, name, timeout): ("signal", "a", 5.0), ("sleep", "", 2.0)
+Plan = tuple[
+    str, str, float | None
+]  # (wait, name, timeout): ("signal", "a", 5.0), ("sleep", "", 2.0)
 
 
 @dataclass
@@ -161,7 +163,9 @@ class WaitMachine(RuleBasedStateMachine):
             return
         assert actor.wait is not None
         w = self.world
-        cmd = actor.wait.next(actor.view, consumed=w.consumed, start=START, now=w.now, may_park=True)
+        cmd = actor.wait.next(
+            actor.view, consumed=w.consumed, start=START, now=w.now, may_park=True
+        )
         actor.cmd = cmd
         actor.status = {Commit: "commit", SetTimer: "timer", Sleep: "sleeping", Park: "leaving"}[
             type(cmd)
@@ -300,8 +304,9 @@ class WaitMachine(RuleBasedStateMachine):
         self._wake_sleeper()
 
     @precondition(
-        lambda self: hasattr(self, "world")
-        and any(self.world.now >= u for u in self.world.timers.values())
+        lambda self: (
+            hasattr(self, "world") and any(self.world.now >= u for u in self.world.timers.values())
+        )
     )
     @rule()
     def timer_fires(self) -> None:
@@ -323,7 +328,8 @@ class WaitMachine(RuleBasedStateMachine):
         for done in self.world.done.values():
             if done.inbox_seq:
                 msg = by_seq[done.inbox_seq]
-                assert isinstance(msg, Signal) and msg.name == done.name, (done, msg)
+                assert isinstance(msg, Signal), (done, msg)
+                assert msg.name == done.name, (done, msg)
 
     @invariant()
     def a_sleeping_wait_has_nothing_to_take(self) -> None:
@@ -354,9 +360,8 @@ class WaitMachine(RuleBasedStateMachine):
         kind, name, _ = self.plan[pos - 1]
         assert kind == "signal", f"sleep {pos} never ended ({actor and actor.status})"
         started = w.started.get(pos)
-        assert started is not None and started.until is None, (
-            f"wait {pos} with a timeout never ended"
-        )
+        assert started is not None
+        assert started.until is None, f"wait {pos} with a timeout never ended"
         left = [s for s, m in w.inbox if isinstance(m, Signal) and m.name == name]
         untaken = [s for s in left if s not in w.consumed]
         assert not untaken, f"wait {pos} for {name!r} waits while signals {untaken} are stored"
@@ -394,7 +399,7 @@ class WaitMachine(RuleBasedStateMachine):
                 w.now = max(w.now, actor.cmd.until)
                 self._wake_sleeper()
                 continue
-            due = [u for u in w.timers.values()]
+            due = list(w.timers.values())
             if due:
                 w.now = max(w.now, min(due))
                 self.timer_fires()
