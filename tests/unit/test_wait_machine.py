@@ -11,6 +11,8 @@ clock. Hypothesis picks the order; the invariants are what users rely on:
   once, and a signal goes to a wait of its name;
 - no signal is left unread while the run waits for it: an actor that sleeps (or
   leaves) has nothing in what it read, when it decided so, that ends its wait;
+- nothing waits silently: a parked run with news has something in flight that brings
+  it back;
 - a run that can progress does: once everything in flight is delivered (no more drops),
   a wait with its signal in the inbox ends, a sleep ends at its time, and a run whose
   waits all can end, ends.
@@ -104,12 +106,22 @@ class WaitMachine(RuleBasedStateMachine):
             ),
             min_size=1,
             max_size=3,
-        )
+        ),
+        parked=st.booleans(),
     )
-    def begin(self, plan: list[Plan]) -> None:
+    def begin(self, plan: list[Plan], parked: bool) -> None:
         self.plan = plan
         self.world = World()
         self._activate()
+        if parked:  # (most runs that wait are parked: start from there too)
+            for _ in range(4):
+                if self._is("timer"):
+                    self.timer_scheduled(reads=False)
+                if self._is("sleeping"):
+                    self.idle()
+            if self._is("leaving"):
+                self.parked()
+                self.reread()
 
     # -- the actor ------------------------------------------------------------------
 
@@ -137,6 +149,7 @@ class WaitMachine(RuleBasedStateMachine):
             w.started[pos] = started
         actor.wait = Wait(started, park_after=PARK_AFTER, now=w.now)
         actor.status, actor.cmd = "deciding", None
+        self._decide()
 
     def _read(self, actor: Actor) -> None:
         for seq, msg in self.world.inbox:
@@ -155,9 +168,9 @@ class WaitMachine(RuleBasedStateMachine):
     def _is(self, *statuses: str) -> bool:
         return hasattr(self, "world") and self._in_memory(*statuses) is not None
 
-    @precondition(lambda self: self._is("deciding"))
-    @rule()
-    def decide(self) -> None:
+    def _decide(self) -> None:
+        """The shell asks its wait what to do as soon as an await returns (no window
+        here: this is synchronous code)."""
         actor = self._in_memory("deciding")
         if actor is None:
             return
@@ -183,6 +196,7 @@ class WaitMachine(RuleBasedStateMachine):
         self.world.timers[actor.cmd.pos] = actor.cmd.until
         actor.wait.timer_scheduled()
         actor.status = "deciding"
+        self._decide()
 
     @precondition(lambda self: self._is("commit"))
     @rule()
@@ -218,6 +232,7 @@ class WaitMachine(RuleBasedStateMachine):
             return
         if actor.view.version != actor.cmd.version or self.world.now >= actor.cmd.until:
             actor.status = "deciding"
+            self._decide()
 
     # -- the worker -----------------------------------------------------------------
 
@@ -294,9 +309,22 @@ class WaitMachine(RuleBasedStateMachine):
 
     # -- the world ------------------------------------------------------------------
 
-    @rule(name=st.sampled_from(["a", "b"]))
-    def signal(self, name: str) -> None:
+    @rule(name=st.sampled_from(["a", "b"]), handed=st.sampled_from(["later", "now", "dropped"]))
+    def signal(self, name: str, handed: str) -> None:
+        """A signal is stored; the worker's consumer hands it over later, at once, or
+        drops it (its queue is full)."""
         self.world.store(Signal(name=name))
+        if handed != "later":
+            self.deliver(drop=handed == "dropped")
+
+    @precondition(lambda self: self._is("sleeping"))
+    @rule()
+    def idle(self) -> None:
+        """Time passes until the sleeping wait's deadline (its idle time, or its end)."""
+        actor = self._in_memory("sleeping")
+        assert actor is not None
+        self.world.now = max(self.world.now, actor.cmd.until)
+        self._wake_sleeper()
 
     @rule(dt=st.sampled_from([0.25, 1.0, 2.5]))
     def tick(self, dt: float) -> None:
@@ -348,6 +376,23 @@ class WaitMachine(RuleBasedStateMachine):
                 f"{found.inbox_seq} read and not taken"
             )
 
+    @invariant()
+    def a_parked_run_with_news_is_coming_back(self) -> None:
+        """Nothing waits silently: a parked run with a message stored after its last
+        read has something in flight that brings it back (a delivery to come, the
+        re-read after parking, or a reconcile that reads every parked inbox)."""
+        if not hasattr(self, "world"):
+            return
+        w = self.world
+        if not w.lot.is_parked(EID):
+            return
+        left_at = w.lot.parked[EID][1]
+        if not any(seq > left_at for seq, _ in w.inbox):
+            return
+        assert w.deliveries or w.rereading is not None or w.lot.missed, (
+            f"parked at {left_at} with news and nothing to bring it back"
+        )
+
     def teardown(self) -> None:
         if not hasattr(self, "world"):
             return
@@ -379,9 +424,6 @@ class WaitMachine(RuleBasedStateMachine):
             actor = w.actor
             if actor is not None and actor.woken and actor.status != "leaving":
                 self.read()
-                continue
-            if actor is not None and actor.status == "deciding":
-                self.decide()
                 continue
             if actor is not None and actor.status == "timer":
                 self.timer_scheduled(reads=False)
