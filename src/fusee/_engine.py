@@ -47,6 +47,7 @@ from fusee.runtime.ids import (
     validate_name,
     validate_namespace,
 )
+from fusee.runtime.inbox import Completion, decode_message, encode_message
 from fusee.runtime.index import RunInfo, decode_info
 from fusee.runtime.objects import State, check_run_id, decode_state, object_id, parse_object_id
 from fusee.runtime.records import (
@@ -469,13 +470,8 @@ class Engine:
             raise InvalidToken(f"{what} has expired: {expired}", spent=True)
         assert history.started is not None
         partition = history.started.partition
-        body = msgspec.json.encode(
-            {
-                "kind": "completion",
-                "pos": pos,
-                "start": history.started_seq,
-                "value": msgspec.Raw(data),
-            }
+        body = encode_message(
+            Completion(pos=pos, start=history.started_seq, value=msgspec.Raw(data))
         )
         # one message per wait: a second complete within the dedupe window stores nothing
         msg_id = f"{eid}:completion:{history.started_seq}:{pos}"
@@ -554,17 +550,13 @@ class Engine:
         at ``pos``, oldest first (values as canonical JSON)."""
         out = []
         for msg in await self.store.read_inbox(partition, eid):
-            try:
-                body = msgspec.json.decode(msg.data)
-            except msgspec.DecodeError:
-                continue
+            body = decode_message(msg.data)
             if (
-                isinstance(body, dict)
-                and body.get("kind") == "completion"
-                and body.get("pos") == pos
-                and body.get("start") == history.started_seq
+                isinstance(body, Completion)
+                and body.pos == pos
+                and body.start == history.started_seq
             ):
-                out.append((msg.seq, canonical(body.get("value"), "")))
+                out.append((msg.seq, canonical(body.value, "")))
         return out
 
     async def list_runs(self) -> list[RunInfo]:

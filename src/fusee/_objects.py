@@ -41,7 +41,8 @@ from fusee.errors import (
 from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.durations import parse_duration
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
-from fusee.runtime.objects import EDIT, edit_changes, object_id
+from fusee.runtime.inbox import Cancel, Invoke, Signal, Unknown, decode_message, encode_message
+from fusee.runtime.objects import EDIT, edit_changes, object_id, untargeted_cancel
 from fusee.runtime.records import ObjectDone, decode_record
 from fusee.runtime.tokens import invocation_stream
 
@@ -280,17 +281,15 @@ class ObjectKey:
             replies = engine.replies
             await replies.open()
             subject = replies.new()
-        body: dict[str, Any] = {"kind": "invoke", "handler": handler, "input": msgspec.Raw(data)}
-        if subject:
-            body["reply"] = subject
+        body = encode_message(Invoke(handler=handler, input=msgspec.Raw(data), reply=subject))
         store, p = engine.store, self._partition
         try:
             if msg_id is not None:
                 seq, duplicate = await store.send_inbox_once(
-                    p, self.eid, "invoke", msgspec.json.encode(body), msg_id=msg_id
+                    p, self.eid, "invoke", body, msg_id=msg_id
                 )
             else:
-                seq = await store.send_inbox(p, self.eid, "invoke", msgspec.json.encode(body))
+                seq = await store.send_inbox(p, self.eid, "invoke", body)
                 duplicate = False
         except BaseException:
             if subject:
@@ -539,27 +538,26 @@ class ObjectKey:
                 f"{self!r} has no invocation {seq} running or queued: it ended, or there "
                 f"never was one (objects show lists them)"
             )
-        body = {"kind": "cancel", "reason": reason, "target": seq}
+        body = encode_message(Cancel(reason=reason, target=seq))
         store, p = self.engine.store, self._partition
-        await store.send_inbox(p, self.eid, "cancel", msgspec.json.encode(body))
+        await store.send_inbox(p, self.eid, "cancel", body)
         await store.ensure_active(p, self.eid)
         return seq
 
     async def signal(self, name: str, payload: Any = None) -> None:
         """Send the running (or next) invocation's ``ctx.wait_for(name)`` a signal."""
         name = validate_name(name, "signal name")
-        body = msgspec.json.encode(
-            {
-                "kind": "signal",
-                "name": name,
-                "payload": msgspec.Raw(
+        body = encode_message(
+            Signal(
+                name=name,
+                payload=msgspec.Raw(
                     canonical(
                         payload,
                         f"the payload of signal {name!r} to {self!r}",
                         limit=self.engine.store.max_value,
                     )
                 ),
-            }
+            )
         )
         store, p = self.engine.store, self._partition
         await store.send_inbox(p, self.eid, "signal", body)
@@ -585,21 +583,17 @@ class ObjectKey:
         running = history.invocation if history.done is None else None
         cancelled: set[int] = set()
         for msg in await store.read_inbox(self._partition, self.eid, snap.cursor):
-            try:
-                body = msgspec.json.decode(msg.data)
-            except msgspec.DecodeError:
-                continue  # not an invocation (the actor logs it)
-            if not isinstance(body, dict):
-                continue
-            if body.get("kind") == "cancel":
-                target = body.get("target")
-                if target is None and running is not None and 0 < history.invocation_at < msg.seq:
-                    target = running.inbox_seq  # a cancel of "the running one" (no target)
-                if isinstance(target, int):
+            body = decode_message(msg.data)  # (what is unreadable, the actor logs)
+            if isinstance(body, Cancel):
+                target = body.target
+                if target is None:  # a cancel of "the running one"
+                    target = untargeted_cancel(msg.seq, running, history.invocation_at)
+                if target is not None:
                     cancelled.add(target)
-            elif body.get("kind") == "invoke":
+            elif isinstance(body, Invoke) or (isinstance(body, Unknown) and body.kind == "invoke"):
                 stamp = _stamp(msg.headers.get("Nats-Time-Stamp"))
-                entry = QueuedInvocation(msg.seq, str(body.get("handler")), queued_at=stamp)
+                handler = body.handler if isinstance(body, Invoke) else "(malformed)"
+                entry = QueuedInvocation(msg.seq, handler, queued_at=stamp)
                 if running is not None and msg.seq == running.inbox_seq:
                     entry.running_since = running.started_at
                     info.running = entry

@@ -30,6 +30,7 @@ from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.durations import parse_duration
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
+from fusee.runtime.inbox import Cancel, Signal, encode_message
 from fusee.runtime.index import RunInfo, decode_info, info_from_history
 from fusee.runtime.records import RunCancelled as RunCancelledRecord
 from fusee.runtime.records import RunCompleted, decode_record
@@ -107,18 +108,17 @@ class Run:
             ``await engine.run("refund-9").signal("approval", {"approved": True})``
         """
         name = validate_name(name, "signal name")
-        body = msgspec.json.encode(
-            {
-                "kind": "signal",
-                "name": name,
-                "payload": msgspec.Raw(
+        body = encode_message(
+            Signal(
+                name=name,
+                payload=msgspec.Raw(
                     canonical(
                         payload,
                         f"the payload of signal {name!r}",
                         limit=self.engine.store.max_value,
                     )
                 ),
-            }
+            )
         )
         if not await self._live():
             return False
@@ -161,7 +161,7 @@ class Run:
         if not await self._live():
             return False
         store, partition = self.engine.store, self._partition()
-        body = msgspec.json.encode({"kind": "cancel", "reason": reason})
+        body = encode_message(Cancel(reason=reason))
         await store.send_inbox(partition, self.eid, "cancel", body)
         await store.wake(partition, self.eid)
         return True

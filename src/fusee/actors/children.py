@@ -19,6 +19,7 @@ from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value
 from fusee.runtime.history import History, Replayer
 from fusee.runtime.ids import escape, partition_of
+from fusee.runtime.inbox import Cancel, ChildEnded, encode_message
 from fusee.runtime.records import (
     TERMINAL,
     RunCancelled,
@@ -162,14 +163,14 @@ async def _check_existing(store: RunStore, eid: str, child_id: str, wanted: RunS
 
 def child_message(run_id: str, end: Any) -> bytes:
     """What an ended child sends its parent's inbox."""
-    body: dict[str, Any] = {"kind": "child", "id": run_id}
+    msg = ChildEnded(id=run_id)
     if isinstance(end, RunCompleted):
-        body.update(status="completed", result=end.result)
+        msg = ChildEnded(id=run_id, status="completed", result=end.result)
     elif isinstance(end, RunFailed):
-        body.update(status="failed", error_type=end.error_type, message=end.message)
+        msg = ChildEnded(id=run_id, status="failed", error_type=end.error_type, message=end.message)
     elif isinstance(end, RunCancelled):
-        body.update(status="cancelled", reason=end.reason)
-    return msgspec.json.encode(body)
+        msg = ChildEnded(id=run_id, status="cancelled", reason=end.reason)
+    return encode_message(msg)
 
 
 async def notify_parent(store: RunStore, partitions: int | None, history: History) -> None:
@@ -219,7 +220,7 @@ async def cancel_child(
     if not isinstance(started, RunStarted) or started.parent != parent:
         return  # not ours: ctx.child raised RunExists for it
     p = partition_of(child, partitions)
-    body = msgspec.json.encode({"kind": "cancel", "reason": reason})
+    body = encode_message(Cancel(reason=reason))
     await store.send_inbox(p, eid, "cancel", body, msg_id=f"{eid}:cancel:parent")
     await store.wake(p, eid)
     log.info("child.cancelled", child=child, reason=reason)

@@ -49,6 +49,7 @@ from fusee.logs import get_logger
 from fusee.runtime.codec import check_size, decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import Replayer
+from fusee.runtime.inbox import NULL, Cancel, Invoke, Unknown
 from fusee.runtime.objects import (
     EDIT,
     ReadOnlyState,
@@ -57,8 +58,10 @@ from fusee.runtime.objects import (
     edit_changes,
     encode_state,
     fold,
+    untargeted_cancel,
 )
 from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted
+from fusee.runtime.waits import InboxView
 
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
 
@@ -77,8 +80,9 @@ class ObjectActor(RunActor):
         self.state: State = {}
         self.cursor = 0  # inbox sequence of the last invocation that ended
         # invocations read, not begun, in arrival order
-        self.queue: collections.deque[tuple[int, dict[str, Any]]] = collections.deque()
+        self.queue: collections.deque[tuple[int, Invoke | Unknown]] = collections.deque()
         self.cancels: dict[int, str] = {}  # a queued invocation's sequence: why it is off
+        self.malformed: dict[int, str] = {}  # an invoke that does not fit: why
         self.projection_rev = 0  # its KV revision (compare-and-set), 0: none
         self.running: Invocation | None = None
         self._projected_size = 0  # history.size when the projection was written
@@ -103,7 +107,6 @@ class ObjectActor(RunActor):
         self.state, self.cursor = snap.state, snap.cursor
         self.projection_rev, self._unprojected = snap.revision, snap.unprojected
         self._projected_size = 1 if snap.projected_at else 0  # history.size at the projection
-        self._claimed = set()
 
     async def run(self) -> Outcome:
         """Activate, run what is queued, and say how it left: ``idle`` (nothing queued
@@ -118,7 +121,7 @@ class ObjectActor(RunActor):
                 except JournalGap as gap:
                     log.error("object.paused", reason=str(gap))
                     return "paused"
-                self.inbox_seen, self.inbox, self.cancels = self.cursor, [], {}
+                self.view, self.cancels = InboxView(seen=self.cursor), {}
                 self.queue.clear()
                 self._push_ok = False  # read from the cursor again, from the server
                 self.cancel_reason = None
@@ -183,7 +186,7 @@ class ObjectActor(RunActor):
                 with anyio.move_on_after(self.park_after) as idle:
                     await changed.wait()
                 if idle.cancelled_caught and not changed.is_set():
-                    self.left_at = self.inbox_seen
+                    self.left_at = self.view.seen
                     return "idle"
                 continue
             if obj is None and invocation.handler != EDIT:
@@ -202,20 +205,24 @@ class ObjectActor(RunActor):
         if history.invocation is not None and history.done is None:
             return history.invocation  # begun before a crash or an eviction: resume it
         while self.queue:
-            seq, body = self.queue.popleft()
+            seq, msg = self.queue.popleft()
             if seq <= self.cursor:
                 continue
-            handler = body.get("handler")
+            if isinstance(msg, Unknown):  # an invoke that does not fit: it fails alone
+                self.malformed[seq] = msg.why
+                return Invocation(
+                    handler="", input=NULL, inbox_seq=seq, started_at=self.clock(), reply=msg.reply
+                )
             timeout = obj.timeout if obj is not None else None
-            if obj is not None and isinstance(handler, str) and handler in obj.handlers:
-                timeout = obj.handler_timeout(obj.handlers[handler])
+            if obj is not None and msg.handler in obj.handlers:
+                timeout = obj.handler_timeout(obj.handlers[msg.handler])
             return Invocation(
-                handler=str(handler),
-                input=msgspec.Raw(msgspec.json.encode(body.get("input"))),
+                handler=msg.handler,
+                input=msg.input,
                 inbox_seq=seq,
                 started_at=self.clock(),
                 timeout=timeout,
-                reply=str(body.get("reply") or ""),
+                reply=msg.reply,
             )
         return None
 
@@ -225,21 +232,20 @@ class ObjectActor(RunActor):
         running = self.history.invocation if self.history.done is None else None
         cancel_running = False
         queued = False
-        for seq, body in await self._inbox_bodies():
-            kind = body.get("kind")
-            if kind == "invoke":
-                self.queue.append((seq, body))
+        for seq, msg in await self._inbox_messages():
+            if isinstance(msg, Invoke) or (isinstance(msg, Unknown) and msg.kind == "invoke"):
+                self.queue.append((seq, msg))
                 queued = True
-            elif kind == "cancel":
-                target = body.get("target")
-                reason = str(body.get("reason") or "cancelled")
-                # no target: "the running one", the one running when it was stored
-                if (
-                    target is None
-                    and running is not None
-                    and (self.running is running or 0 < self.history.invocation_at < seq)
-                ):
-                    target = running.inbox_seq
+            elif isinstance(msg, Cancel):
+                reason = msg.reason or "cancelled"
+                target = msg.target
+                if target is None:  # "the running one": the one running when it was stored
+                    target = untargeted_cancel(
+                        seq,
+                        running,
+                        self.history.invocation_at,
+                        running_here=self.running is running,
+                    )
                 if running is not None and target == running.inbox_seq:
                     if self.cancel_reason is None:
                         self.cancel_reason = reason
@@ -247,14 +253,11 @@ class ObjectActor(RunActor):
                             "invocation.cancelling", inbox_seq=running.inbox_seq, reason=reason
                         )
                         cancel_running = True
-                elif isinstance(target, int) and target > self.cursor:
+                elif target is not None and target > self.cursor:
                     self.cancels[target] = reason
                     queued = True
-            else:
-                self.inbox.append((seq, body))
-                if self.inbox_changed is not None:
-                    self.inbox_changed.set()
-                    self.inbox_changed = anyio.Event()
+            elif not isinstance(msg, Unknown):
+                self._keep(seq, msg)
         if queued:
             self._queue_changed.set()
             self._queue_changed = anyio.Event()
@@ -267,7 +270,7 @@ class ObjectActor(RunActor):
         if history.invocation is not inv:
             history.begin(inv, self.partition)
         self.running = inv
-        self.signal_floor = inv.inbox_seq
+        self.view.floor = inv.inbox_seq
         if inv.inbox_seq in self.cancels:
             self.cancel_reason = self.cancels.pop(inv.inbox_seq)
         began = self.clock()
@@ -284,6 +287,12 @@ class ObjectActor(RunActor):
         fields: dict[str, Any]
         if self.cancel_reason is not None and history.generation_size == 0:
             fields = _error("fusee.Cancelled", self.cancel_reason)  # cancelled while queued
+        elif inv.inbox_seq in self.malformed:
+            fields = _error(
+                "fusee.InvalidInput",
+                f"the invocation at inbox sequence {inv.inbox_seq} of object "
+                f"{self.run_id!r} is malformed: {self.malformed.pop(inv.inbox_seq)}",
+            )
         elif inv.handler == EDIT:
             fields = self._edit(inv)
         elif handler is None:
@@ -347,8 +356,7 @@ class ObjectActor(RunActor):
         self.cancel_reason = None
         self._workflow_scope = None
         self.running_steps.clear()
-        self._claimed = set()
-        self.inbox = [(s, b) for s, b in self.inbox if s > self.cursor]
+        self.view.drop_through(self.cursor)
 
     def _state_fits(self, inv: Invocation, fields: dict[str, Any]) -> dict[str, Any]:
         """``fields`` when the state they leave fits one stored value (the projection

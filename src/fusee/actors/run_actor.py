@@ -36,6 +36,7 @@ from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History, Replayer
+from fusee.runtime.inbox import Cancel, InboxMessage, Invoke, Unknown, decode_message
 from fusee.runtime.index import decode_info, info_from_history
 from fusee.runtime.records import (
     AnyRecord,
@@ -50,6 +51,7 @@ from fusee.runtime.records import (
     encode_record,
     kind_of,
 )
+from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Wait
 
 __all__ = ("RunActor", "Outcome")
 
@@ -90,8 +92,9 @@ class RunActor:
         # set by the worker when the run's inbox may hold something new
         self.woken = woken  # made in run(): an Event needs the event loop
         self.cancel_reason: str | None = None
-        self.inbox_seen = 0  # the last inbox message read (stream sequence)
-        self.inbox: list[tuple[int, dict[str, Any]]] = []  # what was read, but cancels
+        # what was read of the inbox for the waits (pure: runtime/waits.py), and an
+        # event set each time it grows (made in run(): an Event needs the event loop)
+        self.view = InboxView()
         self.inbox_changed: anyio.Event | None = None
         self.park_after = park_after
         self.partitions = partitions  # the namespace's, to route messages to other runs
@@ -100,11 +103,7 @@ class RunActor:
         # under the fence and the link the previous one left
         self._commit_lock = anyio.Lock()
         self.combinators = 0  # ctx.all / ctx.race running: always_replay waits for their end
-        self._claimed: set[int] = set()  # signals a wait resolved to, committed or not yet
         self._workflow_scope: anyio.CancelScope | None = None
-        # signals at or below this inbox sequence are not for the running code (an
-        # object's invocation takes those sent after it was queued)
-        self.signal_floor = 0
         # Inbox messages the worker's inbox consumer handed over (``pushes``: set by a
         # worker that hands over every message of this inbox from before the first
         # read on), so a read needs no round trip to the server.
@@ -211,114 +210,46 @@ class RunActor:
     async def wait_out(self, started: WaitStarted) -> WaitDone:
         """Until the wait ends: a signal of its name in the inbox, or its time. Stays in
         memory for ``park_after`` seconds, then leaves (``Parked``): the next inbox
-        message (a signal, the fired timer) brings the run back by replay."""
-        pos = started.pos
-        timer_set = False
+        message (a signal, the fired timer) brings the run back by replay. What to do
+        at each turn is decided by :class:`fusee.runtime.waits.Wait`; this performs it."""
+        history = self.history
+        wait = Wait(started, park_after=self.park_after, now=self.clock())
         while True:
-            # Taken before anything is awaited: a message read from here on sets it, so
-            # one that comes while the timer is being set is not left for the timer.
             assert self.inbox_changed is not None
-            changed = self.inbox_changed
-            done = self._resolve(started)
-            if done is not None:
+            changed = self.inbox_changed  # set by the next read that keeps a message
+            cmd = wait.next(
+                self.view,
+                consumed=history.consumed,
+                start=history.started_seq,
+                now=self.clock(),
+                may_park=may_park(),
+            )
+            if isinstance(cmd, Commit):
                 may_park(idle=False)  # busy again: a sibling branch must not park the run
-                await self.commit(done)
+                await self.commit(cmd.done)
                 log.info(
                     "wait.done",
-                    pos=pos,
+                    pos=started.pos,
                     wait=started.wait,
                     name=started.name,
-                    timed_out=done.timed_out,
+                    timed_out=cmd.done.timed_out,
                 )
                 await self.maybe_evict()
-                return self.history.waited[pos]
-            if started.until is not None and not timer_set and not self._timer_fired(pos):
+                return history.waited[started.pos]
+            if isinstance(cmd, SetTimer):
                 await self.store.schedule_timer(
-                    self.eid, self.partition, pos, started.until, start=self.history.started_seq
+                    self.eid, self.partition, cmd.pos, cmd.until, start=history.started_seq
                 )
-                timer_set = True
-            if changed.is_set():
-                continue  # read while the timer was set: resolve again
-            limit = self.park_after
-            if started.until is not None:
-                limit = min(limit, max(0.0, started.until - self.clock()))
-            with anyio.move_on_after(limit) as idle:
-                await changed.wait()
-            if (
-                idle.cancelled_caught
-                and not changed.is_set()  # read just as the time ran out: look first
-                and (started.until is None or self.clock() < started.until - 0.005)
-            ):
-                if may_park():  # inside ctx.all / ctx.race: only once no branch is busy
-                    self.left_at = self.inbox_seen
-                    raise Parked
-                log.debug("wait.kept", pos=pos, reason="another branch is busy")
-
-    def _resolve(self, started: WaitStarted) -> WaitDone | None:
-        if started.wait == "signal":
-            for seq, body in self.inbox:
-                if (
-                    body.get("kind") == "signal"
-                    and body.get("name") == started.name
-                    and seq not in self.history.consumed
-                    and seq not in self._claimed
-                    and seq > self.signal_floor
-                ):
-                    # taken now: a concurrent wait of the same name (ctx.all) takes the next
-                    self._claimed.add(seq)
-                    payload = msgspec.json.encode(body.get("payload"))
-                    return WaitDone(
-                        pos=started.pos,
-                        name=started.name,
-                        wait=started.wait,
-                        value=msgspec.Raw(payload),
-                        inbox_seq=seq,
-                    )
-        if started.wait == "completion":
-            # engine.complete checked the token; the first completion of this wait wins
-            for seq, body in self.inbox:
-                if (
-                    body.get("kind") == "completion"
-                    and body.get("pos") == started.pos
-                    and body.get("start") == self.history.started_seq
-                    and seq not in self.history.consumed
-                ):
-                    return WaitDone(
-                        pos=started.pos,
-                        name=started.name,
-                        wait=started.wait,
-                        value=msgspec.Raw(msgspec.json.encode(body.get("value"))),
-                        inbox_seq=seq,
-                    )
-        if started.wait == "child":
-            # the child's end, sent by the child (maybe more than once: any copy will do)
-            for seq, body in self.inbox:
-                if body.get("kind") == "child" and body.get("id") == started.name:
-                    fields = {k: v for k, v in body.items() if k not in ("kind", "id")}
-                    return WaitDone(
-                        pos=started.pos,
-                        name=started.name,
-                        wait=started.wait,
-                        value=msgspec.Raw(msgspec.json.encode(fields)),
-                        inbox_seq=seq,
-                    )
-        if started.until is not None and (
-            self.clock() >= started.until - 0.005 or self._timer_fired(started.pos)
-        ):
-            return WaitDone(pos=started.pos, name=started.name, wait=started.wait, timed_out=True)
-        return None
-
-    def _timer_fired(self, pos: int) -> bool:
-        # A timer names the generation that set it; an older timer (without "start")
-        # counts when it fired after this generation began (the inbox and the journal
-        # share one stream, so their sequences compare).
-        since = self.history.started_seq
-        return any(
-            b.get("kind") == "timer"
-            and b.get("pos") == pos
-            and (b["start"] == since if "start" in b else seq > since)
-            for seq, b in self.inbox
-        )
+                wait.timer_scheduled()
+            elif isinstance(cmd, Park):
+                self.left_at = cmd.left_at
+                raise Parked
+            else:
+                if cmd.kept:
+                    log.debug("wait.kept", pos=started.pos, reason="another branch is busy")
+                if self.view.version == cmd.version:  # (else: read meanwhile, look again)
+                    with anyio.move_on_after(max(0.0, cmd.until - self.clock())):
+                        await changed.wait()
 
     async def stop_workflow(self) -> None:
         """Cancel the workflow where it is (its code reached where it was stopped before)."""
@@ -335,7 +266,7 @@ class RunActor:
 
     async def _load(self) -> None:
         self.history = History(self.run_id)
-        self._claimed = set()
+        self.view.claimed = set()
         self.fence = 0
         for msg in await self.store.read_journal(self.eid):
             self.fence = msg.seq
@@ -550,49 +481,53 @@ class RunActor:
         self._push_ok = False
 
     async def _fetch_inbox(self) -> list[Stored]:
-        """The inbox messages above ``inbox_seen``: those handed over, once a read from
-        the server covered everything before them; else read from the server."""
+        """The inbox messages above what the view saw: those handed over, once a read
+        from the server covered everything before them; else read from the server."""
+        seen = self.view.seen
         if self._push_ok:
-            taken = [m for m in self._pushed if m.seq > self.inbox_seen]
+            taken = [m for m in self._pushed if m.seq > seen]
             self._pushed = []
             return taken
-        read = list(await self.store.read_inbox(self.partition, self.eid, self.inbox_seen))
-        last = read[-1].seq if read else self.inbox_seen
+        read = list(await self.store.read_inbox(self.partition, self.eid, seen))
+        last = read[-1].seq if read else seen
         # handed over meanwhile, and not in the read: kept for the next one
         self._pushed = [m for m in self._pushed if m.seq > last]
         self._push_ok = self.pushes
         return read
 
-    async def _inbox_bodies(self) -> list[tuple[int, dict[str, Any]]]:
-        """What arrived in the inbox since ``inbox_seen``, decoded: ``(seq, body)``
-        (a message that is not a JSON object is skipped, and logged)."""
-        out: list[tuple[int, dict[str, Any]]] = []
+    async def _inbox_messages(self) -> list[tuple[int, InboxMessage | Unknown]]:
+        """What arrived in the inbox since the view's ``seen``, decoded: ``(seq,
+        message)`` (bytes that are not a JSON object are skipped, and logged)."""
+        out: list[tuple[int, InboxMessage | Unknown]] = []
         for msg in await self._fetch_inbox():
-            self.inbox_seen = msg.seq
-            try:
-                body = msgspec.json.decode(msg.data)
-            except (msgspec.DecodeError, RecursionError):
-                body = None
-            if isinstance(body, dict):
-                out.append((msg.seq, body))
-            else:
+            self.view.read(msg.seq)
+            decoded = decode_message(msg.data)
+            if decoded is None:
                 log.warning("inbox.unreadable", seq=msg.seq)
+                continue
+            if isinstance(decoded, Unknown):
+                log.warning("inbox.unknown", seq=msg.seq, kind=decoded.kind, why=decoded.why)
+            out.append((msg.seq, decoded))
         return out
+
+    def _keep(self, seq: int, msg: InboxMessage) -> None:
+        """A message for the waits: kept in the view, and a waiting wait looks again."""
+        self.view.add(seq, msg)
+        if self.inbox_changed is not None:
+            self.inbox_changed.set()
+            self.inbox_changed = anyio.Event()
 
     async def _read_inbox(self) -> bool:
         """Read what arrived in the run's inbox; True when it asks to cancel the run."""
         cancel = False
-        for seq, body in await self._inbox_bodies():
-            if body.get("kind") == "cancel":
+        for seq, msg in await self._inbox_messages():
+            if isinstance(msg, Cancel):
                 if self.cancel_reason is None:
-                    self.cancel_reason = str(body.get("reason") or "cancelled")
+                    self.cancel_reason = msg.reason or "cancelled"
                     log.info("run.cancelling", reason=self.cancel_reason)
                 cancel = True
-                continue
-            self.inbox.append((seq, body))
-            if self.inbox_changed is not None:
-                self.inbox_changed.set()
-                self.inbox_changed = anyio.Event()
+            elif not isinstance(msg, Unknown | Invoke):
+                self._keep(seq, msg)
         return cancel
 
     async def _end(self, record: AnyRecord) -> Outcome:

@@ -57,6 +57,7 @@ from fusee.logs import get_logger
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import decode_info
 from fusee.runtime.objects import parse_object_id
+from fusee.runtime.waits import ParkingLot
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
 
@@ -199,13 +200,11 @@ class Worker:
         self._unserved: set[str] = set()
         # eid -> quarantine of the actors that crashed (dropped by a clean activation)
         self.quarantined: dict[str, _Quarantine] = {}
-        # eid -> (partition, the last inbox sequence it read) of the actors that left
-        # memory to wait for their inbox: runs that wait, objects gone idle (brought back
-        # by a message, not by reconcile)
-        self.parked: dict[str, tuple[int, int]] = {}
-        # a wake hint or an inbox message was dropped (the queue was full): the next
-        # reconcile reads the inboxes of the parked actors, since one may be for them
-        self._missed = False
+        # the actors that left memory to wait for their inbox: runs that wait, objects
+        # gone idle (brought back by a message, not by reconcile), and whether a wake
+        # hint or an inbox message was dropped (the queue was full), so the next
+        # reconcile reads their inboxes, since one may be for them
+        self.lot = ParkingLot()
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
@@ -218,6 +217,11 @@ class Worker:
         self._outage_since: float | None = None
         send, receive = anyio.create_memory_object_stream[tuple[int, str, Stored | None]](10_000)
         self._wakes_in, self._wakes_out = send, receive
+
+    @property
+    def parked(self) -> dict[str, tuple[int, int]]:
+        """``eid: (partition, the last inbox sequence it read)`` of the parked actors."""
+        return self.lot.parked
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -310,7 +314,7 @@ class Worker:
             | {
                 e
                 for e in marked
-                if e not in self.parked
+                if not self.lot.is_parked(e)
                 and e not in self.unrunnable
                 and e not in self.quarantined
                 and e not in self.needs
@@ -483,8 +487,7 @@ class Worker:
         self.owned[p] = revision
         # runs this worker parked while it owned p before: what they wait for may have
         # come meanwhile, so they get a look again
-        for eid in [e for e, (part, _) in self.parked.items() if part == p]:
-            del self.parked[eid]
+        self.lot.drop_partition(p)
         log.debug("partition.acquired", partition=p, previous=current[0] if current else None)
         await self._reconcile({p})
 
@@ -585,10 +588,7 @@ class Worker:
         # forget parked actors whose marker is gone (an idle object's expired): a
         # message to them comes with a poke, which brings them back
         marked = {eid for _, eid in listed}
-        for eid in [
-            e for e, (part, _) in self.parked.items() if part in partitions and e not in marked
-        ]:
-            del self.parked[eid]
+        self.lot.forget(partitions, marked)
         # runs and keys this worker lacks the code of: handed over again (the last take
         # may be lost, its guest gone, or a worker with the code may have joined)
         for eid, (p, _) in list(self.needs.items()):
@@ -600,10 +600,12 @@ class Worker:
                 del self.needs[eid]  # it ended
                 self.unrunnable.discard(eid)
                 self._unserved.discard(eid)
-        if self._missed and await self._recheck_parked():
-            self._missed = False  # (only once every parked inbox was read)
+        if self.lot.missed:
+            # (``missed`` is cleared only once every parked inbox was read)
+            parked = self.lot.to_recheck({*self.owned, *self.guests.values()})
+            self.lot.rechecked(await self._recheck_parked(parked))
 
-    async def _recheck_parked(self) -> bool:
+    async def _recheck_parked(self, parked: list[tuple[str, int, int]]) -> bool:
         """After a dropped hint: every parked actor with something new in its inbox
         comes back (one read each, as many at once as the limiter lets through).
         False when a read failed (the next reconcile tries again).
@@ -627,15 +629,14 @@ class Worker:
                 log.warning("worker.recheck_failed", run_id=unescape(eid), exc_info=True)
                 failed = True
                 return
-            if news and self.parked.get(eid, (p, -1))[1] == seen:
-                del self.parked[eid]
+            if self.lot.looked(eid, seen, bool(news)):
                 self._ensure_actor(p, eid)
 
         async with anyio.create_task_group() as tg:
-            for eid, (p, seen) in list(self.parked.items()):
+            for eid, p, seen in parked:
                 if p in self.owned or eid in self.guests:
                     tg.start_soon(look, eid, p, seen)
-        if lost:  # the next reconcile looks again (``_missed`` stays set)
+        if lost:  # the next reconcile looks again (``missed`` stays set)
             raise lost[0]
         return not failed
 
@@ -647,7 +648,7 @@ class Worker:
             try:
                 self._wakes_in.send_nowait((int(part), data.decode(), None))
             except anyio.WouldBlock:
-                self._missed = True  # the next reconcile finds it, parked or not
+                self.lot.dropped()  # the next reconcile finds it, parked or not
 
     async def _on_shared(self, _subject: str, data: bytes, reply: str | None) -> None:
         # a shared handler call: answered concurrently, off the subscription's task
@@ -662,7 +663,7 @@ class Worker:
         except anyio.WouldBlock:
             # a running actor may have missed this one, so every actor asks the server
             # at its next read; a parked one is looked at by the next reconcile
-            self._missed = True
+            self.lot.dropped()
             for slot in self.actors.values():
                 if slot.actor is not None:
                     slot.actor.push_lost()
@@ -680,13 +681,13 @@ class Worker:
                 self._hand_over_soon(eid)
                 continue
             self.unrunnable.discard(eid)
-            self.parked.pop(eid, None)
+            self.lot.wake(eid)
             self._ensure_actor(p, eid, poke=True, msg=msg)
 
     def _ensure_actor(
         self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None
     ) -> None:
-        if self._stopping or eid in self.unrunnable or eid in self.parked:
+        if self._stopping or eid in self.unrunnable or self.lot.is_parked(eid):
             return
         if p not in self.owned and eid not in self.guests:
             return
@@ -802,19 +803,14 @@ class Worker:
         something is there, and it must come back now."""
         if self.actors.get(eid) is slot:
             del self.actors[eid]
-        self.parked[eid] = (slot.partition, seen)
+        self.lot.leave(eid, slot.partition, seen)
         try:
             news = await self.store.read_inbox(slot.partition, eid, seen, limit=1)
         except BaseException:
-            # not looked at: not parked either (a reconcile brings it back), and any
-            # parked actor may have missed its message the same way
-            self.parked.pop(eid, None)
-            self._missed = True
+            self.lot.look_failed(eid)
             raise
-        if not news:
-            return False
         # still parked as left here (a wake did not bring it back meanwhile)
-        return self.parked.pop(eid, None) is not None
+        return self.lot.looked(eid, seen, bool(news))
 
     # -- code this worker lacks ---------------------------------------------------------
 
@@ -906,7 +902,7 @@ class Worker:
             log.info("actor.guest_expired", run_id=unescape(eid))
             self.guests.pop(eid, None)
             self._guest_renewed.pop(eid, None)
-            self.parked.pop(eid, None)
+            self.lot.wake(eid)  # (not parked any more: the guest is gone)
             slot = self.actors.get(eid)
             if slot is not None:
                 slot.evict = True

@@ -18,7 +18,7 @@ import msgspec
 from fusee.errors import InvalidArgument, InvalidId
 from fusee.runtime.codec import encode_value
 from fusee.runtime.ids import escape, validate_id, validate_name
-from fusee.runtime.records import ObjectDone
+from fusee.runtime.records import Invocation, ObjectDone
 
 __all__ = (
     "OBJECT_PREFIX",
@@ -33,6 +33,7 @@ __all__ = (
     "StateView",
     "ReadOnlyState",
     "edit_changes",
+    "untargeted_cancel",
 )
 
 OBJECT_PREFIX = "@"
@@ -261,3 +262,15 @@ def edit_changes(edit: Any, what: str) -> dict[str, Any]:
         deleted = [] if cleared else sorted(set(deleted) - set(sets))
     encoded = {_state_name(k): encode_value(v, f"{what}: state {k!r}") for k, v in sets.items()}
     return _change_fields(encoded, deleted, cleared)
+
+
+def untargeted_cancel(
+    seq: int, running: Invocation | None, began_at: int, *, running_here: bool = False
+) -> int | None:
+    """The invocation a cancel without a target, stored at inbox sequence ``seq``,
+    means: the one running when it was stored. That is ``running`` when its first
+    record (journal sequence ``began_at``) landed before the cancel, or when it runs in
+    the actor reading the cancel (``running_here``: begun, nothing journaled yet)."""
+    if running is None or not (running_here or 0 < began_at < seq):
+        return None
+    return running.inbox_seq

@@ -56,6 +56,7 @@ from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import ConnectionLost, Fenced, FuseeError, JournalGap, NotEncodable, StorageFull
 from fusee.runtime.ids import escape, unescape
+from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
 
@@ -486,7 +487,7 @@ class NatsStore:
             "Nats-Schedule-Target": lay.inbox(partition, eid),
         }
         # "start" names the generation (or object invocation) whose wait set it
-        body = json.dumps({"kind": "timer", "pos": pos, "start": start}).encode()
+        body = encode_message(TimerFired(pos=pos, start=start))
         await retrying(
             self.js.publish, f"{lay.inbox(partition, eid)}.t{pos}", body, 5.0, None, headers
         )

@@ -1,0 +1,145 @@
+"""The inbox messages: one tagged msgspec Struct per kind, one decoder.
+
+A run's (or an object's) inbox is the JetStream subject ``<ns>.in.<partition>.<eid>``;
+anyone outside the actor's fence writes there: engines (signals, cancels, completions,
+invocations), ended children, fired timers. Each message is a JSON object whose
+``"kind"`` names it (the ``Fusee-Kind`` header says the same). This is a contract other
+SDKs write to: ``docs/reference/nats-layout.md`` shows each kind, and encoded samples
+of each live in ``tests/golden/inbox/``, which must keep decoding.
+
+Compatibility rule, as for records: new fields get defaults; nothing is renamed or
+retyped. A message of a kind this version does not know decodes to :class:`Unknown`
+(the actor logs it and leaves it be), not to an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+__all__ = (
+    "Message",
+    "Signal",
+    "Cancel",
+    "TimerFired",
+    "Completion",
+    "ChildEnded",
+    "Invoke",
+    "Unknown",
+    "InboxMessage",
+    "decode_message",
+    "encode_message",
+    "NULL",
+)
+
+NULL: Final = msgspec.Raw(b"null")
+
+
+class Message(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="kind"):
+    """Fields every inbox message may carry: none yet."""
+
+
+class Signal(Message, tag="signal", frozen=True):
+    """``engine.signal(run_id, name, payload)``: for the run's (or the running
+    invocation's) ``ctx.wait_for(name)``, the oldest unread one first."""
+
+    name: str
+    payload: msgspec.Raw = NULL
+
+
+class Cancel(Message, tag="cancel", frozen=True):
+    """Cancel the run; for an object, the invocation queued at inbox sequence
+    ``target`` (``None``: the one running when the cancel was stored)."""
+
+    reason: str | None = None
+    target: int | None = None
+
+
+class TimerFired(Message, tag="timer", frozen=True):
+    """The timer of wait ``pos`` fired (a message schedule put it here). ``start``
+    names the generation (or object invocation) that set it; a timer stored by an
+    older version has none."""
+
+    pos: int
+    start: int | None = None
+
+
+class Completion(Message, tag="completion", frozen=True):
+    """``engine.complete(token, value)``: the value of the wait at ``pos`` of the
+    generation (or invocation) that began at journal sequence ``start``."""
+
+    pos: int
+    start: int
+    value: msgspec.Raw = NULL
+
+
+class ChildEnded(Message, tag="child", frozen=True):
+    """An ended child run ``id`` tells its parent how it ended (maybe more than once)."""
+
+    id: str
+    status: str = ""  # "completed" | "failed" | "cancelled"
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error_type: str | msgspec.UnsetType = msgspec.UNSET
+    message: str | msgspec.UnsetType = msgspec.UNSET
+    reason: str | msgspec.UnsetType = msgspec.UNSET
+
+    def outcome(self) -> dict[str, Any]:
+        """What the parent's wait receives: the end without ``kind`` and ``id``."""
+        out: dict[str, Any] = {"status": self.status}
+        for name in ("result", "error_type", "message", "reason"):
+            value = getattr(self, name)
+            if value is not msgspec.UNSET:
+                out[name] = value
+        return out
+
+
+class Invoke(Message, tag="invoke", frozen=True):
+    """A call of an object's ``handler`` (an edit too: handler ``"fusee.edit"``);
+    ``reply`` is the core NATS subject a waiting caller listens on ("" for a send)."""
+
+    handler: str
+    input: msgspec.Raw = NULL
+    reply: str = ""
+
+
+class Unknown(msgspec.Struct, frozen=True):
+    """A JSON object whose ``kind`` this version does not know (a newer writer's), or
+    one that does not fit its kind: kept so the actor can log it, never acted on (but
+    a caller waiting on ``reply`` is told what was wrong)."""
+
+    kind: str
+    why: str
+    reply: str = ""
+
+
+InboxMessage = Signal | Cancel | TimerFired | Completion | ChildEnded | Invoke
+
+_decoder: Final = msgspec.json.Decoder(InboxMessage)
+_encoder: Final = msgspec.json.Encoder()
+
+
+def decode_message(data: bytes) -> InboxMessage | Unknown | None:
+    """One inbox message; :class:`Unknown` for an object of another kind (or one that
+    does not fit its kind), ``None`` for bytes that are not a JSON object."""
+    try:
+        return _decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        try:
+            body = msgspec.json.decode(data)
+        except (msgspec.DecodeError, RecursionError):
+            return None
+        if not isinstance(body, dict):
+            return None
+        reply = body.get("reply")
+        return Unknown(
+            kind=str(body.get("kind")),
+            why=str(exc),
+            reply=reply if isinstance(reply, str) else "",
+        )
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def encode_message(msg: InboxMessage) -> bytes:
+    return _encoder.encode(msg)
