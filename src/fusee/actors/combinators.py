@@ -20,6 +20,8 @@ from fusee.errors import FuseeError
 from fusee.logs import get_logger
 from fusee.runtime.history import History, ReplayedCancel, Replayer
 from fusee.runtime.records import CallCancelled
+from fusee.runtime.settle import BranchState, Ended, Settle, positions
+from fusee.runtime.settle import may_park as settle_may_park
 
 __all__ = ("Branch", "combine", "took_position", "may_park")
 
@@ -37,20 +39,15 @@ _SEALED = (
 
 @dataclass(eq=False)
 class Branch:
-    """One call of a ``ctx.all`` / ``ctx.race``, run as a task of its own."""
+    """One call of a ``ctx.all`` / ``ctx.race``, run as a task of its own; what the
+    settling decides on is its ``state`` (pure: ``runtime/settle.py``)."""
 
-    index: int
-    siblings: list[Branch]
-    parent: Branch | None  # the branch the combinator itself runs in, if nested
+    state: BranchState
     ready: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    positions: list[tuple[int, str, str]] = field(default_factory=list)  # pos, call, name
     steps: set[anyio.Event] = field(default_factory=set)  # its running step's s.signal
-    inner: list[Branch] | None = None  # the branches of a combinator nested in it
     sealed: bool = False  # started, and took its position(s)
-    idle: bool = False  # waiting, and would park the run
     done: bool = False
-    taken: bool = False  # its end was taken, in journal order
     won: bool = False
     lost: bool = False  # cancelled by the combinator: journaled as call.cancelled
     value: Any = None
@@ -58,10 +55,13 @@ class Branch:
     escape: BaseException | None = None  # Parked, Evicted, Fenced...
     replayed_cancel: ReplayedCancel | None = None
 
-    def is_idle(self) -> bool:
-        if self.done or self.idle:
-            return True
-        return self.inner is not None and all(b.is_idle() for b in self.inner)
+    @property
+    def index(self) -> int:
+        return self.state.index
+
+    @property
+    def positions(self) -> list[tuple[int, str, str]]:
+        return self.state.positions
 
 
 async def combine(
@@ -87,11 +87,12 @@ async def combine(
             raise FuseeError(f"{what} needs at least one call (at {location})")
         raise FuseeError(_SEALED.format(what=what, location=location))
     parent = _BRANCH.get()
-    branches: list[Branch] = []
+    states: list[BranchState] = []
     for i in range(len(calls)):
-        branches.append(Branch(i, branches, parent))
+        states.append(BranchState(i, states, parent.state if parent is not None else None))
+    branches = [Branch(state) for state in states]
     if parent is not None:
-        parent.inner = branches
+        parent.state.inner = states
     if not calls:
         return branches
     send, receive = anyio.create_memory_object_stream[int](len(calls))
@@ -111,7 +112,16 @@ async def combine(
                 _close(calls[started:])
             if parent is not None:
                 parent.ready.set()
-            decided = await _settle(replayer.history, branches, receive, race, return_exceptions)
+            settle = Settle(
+                replayer.history, states, race=race, return_exceptions=return_exceptions
+            )
+            while decided is None and not settle.over:
+                b = branches[await receive.receive()]
+                b.state.ended = _how(b)
+                if (found := settle.ended(b.state)) is not None:
+                    decided = branches[found.index]
+            if decided is not None and race and decided.escape is None:
+                decided.won = decided.replayed_cancel is None
             for b in branches:
                 if not b.done:
                     b.lost = True
@@ -140,50 +150,18 @@ async def combine(
     return branches
 
 
-async def _settle(
-    history: History,
-    branches: list[Branch],
-    receive: anyio.abc.ObjectReceiveStream[int],
-    race: bool,
-    return_exceptions: bool,
-) -> Branch | None:
-    """Take the branches' ends in journal order (not in the order they come: on
-    replay every journaled branch ends at once): the branch that decides, or None
-    when all ended without one deciding."""
-    finished: list[Branch] = []
-    left = len(branches)
-    while left:
-        finished.append(branches[await receive.receive()])
-        while True:
-            for b in finished:
-                if b.escape is not None:
-                    return b
-            todo = [b for b in finished if not b.taken]
-            if not todo:
-                break
-            first = min(todo, key=lambda b: _end_seq(history, b))
-            seq = _end_seq(history, first)
-            if any(
-                b not in finished and (j := _journaled_end(history, b)) is not None and j < seq
-                for b in branches
-            ):
-                break  # a branch that ended earlier in the journal is still replaying
-            first.taken = True
-            left -= 1
-            if first.replayed_cancel is not None:
-                return first  # the journal says this whole combinator was cancelled
-            if race:
-                first.won = True
-                return first
-            if first.error is not None and not return_exceptions:
-                return first
-    return None
+def _how(branch: Branch) -> Ended:
+    if branch.escape is not None:
+        return Ended.LEFT
+    if branch.replayed_cancel is not None:
+        return Ended.CANCELLED
+    return Ended.ERROR if branch.error is not None else Ended.VALUE
 
 
 async def _journal_cancelled(
     host: ActorHost, history: History, branch: Branch, reason: str
 ) -> None:
-    for pos, call, name in _positions(branch):
+    for pos, call, name in positions(branch.state):
         if pos not in history.ends:
             await host.commit(CallCancelled(pos=pos, name=name, call=call, reason=reason))
             log.info("call.cancelled", pos=pos, call=call, name=name, reason=reason)
@@ -197,7 +175,7 @@ def _sealed(branch: Branch | None) -> bool:
 
 def _label(branch: Branch) -> str:
     """The branch as a reason names it: its (first) call, else its place in the list."""
-    found = _positions(branch)
+    found = positions(branch.state)
     if not found:
         return f"branch {branch.index + 1}"
     _, call, name = found[0]
@@ -224,42 +202,7 @@ def may_park(*, idle: bool = True) -> bool:
     running a step keeps the run in memory, so the wait still sees what arrives).
     ``idle=False`` says the current branch is busy again."""
     branch = _BRANCH.get()
-    if branch is None:
-        return True
-    branch.idle = idle
-    b: Branch | None = branch
-    while idle and b is not None:
-        if not all(s.is_idle() for s in b.siblings if s is not b):
-            return False
-        b = b.parent
-    return idle
-
-
-def _positions(branch: Branch) -> list[tuple[int, str, str]]:
-    found = list(branch.positions)
-    for b in branch.inner or ():
-        found.extend(_positions(b))
-    return found
-
-
-def _journaled_end(history: History, branch: Branch) -> int | None:
-    """The journal sequence of the record that ended the branch (its last end, not
-    counting cancellations), if the journal holds one."""
-    ends = [
-        history.ends[p]
-        for p, _, _ in _positions(branch)
-        if p in history.ends and p not in history.cancelled
-    ]
-    if branch.positions and all(p in history.cancelled for p, _, _ in branch.positions):
-        return min(history.ends[p] for p, _, _ in branch.positions)
-    return max(ends) if ends else None
-
-
-def _end_seq(history: History, branch: Branch) -> int:
-    # A branch that ended with nothing journaled ended before it awaited anything (a
-    # wrong argument): first, on replay too.
-    seq = _journaled_end(history, branch)
-    return 0 if seq is None else seq
+    return settle_may_park(branch.state if branch is not None else None, idle=idle)
 
 
 async def _run_branch(branch: Branch, call: Awaitable[Any], send: Any) -> None:

@@ -19,7 +19,6 @@ import structlog
 from fusee.actors.host import ActorHost
 from fusee.errors import (
     Evicted,
-    FatalError,
     NotEncodable,
     StepFailedError,
     StepTimeout,
@@ -168,18 +167,13 @@ async def execute(
                 raise
             except Exception as exc:  # noqa: BLE001 - journaled, raised as StepFailedError
                 elapsed = anyio.current_time() - began
-                final = (
-                    isinstance(exc, FatalError | NotEncodable)
-                    or policy.gives_up_on(exc)
-                    or attempt >= policy.attempts
-                )
+                wait = policy.after_failure(attempt, exc, key)
                 etype, message = error_type_name(exc), error_message(exc)
-                if final:
+                if wait is None:
                     failure = await fail_step(
                         host, decision.pos, name, attempt, etype, message, elapsed
                     )
                     break  # raised outside the handler: no live-only __context__
-                wait = policy.delay(attempt, key)
                 await host.commit(
                     StepRetrying(
                         pos=decision.pos,

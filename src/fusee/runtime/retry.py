@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from fusee.errors import ConfigError
+from fusee.errors import ConfigError, FatalError, NotEncodable
 from fusee.runtime.durations import parse_duration
 
 __all__ = ("Retry",)
@@ -72,3 +72,16 @@ class Retry:
     def gives_up_on(self, exc: BaseException) -> bool:
         """Whether ``exc`` must fail the step without another attempt."""
         return isinstance(exc, tuple(self.non_retryable))
+
+    def after_failure(self, attempt: int, exc: BaseException, key: str) -> float | None:
+        """After failed ``attempt`` (1-based) of the step with ``key`` raised ``exc``:
+        the seconds until the next attempt, or ``None`` when the step fails now (a
+        :class:`~fusee.FatalError`, a result that cannot be stored, a non-retryable
+        type, or its last attempt)."""
+        if (
+            isinstance(exc, FatalError | NotEncodable)
+            or self.gives_up_on(exc)
+            or attempt >= self.attempts
+        ):
+            return None
+        return self.delay(attempt, key)
