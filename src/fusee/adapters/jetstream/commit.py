@@ -4,12 +4,11 @@ With ``sync_interval: always`` every stored write costs an fsync, and a single n
 does not group fsyncs across publishers (about 3-5k writes/s here, whatever the number
 of publishers). An atomic batch (ADR-50) is stored with one fsync however many messages
 it holds. A batch costs about 3.2 ms on an R1 file stream against 0.5 ms for one publish,
-so it only pays when several commits wait: while fewer than ``direct_limit`` appends are
-in flight, each goes out alone; past that, appends queue, and the committer's own task
-(one per committer, started when the queue fills, ended when it is empty) sends what is
-queued as one batch, then the next lot. No appender sends anyone else's records: one
-that is cancelled or fails (a run's cancel, its timeout, a drain) takes only itself
-away, and every queued record gets its own outcome.
+so it only pays when several commits wait. Which record goes out alone and which is
+queued for the committer's own task is decided by ``fusee.runtime.commits.CommitQueue``
+(pure code): no appender sends anyone else's records, so one that is cancelled or fails
+(a run's cancel, its timeout, a drain) takes only itself away, and every queued record
+gets its own outcome.
 
 Each message keeps its own fence (``Nats-Expected-Last-Subject-Sequence`` on its own
 run's subtree). One stale fence fails the whole batch; then every record of it is
@@ -31,6 +30,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from fusee.errors import Fenced, FuseeError
+from fusee.runtime.commits import CommitQueue, Route
 
 __all__ = ("GroupCommitter", "Pending", "CommitterClosed")
 
@@ -42,7 +42,6 @@ class CommitterClosed(FuseeError):
 BATCH_ID = "Nats-Batch-Id"
 BATCH_SEQ = "Nats-Batch-Sequence"
 BATCH_COMMIT = "Nats-Batch-Commit"
-MAX_BATCH = 500  # the server takes up to 1,000 messages in a batch
 
 
 @dataclass
@@ -74,24 +73,29 @@ class GroupCommitter:
         self.nc = nc
         self.js = js
         self.direct = direct  # append one record alone, with retries and read-back
-        self.direct_limit = direct_limit
-        self.in_flight = 0
-        self.queue: list[Pending] = []
+        self.plan: CommitQueue[Pending] = CommitQueue(direct_limit=direct_limit)
         self._committer: asyncio.Task[None] | None = None
         self.batches = 0  # for benchmarks: how many batches went out
         self.batched = 0  # and how many records they held
 
+    @property
+    def direct_limit(self) -> int:
+        return self.plan.direct_limit
+
+    @direct_limit.setter
+    def direct_limit(self, limit: int) -> None:
+        self.plan.direct_limit = limit
+
     async def append(self, item: Pending) -> int:
-        if self.in_flight < self.direct_limit and not self.queue and self._committer is None:
-            self.in_flight += 1
+        route = self.plan.offer(item)
+        if route is Route.ALONE:
             try:
                 return await self.direct(*item.alone_args())
             finally:
-                self.in_flight -= 1
-        self.queue.append(item)
+                self.plan.sent_alone()
         # an appender that left (cancelled) does not read its outcome: nothing to report
         item.done.add_done_callback(lambda f: f.cancelled() or f.exception())
-        if self._committer is None:
+        if route is Route.START:
             # in a context of its own: not the first appender's (its log fields, its
             # patience); each record carries its own ``give_up``
             self._committer = asyncio.get_running_loop().create_task(
@@ -104,8 +108,7 @@ class GroupCommitter:
     async def _commit_queued(self) -> None:
         lot: list[Pending] = []
         try:
-            while self.queue:
-                lot, self.queue = self.queue[:MAX_BATCH], self.queue[MAX_BATCH:]
+            while lot := self.plan.next_lot():
                 try:
                     await self._send(lot)
                 except Exception as exc:  # noqa: BLE001 - handed to each appender, which raises it
@@ -114,7 +117,7 @@ class GroupCommitter:
                             item.done.set_exception(exc)
         finally:
             self._committer = None
-            left, self.queue = [*lot, *self.queue], []
+            left = [*lot, *self.plan.close()]
             for item in left:  # cancelled (the connection closes): nobody hangs
                 if not item.done.done():
                     item.done.set_exception(CommitterClosed("the connection to NATS closed"))
