@@ -51,7 +51,7 @@ __all__ = ("ObjectType", "object", "ObjectKey", "ObjectInfo", "QueuedInvocation"
 DurationLike = str | float | int
 
 # An object that answered this long ago still has its active marker: its actor lets it
-# go only after a second with nothing to do (``RunActor.park_after``).
+# go only after a second with nothing to do (``ActorCore.park_after``).
 STILL_ACTIVE = 0.5
 
 

@@ -29,11 +29,11 @@ import structlog
 
 from fusee.actors.children import cancel_children, live_children
 from fusee.actors.context import ObjectContext
+from fusee.actors.core import ActorCore
 from fusee.actors.object_state import read_object
 from fusee.actors.outcomes import Outcome, failure_of
-from fusee.actors.registry import Handler
+from fusee.actors.registry import Handler, Registry
 from fusee.actors.registry import ObjectSpec as ObjectType  # what a worker knows of a type
-from fusee.actors.run_actor import RunActor
 from fusee.errors import (
     ContinueAsNew,
     DeterminismError,
@@ -61,7 +61,6 @@ from fusee.runtime.objects import (
     untargeted_cancel,
 )
 from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted
-from fusee.runtime.waits import InboxView
 
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
 
@@ -72,9 +71,22 @@ log = get_logger()
 REPROJECT_AFTER = 64
 
 
-class ObjectActor(RunActor):
-    def __init__(self, *, object_type: str, key: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+class ObjectActor:
+    def __init__(
+        self,
+        *,
+        object_type: str,
+        key: str,
+        registry: Registry,
+        core: ActorCore | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """An object's driver over ``core`` (or over one made of ``kwargs``: the
+        :class:`~fusee.actors.core.ActorCore` arguments)."""
+        self.core = core if core is not None else ActorCore(**kwargs)
+        self.core.on_step = self.before_step
+        self.registry = registry
+        self.cancel_reason: str | None = None
         self.object_type = object_type
         self.key = key
         self.state: State = {}
@@ -96,14 +108,14 @@ class ObjectActor(RunActor):
     async def before_step(self) -> None:
         """An invocation is journaled before its first step runs, so it shows as
         running (and its start time survives a crash)."""
-        if self.history.pending_invocation is not None:
-            await self.commit(ObjectStarted())
+        if self.core.history.pending_invocation is not None:
+            await self.core.commit(ObjectStarted())
 
     # -- activation -------------------------------------------------------------------
 
     async def _load(self) -> None:
-        snap = await read_object(self.store, self.object_type, self.key)
-        self.history, self.fence = snap.history, snap.fence
+        snap = await read_object(self.core.store, self.object_type, self.key)
+        self.core.history, self.core.fence = snap.history, snap.fence
         self.state, self.cursor = snap.state, snap.cursor
         self.projection_rev, self._unprojected = snap.revision, snap.unprojected
         self._projected_size = 1 if snap.projected_at else 0  # history.size at the projection
@@ -111,9 +123,7 @@ class ObjectActor(RunActor):
     async def run(self) -> Outcome:
         """Activate, run what is queued, and say how it left: ``idle`` (nothing queued
         for ``park_after`` seconds), ``parked`` (an invocation waits), ``unrunnable``."""
-        if self.woken is None:
-            self.woken = anyio.Event()
-        self.inbox_changed = anyio.Event()
+        self.core.start()
         with structlog.contextvars.bound_contextvars(object=self.object_type, key=self.key):
             while True:
                 try:
@@ -121,9 +131,9 @@ class ObjectActor(RunActor):
                 except JournalGap as gap:
                     log.error("object.paused", reason=str(gap))
                     return "paused"
-                self.view, self.cancels = InboxView(seen=self.cursor), {}
+                self.core.read_again(self.cursor)  # from the cursor, from the server
+                self.cancels = {}
                 self.queue.clear()
-                self._push_ok = False  # read from the cursor again, from the server
                 self.cancel_reason = None
                 try:
                     await self._catch_up()
@@ -134,7 +144,7 @@ class ObjectActor(RunActor):
                     )
                     return "parked"
                 except Evicted:
-                    if not self.always_replay:
+                    if not self.core.always_replay:
                         raise
                     continue  # replay from the journal, as a new worker would
 
@@ -163,7 +173,9 @@ class ObjectActor(RunActor):
             self._background = background
             try:
                 await self._read_inbox()
-                background.start_soon(functools.partial(self._watch_inbox, once=False))
+                background.start_soon(
+                    functools.partial(self.core.watch_inbox, self._read_inbox, once=False)
+                )
                 outcome = await self._serve_queue()
             except BaseException as exc:  # noqa: BLE001 - re-raised below, ungrouped
                 escaped = exc  # (Parked, Evicted, Fenced: the worker tells them apart)
@@ -180,13 +192,13 @@ class ObjectActor(RunActor):
             obj = self.registry.get_object(self.object_type)
             invocation = self._next(obj)
             if invocation is None:
-                if self.evict_requested():
+                if self.core.evict_requested():
                     raise Evicted
                 changed = self._queue_changed
-                with anyio.move_on_after(self.park_after) as idle:
+                with anyio.move_on_after(self.core.park_after) as idle:
                     await changed.wait()
                 if idle.cancelled_caught and not changed.is_set():
-                    self.left_at = self.view.seen
+                    self.core.left_at = self.core.view.seen
                     return "idle"
                 continue
             if obj is None and invocation.handler != EDIT:
@@ -197,11 +209,11 @@ class ObjectActor(RunActor):
                 log.error("object.unrunnable", reason=reason)
                 return "unrunnable"
             await self._invoke(obj, invocation)
-            await self.maybe_evict()
+            await self.core.maybe_evict()
 
     def _next(self, obj: ObjectType | None) -> Invocation | None:
         """The invocation to run: the one the journal shows begun, else the oldest queued."""
-        history = self.history
+        history = self.core.history
         if history.invocation is not None and history.done is None:
             return history.invocation  # begun before a crash or an eviction: resume it
         while self.queue:
@@ -211,7 +223,11 @@ class ObjectActor(RunActor):
             if isinstance(msg, Unknown):  # an invoke that does not fit: it fails alone
                 self.malformed[seq] = msg.why
                 return Invocation(
-                    handler="", input=NULL, inbox_seq=seq, started_at=self.clock(), reply=msg.reply
+                    handler="",
+                    input=NULL,
+                    inbox_seq=seq,
+                    started_at=self.core.clock(),
+                    reply=msg.reply,
                 )
             timeout = obj.timeout if obj is not None else None
             if obj is not None and msg.handler in obj.handlers:
@@ -220,7 +236,7 @@ class ObjectActor(RunActor):
                 handler=msg.handler,
                 input=msg.input,
                 inbox_seq=seq,
-                started_at=self.clock(),
+                started_at=self.core.clock(),
                 timeout=timeout,
                 reply=msg.reply,
             )
@@ -229,10 +245,10 @@ class ObjectActor(RunActor):
     async def _read_inbox(self) -> bool:
         """Sort what arrived: invocations queue up, a cancel marks its target (True when
         that is the running invocation), the rest is for the running invocation's waits."""
-        running = self.history.invocation if self.history.done is None else None
+        running = self.core.history.invocation if self.core.history.done is None else None
         cancel_running = False
         queued = False
-        for seq, msg in await self._inbox_messages():
+        for seq, msg in await self.core.inbox_messages():
             if isinstance(msg, Invoke) or (isinstance(msg, Unknown) and msg.kind == "invoke"):
                 self.queue.append((seq, msg))
                 queued = True
@@ -243,7 +259,7 @@ class ObjectActor(RunActor):
                     target = untargeted_cancel(
                         seq,
                         running,
-                        self.history.invocation_at,
+                        self.core.history.invocation_at,
                         running_here=self.running is running,
                     )
                 if running is not None and target == running.inbox_seq:
@@ -257,7 +273,7 @@ class ObjectActor(RunActor):
                     self.cancels[target] = reason
                     queued = True
             elif not isinstance(msg, Unknown):
-                self._keep(seq, msg)
+                self.core.keep(seq, msg)
         if queued:
             self._queue_changed.set()
             self._queue_changed = anyio.Event()
@@ -266,14 +282,14 @@ class ObjectActor(RunActor):
     # -- one invocation ---------------------------------------------------------------
 
     async def _invoke(self, obj: ObjectType | None, inv: Invocation) -> None:
-        history = self.history
+        history = self.core.history
         if history.invocation is not inv:
-            history.begin(inv, self.partition)
+            history.begin(inv, self.core.partition)
         self.running = inv
-        self.view.floor = inv.inbox_seq
+        self.core.view.floor = inv.inbox_seq
         if inv.inbox_seq in self.cancels:
             self.cancel_reason = self.cancels.pop(inv.inbox_seq)
-        began = self.clock()
+        began = self.core.clock()
         handler = obj.handlers.get(inv.handler) if obj is not None else None
         view = (
             ReadOnlyState(self.state, self.object_type)
@@ -281,7 +297,7 @@ class ObjectActor(RunActor):
             else StateView(self.state, self.object_type)
         )
         ctx = ObjectContext(
-            self, Replayer(history), object_type=self.object_type, key=self.key, state=view
+            self.core, Replayer(history), object_type=self.object_type, key=self.key, state=view
         )
         log.debug("invocation.started", handler=inv.handler, inbox_seq=inv.inbox_seq)
         fields: dict[str, Any]
@@ -291,7 +307,7 @@ class ObjectActor(RunActor):
             fields = _error(
                 "fusee.InvalidInput",
                 f"the invocation at inbox sequence {inv.inbox_seq} of object "
-                f"{self.run_id!r} is malformed: {self.malformed.pop(inv.inbox_seq)}",
+                f"{self.core.run_id!r} is malformed: {self.malformed.pop(inv.inbox_seq)}",
             )
         elif inv.handler == EDIT:
             fields = self._edit(inv)
@@ -313,11 +329,11 @@ class ObjectActor(RunActor):
             done = ObjectDone(
                 inbox_seq=inv.inbox_seq,
                 handler=inv.handler,
-                duration_ms=round((self.clock() - began) * 1000, 3),
+                duration_ms=round((self.core.clock() - began) * 1000, 3),
                 **fields,
             )
             try:
-                await self.commit(done)
+                await self.core.commit(done)
                 break
             except NotEncodable as exc:
                 if "error_type" in fields:
@@ -326,15 +342,15 @@ class ObjectActor(RunActor):
                 # large together: the invocation fails alone, and the key moves on
                 fields = _error(
                     "fusee.NotEncodable",
-                    f"handler {inv.handler!r} of object {self.run_id!r}: its result and "
+                    f"handler {inv.handler!r} of object {self.core.run_id!r}: its result and "
                     f"state changes cannot be stored together: {exc}",
                 )
         if live_children(history):  # what the ended invocation still waited for
             await cancel_children(
-                self.store,
-                self.partitions,
+                self.core.store,
+                self.core.partitions,
                 history,
-                f"invocation {inv.inbox_seq} ({inv.handler}) of object {self.run_id!r} ended",
+                f"invocation {inv.inbox_seq} ({inv.handler}) of object {self.core.run_id!r} ended",
             )
         self.state = fold(self.state, done)
         self.cursor = inv.inbox_seq
@@ -347,16 +363,16 @@ class ObjectActor(RunActor):
                 inbox_seq=inv.inbox_seq,
                 error=f"{done.error_type}: {done.message}",
             )
-        await self._reply(inv, done, self.fence)
+        await self._reply(inv, done, self.core.fence)
         self._project_later(
             force=bool(fields.keys() & {"state_set", "state_deleted", "state_cleared"})
         )
         # the next invocation starts clean
         self.running = None
         self.cancel_reason = None
-        self._workflow_scope = None
-        self.running_steps.clear()
-        self.view.drop_through(self.cursor)
+        self.core.workflow_scope = None
+        self.core.running_steps.clear()
+        self.core.view.drop_through(self.cursor)
 
     def _state_fits(self, inv: Invocation, fields: dict[str, Any]) -> dict[str, Any]:
         """``fields`` when the state they leave fits one stored value (the projection
@@ -367,8 +383,8 @@ class ObjectActor(RunActor):
         try:
             check_size(
                 encode_state(after),
-                f"the state of object {self.run_id!r} after handler {inv.handler!r}",
-                self.store.max_value,
+                f"the state of object {self.core.run_id!r} after handler {inv.handler!r}",
+                self.core.store.max_value,
             )
         except NotEncodable as exc:
             return _error("fusee.NotEncodable", f"{exc} Its changes were dropped.")
@@ -390,7 +406,7 @@ class ObjectActor(RunActor):
         timeout = inv.timeout
         deadline = float("inf")
         if timeout is not None:
-            deadline = anyio.current_time() + max(0.0, inv.started_at + timeout - self.clock())
+            deadline = anyio.current_time() + max(0.0, inv.started_at + timeout - self.core.clock())
         return await self._call(handler, ctx, view, inv, deadline)
 
     async def _call(
@@ -402,9 +418,9 @@ class ObjectActor(RunActor):
         deadline: float,
     ) -> dict[str, Any]:
         replayer = ctx._replayer
-        where = f"handler {inv.handler!r} of object {self.run_id!r}"
+        where = f"handler {inv.handler!r} of object {self.core.run_id!r}"
         with anyio.CancelScope(deadline=deadline) as scope:
-            self._workflow_scope = scope
+            self.core.workflow_scope = scope
             if self.cancel_reason is not None:
                 scope.cancel()
             try:
@@ -419,7 +435,9 @@ class ObjectActor(RunActor):
                 replayer.check_finished(f"the return of {where}")
                 fields: dict[str, Any] = {
                     "result": msgspec.Raw(
-                        encode_value(result, f"the result of {where}", limit=self.store.max_value)
+                        encode_value(
+                            result, f"the result of {where}", limit=self.core.store.max_value
+                        )
                     )
                 }
                 if isinstance(view, StateView):
@@ -461,13 +479,13 @@ class ObjectActor(RunActor):
         if (
             not force
             and self.projection_rev
-            and self.history.size - self._projected_size < REPROJECT_AFTER
+            and self.core.history.size - self._projected_size < REPROJECT_AFTER
         ):
             return
-        self._projected_size = self.history.size
+        self._projected_size = self.core.history.size
         before, done = self._projecting, anyio.Event()
         self._projecting = done
-        data, seq, cursor = encode_state(self.state), self.fence, self.cursor
+        data, seq, cursor = encode_state(self.state), self.core.fence, self.cursor
         self._background.start_soon(self._put_after, before, done, data, seq, cursor)
 
     async def _put_after(
@@ -492,15 +510,15 @@ class ObjectActor(RunActor):
     async def _project_state(self, *, force: bool) -> None:
         """Write the state to KV now (activation's catch-up)."""
         if force or not self.projection_rev:
-            await self._put(encode_state(self.state), self.fence, self.cursor)
-            self._projected_size = self.history.size
+            await self._put(encode_state(self.state), self.core.fence, self.cursor)
+            self._projected_size = self.core.history.size
 
     async def _put(self, data: bytes, seq: int, cursor: int) -> None:
         """Write the state to KV, tagged with the journal record it was made at (after
         that record landed: the projection is never ahead of the journal). Without
         changes it is rewritten only every ``REPROJECT_AFTER`` records, to keep the
         journal an activation reads short."""
-        revision = await self.store.put_state(
+        revision = await self.core.store.put_state(
             self.object_type,
             self.key,
             data,
@@ -510,13 +528,13 @@ class ObjectActor(RunActor):
         )
         if revision is None:
             # another writer projected since: this copy is stale (a newer owner exists)
-            raise Fenced(f"the state of object {self.run_id!r} was written by another worker")
+            raise Fenced(f"the state of object {self.core.run_id!r} was written by another worker")
         self.projection_rev = revision
 
     async def _reply(self, inv: Invocation, done: ObjectDone, at: int) -> None:
         if not inv.reply:
             return
-        await self.store.publish_core(inv.reply, reply_body(done, at))
+        await self.core.store.publish_core(inv.reply, reply_body(done, at))
 
 
 def _error(error_type: str, message: str) -> dict[str, Any]:

@@ -46,6 +46,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from fusee.actors.core import ActorCore, Driver
 from fusee.actors.object_actor import ObjectActor
 from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
@@ -155,7 +156,7 @@ class _Slot:
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     evict: bool = False
     done: anyio.Event = field(default_factory=anyio.Event)
-    actor: RunActor | None = None
+    actor: ActorCore | None = None
 
     def poke(self, msg: Stored | None = None) -> None:
         """The run's inbox may hold something new (``msg``, when the inbox consumer
@@ -719,27 +720,29 @@ class Worker:
         try:
             with slot.scope:
                 run_id = unescape(eid)
-                common: dict[str, Any] = {
-                    "store": self.store,
-                    "namespace": self.namespace,
-                    "eid": eid,
-                    "run_id": run_id,
-                    "partition": p,
-                    "registry": self.registry,
-                    "clock": self.clock,
-                    "always_replay": self.config.always_replay,
-                    "evict_requested": lambda: slot.evict,
-                    "partitions": self.config.partitions,
-                }
+                core = ActorCore(
+                    store=self.store,
+                    namespace=self.namespace,
+                    eid=eid,
+                    run_id=run_id,
+                    partition=p,
+                    clock=self.clock,
+                    always_replay=self.config.always_replay,
+                    evict_requested=lambda: slot.evict,
+                    partitions=self.config.partitions,
+                )
                 named = parse_object_id(run_id)
+                actor: Driver
                 if named is not None:
-                    actor: RunActor = ObjectActor(object_type=named[0], key=named[1], **common)
+                    actor = ObjectActor(
+                        object_type=named[0], key=named[1], registry=self.registry, core=core
+                    )
                 else:
-                    actor = RunActor(**common)
+                    actor = RunActor(registry=self.registry, core=core)
                 # from here on the inbox consumer hands the actor its inbox messages
                 # (before its first read: what came earlier, that read finds)
-                actor.pushes = True
-                slot.actor = actor
+                core.pushes = True
+                slot.actor = core
                 outcome = await actor.run()
                 self.quarantined.pop(eid, None)  # it ran cleanly: no longer suspect
                 if outcome == "idle":
@@ -750,14 +753,17 @@ class Worker:
                 if outcome in ("idle", "parked"):
                     # waits for its inbox (a parked run keeps its marker: a new owner
                     # activates it); this worker brings it back when a message arrives
-                    again = await self._park(slot, eid, actor.left_at)
+                    again = await self._park(slot, eid, core.left_at)
                     if again and outcome == "idle":
                         await self.store.mark_active(p, eid)
                 elif outcome == "unrunnable":
                     self.unrunnable.add(eid)
-                    if self.guests.pop(eid, None) is None and isinstance(actor, RunActor):
-                        started = actor.history.started
-                        if started is not None:
+                    if self.guests.pop(eid, None) is None:
+                        started = core.history.started
+                        if isinstance(actor, ObjectActor):
+                            self.needs[eid] = (p, f"object:{actor.object_type}")
+                            again_hand_over = True
+                        elif started is not None:
                             self.needs[eid] = (p, f"workflow:{started.workflow}")
                             again_hand_over = True
                 else:

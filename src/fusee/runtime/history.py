@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -200,6 +201,23 @@ class History:
         """The values handed out since the last commit, for the next record to carry."""
         taken, self.pending = self.pending, []
         return taken
+
+    def take_riders(self) -> dict[str, Any]:
+        """What the next record carries, whatever it is: the values handed out since the
+        last commit (``values``) and an object's invocation begun and not journaled yet
+        (``invoked``). Nothing was done with them durably before that record."""
+        riders: dict[str, Any] = {}
+        if pending := self.take_pending():
+            riders["values"] = pending
+        if (invocation := self.take_invocation()) is not None:
+            riders["invoked"] = invocation
+        return riders
+
+    def give_back(self, riders: dict[str, Any]) -> None:
+        """The record that was to carry ``riders`` was not stored (too large, refused
+        before it was sent): the next one carries them."""
+        self.pending[:0] = riders.get("values", [])
+        self.pending_invocation = self.pending_invocation or riders.get("invoked")
 
     def link(self) -> tuple[int, str]:
         """``(prev, prev_hash)`` for the next record to append."""

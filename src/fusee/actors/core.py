@@ -1,0 +1,330 @@
+"""The single-writer actor's core, the same for runs and objects: its fence and commits,
+its values stored out of line, its inbox (read, handed over, decoded, watched), its
+waits, and stopping or evicting the code it runs.
+
+A *driver* runs code on it: :class:`~fusee.actors.run_actor.RunActor` (a workflow's
+generations) or :class:`~fusee.actors.object_actor.ObjectActor` (one key's
+invocations, in inbox order). The core is what ``ctx`` runs against (it is the
+:class:`~fusee.actors.host.ActorHost`); what only one kind of actor knows (how the inbox
+is sorted, what happens before a step, how an activation ends) is the driver's, given
+to the core as callables. The decisions are pure code in ``fusee.runtime``: the waits
+(``runtime/waits.py``), settling (``runtime/settle.py``), the retry (``Retry``).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import anyio
+import msgspec
+
+from fusee.actors.combinators import may_park
+from fusee.actors.outcomes import Outcome
+from fusee.actors.ports import RunStore, Stored, TokenSink
+from fusee.errors import CommitFailed, Evicted, JournalGap, NotEncodable, Parked, Unreplayable
+from fusee.logs import get_logger
+from fusee.runtime.history import History
+from fusee.runtime.inbox import InboxMessage, Unknown, decode_message
+from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted, encode_record, kind_of
+from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Wait
+
+__all__ = ("ActorCore", "Driver")
+
+log = get_logger()
+
+
+class Driver(Protocol):
+    """What a worker runs: a run's or an object's driver over its core."""
+
+    core: ActorCore
+
+    async def run(self) -> Outcome: ...
+
+
+async def _nothing() -> None:
+    return None
+
+
+class ActorCore:
+    def __init__(
+        self,
+        *,
+        store: RunStore,
+        namespace: str,
+        eid: str,
+        run_id: str,
+        partition: int,
+        clock: Callable[[], float],
+        always_replay: bool = False,
+        evict_requested: Callable[[], bool] = lambda: False,
+        woken: anyio.Event | None = None,
+        park_after: float = 1.0,
+        partitions: int | None = None,
+    ) -> None:
+        self.store = store
+        self.tokens: TokenSink | None = store.tokens
+        self.namespace = namespace
+        self.eid = eid
+        self.run_id = run_id
+        self.partition = partition
+        self.clock = clock
+        self.always_replay = always_replay
+        self.evict_requested = evict_requested
+        self.park_after = park_after
+        self.partitions = partitions  # the namespace's, to route messages to other runs
+        self.history = History(run_id)
+        self.fence = 0
+        self.writer = secrets.token_hex(6)
+        self.commits = 0
+        # ctx.all / ctx.race commit from concurrent branches: one append at a time, each
+        # under the fence and the link the previous one left
+        self._commit_lock = anyio.Lock()
+        self.combinators = 0  # ctx.all / ctx.race running: always_replay waits for their end
+        self.running_steps: set[anyio.Event] = set()  # the running steps' s.signal
+        self.workflow_scope: anyio.CancelScope | None = None  # the code running now
+        # the driver's: what happens before a step's function first runs
+        self.on_step: Callable[[], Awaitable[None]] = _nothing
+        # -- the inbox
+        # set by the worker when the inbox may hold something new
+        self.woken = woken  # made in start(): an Event needs the event loop
+        # what was read of the inbox for the waits (pure: runtime/waits.py), and an
+        # event set each time it grows
+        self.view = InboxView()
+        self.inbox_changed: anyio.Event | None = None
+        # Inbox messages the worker's inbox consumer handed over (``pushes``: set by a
+        # worker that hands over every message of this inbox from before the first
+        # read on), so a read needs no round trip to the server.
+        self.pushes = False
+        self._pushed: list[Stored] = []
+        self._push_ok = False  # a read covered what came before the pushes began
+        # The last inbox sequence read when the actor decided to leave memory (park, or
+        # go idle): what its watcher read after that, it no longer looks at, so whoever
+        # parks it reads the inbox again from here.
+        self.left_at = 0
+
+    def start(self) -> None:
+        """Called as an activation begins (in the event loop)."""
+        if self.woken is None:
+            self.woken = anyio.Event()
+        self.inbox_changed = anyio.Event()
+
+    # -- the commit ---------------------------------------------------------------
+
+    async def commit(self, record: AnyRecord) -> int:
+        """Append ``record`` under this actor's fence, linked to its predecessor.
+
+        Raises:
+            Fenced: another worker owns this run now; this copy must stop.
+        """
+        # Nothing more is journaled from code whose scope was cancelled (the run is
+        # being cancelled, or replayed to find its compensations).
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if not self.combinators:
+            # one task commits at a time: no lock, no shield (each costs a trip through
+            # the event loop on every step)
+            return await self._append(record)
+        async with self._commit_lock:
+            # shielded: a branch cancelled mid-append (a race's loser) still records what
+            # landed, so the next commit links to it under the right fence
+            with anyio.CancelScope(shield=True):
+                seq = await self._append(record)
+        return seq
+
+    async def _append(self, record: AnyRecord) -> int:
+        prev, prev_hash = self.history.link()
+        # what rides on whatever record comes next (ctx.now() values, an invocation)
+        riders = self.history.take_riders()
+        record = msgspec.structs.replace(record, prev=prev, prev_hash=prev_hash, **riders)
+        data = encode_record(record)
+        # The ID names this writer too: when a reply is lost and the fence refuses the
+        # retry, the last record's ID tells our landed write from another writer's.
+        # A commit cut short (cancelled by the run's timeout) may still land: the next
+        # commit must not reuse its ID, or the read-back would take that record for it.
+        self.commits += 1
+        msg_id = f"{self.eid}:{self.history.started_seq}:{self.commits}:{self.writer}"
+        try:
+            seq = await self.store.append(
+                self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
+            )
+        except NotEncodable:
+            # too large to be stored (refused before it was sent): what rode on it
+            # rides on the record the caller writes instead (a failed step's)
+            self.history.give_back(riders)
+            raise
+        except Exception as exc:
+            # the store's, not the code's: never an exception it could catch
+            raise CommitFailed(
+                f"{kind_of(record)} of {self.run_id!r} was not journaled: "
+                f"{exc or type(exc).__name__}"
+            ) from exc
+        self.history.add(seq, record, data)
+        self.fence = seq
+        return seq
+
+    async def before_step(self) -> None:
+        await self.on_step()
+
+    async def store_value(self, data: bytes) -> ValueRef:
+        """Store a value too large for a record out of line, before the record naming it.
+
+        Raises:
+            CommitFailed: the store refused it or did not answer (not the workflow's
+                error: its code cannot catch it).
+        """
+        try:
+            return await self.store.put_value(self.eid, data)
+        except NotEncodable:
+            raise  # over the largest value stored out of line: the step fails
+        except Exception as exc:
+            raise CommitFailed(
+                f"a value of {len(data):,} bytes of {self.run_id!r} was not stored: "
+                f"{exc or type(exc).__name__}"
+            ) from exc
+
+    async def read_value(self, ref: ValueRef) -> bytes:
+        """A value the journal names, stored out of line.
+
+        Raises:
+            Unreplayable: it is missing or not the one named (the run pauses).
+        """
+        try:
+            return await self.store.get_value(ref)
+        except JournalGap as gap:
+            raise Unreplayable(str(gap)) from None
+
+    # -- waits ------------------------------------------------------------------------
+
+    async def wait_out(self, started: WaitStarted) -> WaitDone:
+        """Until the wait ends: a signal of its name in the inbox, or its time. Stays in
+        memory for ``park_after`` seconds, then leaves (``Parked``): the next inbox
+        message (a signal, the fired timer) brings the actor back by replay. What to do
+        at each turn is decided by :class:`fusee.runtime.waits.Wait`; this performs it."""
+        history = self.history
+        wait = Wait(started, park_after=self.park_after, now=self.clock())
+        while True:
+            assert self.inbox_changed is not None
+            changed = self.inbox_changed  # set by the next read that keeps a message
+            cmd = wait.next(
+                self.view,
+                consumed=history.consumed,
+                start=history.started_seq,
+                now=self.clock(),
+                may_park=may_park(),
+            )
+            if isinstance(cmd, Commit):
+                may_park(idle=False)  # busy again: a sibling branch must not park the run
+                await self.commit(cmd.done)
+                log.info(
+                    "wait.done",
+                    pos=started.pos,
+                    wait=started.wait,
+                    name=started.name,
+                    timed_out=cmd.done.timed_out,
+                )
+                await self.maybe_evict()
+                return history.waited[started.pos]
+            if isinstance(cmd, SetTimer):
+                await self.store.schedule_timer(
+                    self.eid, self.partition, cmd.pos, cmd.until, start=history.started_seq
+                )
+                wait.timer_scheduled()
+            elif isinstance(cmd, Park):
+                self.left_at = cmd.left_at
+                raise Parked
+            else:
+                if cmd.kept:
+                    log.debug("wait.kept", pos=started.pos, reason="another branch is busy")
+                if self.view.version == cmd.version:  # (else: read meanwhile, look again)
+                    with anyio.move_on_after(max(0.0, cmd.until - self.clock())):
+                        await changed.wait()
+
+    # -- the code running -------------------------------------------------------------
+
+    async def stop_workflow(self) -> None:
+        """Cancel the code where it is (it reached where it was stopped before)."""
+        if self.workflow_scope is not None:
+            self.workflow_scope.cancel()
+        await anyio.lowlevel.checkpoint()
+
+    async def maybe_evict(self) -> None:
+        """Drop the in-memory copy at this step boundary when asked to (or always)."""
+        if (self.always_replay and not self.combinators) or self.evict_requested():
+            raise Evicted
+
+    def cancel_running(self) -> None:
+        """Stop the code where it is: each running step's ``s.signal`` is set first (so
+        its cleanup knows why it stops), then the code's scope is cancelled."""
+        for signal in list(self.running_steps):
+            signal.set()
+        if self.workflow_scope is not None:
+            self.workflow_scope.cancel()
+
+    # -- the inbox ----------------------------------------------------------------------
+
+    async def watch_inbox(self, read: Callable[[], Awaitable[bool]], *, once: bool) -> None:
+        """Read the inbox (the driver's ``read``: it sorts what came) each time the
+        worker says it has news (its inbox consumer saw a message, or a wake hint came);
+        a cancel (``read`` answered True) stops the running code, and ends the watch
+        ``once`` it did (a run ends; an object watches on for its next ones)."""
+        while True:
+            assert self.woken is not None
+            await self.woken.wait()
+            self.woken = anyio.Event()
+            if await read():
+                self.cancel_running()
+                if once:
+                    return
+
+    def push(self, msg: Stored) -> None:
+        """A message stored in this actor's inbox, handed over by the worker."""
+        if self.pushes:
+            self._pushed.append(msg)
+
+    def push_lost(self) -> None:
+        """The worker missed a message of some inbox: the next read asks the server."""
+        self._push_ok = False
+
+    def read_again(self, seen: int) -> None:
+        """Start reading the inbox afresh above ``seen``, from the server (an object
+        activated again reads from its cursor)."""
+        self.view = InboxView(seen=seen)
+        self._push_ok = False
+
+    async def _fetch_inbox(self) -> list[Stored]:
+        """The inbox messages above what the view saw: those handed over, once a read
+        from the server covered everything before them; else read from the server."""
+        seen = self.view.seen
+        if self._push_ok:
+            taken = [m for m in self._pushed if m.seq > seen]
+            self._pushed = []
+            return taken
+        read = list(await self.store.read_inbox(self.partition, self.eid, seen))
+        last = read[-1].seq if read else seen
+        # handed over meanwhile, and not in the read: kept for the next one
+        self._pushed = [m for m in self._pushed if m.seq > last]
+        self._push_ok = self.pushes
+        return read
+
+    async def inbox_messages(self) -> list[tuple[int, InboxMessage | Unknown]]:
+        """What arrived in the inbox since the view's ``seen``, decoded: ``(seq,
+        message)`` (bytes that are not a JSON object are skipped, and logged)."""
+        out: list[tuple[int, InboxMessage | Unknown]] = []
+        for msg in await self._fetch_inbox():
+            self.view.read(msg.seq)
+            decoded = decode_message(msg.data)
+            if decoded is None:
+                log.warning("inbox.unreadable", seq=msg.seq)
+                continue
+            if isinstance(decoded, Unknown):
+                log.warning("inbox.unknown", seq=msg.seq, kind=decoded.kind, why=decoded.why)
+            out.append((msg.seq, decoded))
+        return out
+
+    def keep(self, seq: int, msg: InboxMessage) -> None:
+        """A message for the waits: kept in the view, and a waiting wait looks again."""
+        self.view.add(seq, msg)
+        if self.inbox_changed is not None:
+            self.inbox_changed.set()
+            self.inbox_changed = anyio.Event()
