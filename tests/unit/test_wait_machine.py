@@ -546,3 +546,11 @@ def test_every_order_keeps_the_invariants() -> None:
 def test_the_machine_finds_each_defect_put_back(mutant: str) -> None:
     with MUTANTS[mutant](), pytest.raises(AssertionError):
         run_state_machine_as_test(WaitMachine, settings=FIND)
+
+
+def test_an_idle_object_leaves_park_after_its_last_news() -> None:
+    idle = waits.Idle(park_after=1.0, now=10.0)
+    assert idle.next(version=0, seen=4, now=10.0) == Sleep(11.0, 0)
+    assert idle.next(version=0, seen=4, now=10.5) == Sleep(11.0, 0)
+    assert idle.next(version=1, seen=5, now=10.9) == Sleep(11.9, 1)  # news: again
+    assert idle.next(version=1, seen=6, now=11.9) == Park(6)  # it read up to 6 first

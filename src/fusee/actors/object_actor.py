@@ -61,6 +61,7 @@ from fusee.runtime.objects import (
     untargeted_cancel,
 )
 from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted
+from fusee.runtime.waits import Idle, Park
 
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
 
@@ -104,6 +105,7 @@ class ObjectActor:
         self._projecting: anyio.Event | None = None  # set once the put in flight is done
         self._projection_error: BaseException | None = None
         self._queue_changed = anyio.Event()  # set when an invocation or a cancel is read
+        self._queued = 0  # how many reads queued something (or a cancel)
 
     async def before_step(self) -> None:
         """An invocation is journaled before its first step runs, so it shows as
@@ -194,11 +196,7 @@ class ObjectActor:
             if invocation is None:
                 if self.core.evict_requested():
                     raise Evicted
-                changed = self._queue_changed
-                with anyio.move_on_after(self.core.park_after) as idle:
-                    await changed.wait()
-                if idle.cancelled_caught and not changed.is_set():
-                    self.core.left_at = self.core.view.seen
+                if await self._idle():
                     return "idle"
                 continue
             if obj is None and invocation.handler != EDIT:
@@ -210,6 +208,22 @@ class ObjectActor:
                 return "unrunnable"
             await self._invoke(obj, invocation)
             await self.core.maybe_evict()
+
+    async def _idle(self) -> bool:
+        """Nothing queued: True once :class:`~fusee.runtime.waits.Idle` says to leave;
+        False as soon as something was queued (or a cancel read)."""
+        idle = Idle(park_after=self.core.park_after, now=self.core.clock())
+        while True:
+            changed = self._queue_changed  # set by the next read that queues something
+            cmd = idle.next(version=self._queued, seen=self.core.view.seen, now=self.core.clock())
+            if isinstance(cmd, Park):
+                self.core.left_at = cmd.left_at
+                return True
+            if self._queued == cmd.version:  # (else: read meanwhile)
+                with anyio.move_on_after(max(0.0, cmd.until - self.core.clock())):
+                    await changed.wait()
+            if self._queued != cmd.version:
+                return False
 
     def _next(self, obj: ObjectType | None) -> Invocation | None:
         """The invocation to run: the one the journal shows begun, else the oldest queued."""
@@ -275,6 +289,7 @@ class ObjectActor:
             elif not isinstance(msg, Unknown):
                 self.core.keep(seq, msg)
         if queued:
+            self._queued += 1
             self._queue_changed.set()
             self._queue_changed = anyio.Event()
         return cancel_running

@@ -39,6 +39,7 @@ __all__ = (
     "Park",
     "WaitCommand",
     "ParkingLot",
+    "Idle",
     "TIMER_EARLY",
 )
 
@@ -198,6 +199,26 @@ class Wait:
             return Park(view.seen)
         self._idle_since = now
         return Sleep(now + self.park_after, self._version, kept=True)
+
+
+class Idle:
+    """An object with nothing queued: it stays in memory ``park_after`` seconds after
+    the last news (an invocation or a cancel read), then leaves (idle)."""
+
+    def __init__(self, *, park_after: float, now: float) -> None:
+        self.park_after = park_after
+        self._version = -1
+        self._since = now
+
+    def next(self, *, version: int, seen: int, now: float) -> Sleep | Park:
+        """``version`` counts the reads that queued something; ``seen`` is the last
+        inbox sequence read."""
+        if version != self._version:
+            self._version, self._since = version, now
+        until = self._since + self.park_after
+        if now < until:
+            return Sleep(until, version)
+        return Park(seen)
 
 
 @dataclass
