@@ -38,6 +38,13 @@ _LEVEL_NAMES = {"warn": "warning", "exception": "error"}
 # structlog.contextvars names the context variables it binds with this prefix
 _BOUND = structlog.contextvars.STRUCTLOG_KEY_PREFIX
 _BOUND_LEN = len(_BOUND)
+# ... and keeps them in this dict (prefixed name -> ContextVar). Reading those few is
+# about 10x faster than scanning every context variable of the task (anyio's, nats-py's,
+# fusee's: 9.8 against 0.8 µs with 34 of them), which is what the public
+# get_contextvars() does. A structlog without it gets the scan.
+_BOUND_VARS: dict[str, contextvars.ContextVar[Any]] | None = getattr(
+    structlog.contextvars, "_CONTEXT_VARS", None
+)
 
 
 class _Logger:
@@ -164,11 +171,17 @@ class _JsonLine:
             "level": _LEVEL_NAMES.get(method_name, method_name),
             "event": event_dict.get("event"),
         }
-        # what merge_contextvars does, in one pass over the context
-        for var, value in contextvars.copy_context().items():
-            name = var.name
-            if name.startswith(_BOUND) and value is not Ellipsis:
-                line[name[_BOUND_LEN:]] = value
+        # what merge_contextvars does (an unbound variable holds Ellipsis)
+        if _BOUND_VARS is not None:
+            for name, var in tuple(_BOUND_VARS.items()):  # a thread may bind a new key
+                value = var.get(Ellipsis)
+                if value is not Ellipsis:
+                    line[name[_BOUND_LEN:]] = value
+        else:
+            for var, value in contextvars.copy_context().items():
+                name = var.name
+                if name.startswith(_BOUND) and value is not Ellipsis:
+                    line[name[_BOUND_LEN:]] = value
         line.update(event_dict)  # a call's own keys win over bound ones
         try:
             return self._encode(line).decode()

@@ -34,7 +34,10 @@ def test_a_json_line_has_time_level_event_and_the_bound_context() -> None:
         log.debug("step.started", attempt=1)  # below the level: nothing
         log.info("step.completed", attempt=1, duration_ms=0.5)
         log.info("child.started", run_id="r2")  # a call's own key wins over the bound one
-    (line, child) = _lines(out)
+    log.info("worker.stopped")  # outside the block: nothing of it is bound
+    (line, child, after) = _lines(out)
+    assert "run_id" not in after
+    assert "step" not in after
     assert list(line)[:3] == ["timestamp", "level", "event"]
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", str(line["timestamp"]))
     assert line["level"] == "info"
