@@ -1,6 +1,6 @@
 """fusee benchmarks, each beside the raw NATS floor measured in the same run.
 
-    python -m bench [--only floor,w1,w2,w5,memory]
+    python -m bench [--only w1,w1_cli,w2,w3,w5,memory]
 
 Every figure comes from a fresh embedded nats-server with ``sync_interval: always``
 (each acknowledged write is on disk), on this machine, in this run.
@@ -83,6 +83,78 @@ async def w1(url: str, floor_ms: float, steps: int = 100, repeats: int = 5) -> N
         ms_per_step_best=round(best, 3),
         ratio_to_floor=round(med / floor_ms, 2),
         goal_ms=0.8,
+    )
+
+
+def _cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` so far (schedstat: ns, not clock ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
+def _fusee_worker(url: str, namespace: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    """``fusee worker bench/workflows.py``, its stderr (not a terminal: JSON lines) in ``log``."""
+    cmd = [sys.executable, "-m", "fusee", "worker", "bench/workflows.py", "--nats", url]
+    with log.open("ab") as err:
+        return subprocess.Popen(
+            [*cmd, "--namespace", namespace, *extra],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+
+
+async def w1_cli(url: str, floor_ms: float, steps: int = 100, rounds: int = 4) -> None:
+    """W1 with the worker as deployed: ``fusee worker`` in its own process, its logging
+    configured by the CLI's defaults (info; JSON lines, stderr being a file here), beside
+    the same command at ``--log-level warning`` (no per-step line). The two alternate
+    (and swap places each round), so drift on a shared machine falls on both; each round times
+    3 runs of ``steps`` steps after one warm-up run. ``log_share`` is what the info
+    level adds per step, as a fraction of the warning level's time; ``cpu_us_per_step`` is
+    the worker process's own CPU time over the timed runs (what the worker did, whatever
+    else the shared machine was doing meanwhile)."""
+    figures: dict[str, list[float]] = {"info": [], "warning": []}
+    cpu: dict[str, list[float]] = {"info": [], "warning": []}
+    lines = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for level in ("info", "warning") if r % 2 == 0 else ("warning", "info"):
+                ns = f"w1cli_{level[0]}{r}"
+                log = Path(tmp) / f"{ns}.log"
+                extra = () if level == "info" else ("--log-level", "warning")
+                proc = _fusee_worker(url, ns, log, *extra)
+                engine = await fusee.connect(url, namespace=ns)
+                try:
+                    warm = await engine.start(wfs.noop_steps, f"{ns}-warm", steps)
+                    await warm.result(timeout=60)
+                    began = _cpu_ns(proc.pid)
+                    for i in range(3):
+                        t0 = time.perf_counter()
+                        run = await engine.start(wfs.noop_steps, f"{ns}-{i}", steps)
+                        await run.result(timeout=60)
+                        figures[level].append((time.perf_counter() - t0) * 1000 / steps)
+                    cpu[level].append((_cpu_ns(proc.pid) - began) / 1000 / (3 * steps))
+                finally:
+                    await engine.close()
+                    proc.send_signal(signal.SIGTERM)
+                    await anyio.to_thread.run_sync(proc.wait)
+                if level == "info":
+                    lines += log.read_text().count('"step.completed"')
+    info, quiet = statistics.median(figures["info"]), statistics.median(figures["warning"])
+    emit(
+        "w1_cli",
+        steps=steps,
+        ms_per_step_info=round(info, 3),
+        ms_per_step_warning=round(quiet, 3),
+        ratio_to_floor=round(info / floor_ms, 2),
+        ratio_to_floor_warning=round(quiet / floor_ms, 2),
+        log_share=round(info / quiet - 1, 3),
+        cpu_us_per_step_info=round(statistics.median(cpu["info"]), 1),
+        cpu_us_per_step_warning=round(statistics.median(cpu["warning"]), 1),
+        step_lines_logged=lines,
+        goal_ratio=1.3,
     )
 
 
@@ -237,6 +309,12 @@ def table() -> None:
         elif name == "w1":
             fig = f"{row['ms_per_step_median']} ms/step = {row['ratio_to_floor']}x floor"
             goal = "<= 0.8 ms"
+        elif name == "w1_cli":
+            fig = (
+                f"fusee worker {row['ratio_to_floor']}x floor "
+                f"(warning {row['ratio_to_floor_warning']}x)"
+            )
+            goal = "<= 1.3x"
         elif name == "w2":
             fig = f"{row['steps_per_s']} steps/s (floor {row['floor_commits_per_s']} commits/s)"
             goal = ">= 2000"
@@ -259,6 +337,8 @@ async def main(only: set[str]) -> None:
             f = await floor(server.url)
             if "w1" in only:
                 await w1(server.url, f)
+            if "w1_cli" in only:
+                await w1_cli(server.url, f)
             if "w2" in only:
                 await w2(server.url, f)
             if "w3" in only:
@@ -274,7 +354,7 @@ async def main(only: set[str]) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--only", default="w1,w2,w3,w5,memory")
+    parser.add_argument("--only", default="w1,w1_cli,w2,w3,w5,memory")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     # step and run logs are not what is measured: keep warnings and errors only

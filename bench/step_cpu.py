@@ -4,22 +4,28 @@ Runs the real run actor (context, replay, commit path) over an in-memory journal
 JetStream's fencing rule, and prints the CPU time per step. It isolates what fusee's own
 code costs per step from the server's fsync and the network, which the other benchmarks
 include.
+
+Twice, alternating 3 times: with logging at warning (no line per step) and with logging
+as ``fusee worker`` configures it by default (``configure_logging("json", "info")``,
+lines written to a file): ``log_us_per_step`` is what the per-step line costs.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import msgspec
-import structlog
 
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
 from fusee.errors import Fenced
+from fusee.logs import configure_logging
 from fusee.runtime.records import RunStarted, encode_record
 
 
@@ -73,7 +79,7 @@ async def _steps(ctx: Any, n: int) -> int:
     return n
 
 
-async def main(runs: int = 40, steps: int = 50) -> None:
+async def cpu_per_step(runs: int, steps: int) -> float:
     registry = Registry()
     registry.add(Workflow("w", _steps, int, True))
     began = time.process_time()
@@ -91,14 +97,33 @@ async def main(runs: int = 40, steps: int = 50) -> None:
             clock=time.time,
         )
         await actor.run()
-    per_step = (time.process_time() - began) / (runs * steps) * 1e6
+    return (time.process_time() - began) / (runs * steps) * 1e6
+
+
+async def main(runs: int = 40, steps: int = 50) -> None:
+    quiet: list[float] = []
+    logged: list[float] = []
+    with tempfile.TemporaryFile("w") as out:
+        for _ in range(3):
+            configure_logging("json", "warning", stream=out)
+            quiet.append(await cpu_per_step(runs, steps))
+            configure_logging("json", "info", stream=out)  # as `fusee worker` does
+            logged.append(await cpu_per_step(runs, steps))
+    q, lg = statistics.median(quiet), statistics.median(logged)
     print(
         json.dumps(
-            {"bench": "step_cpu", "steps": runs * steps, "cpu_us_per_step": round(per_step, 1)}
+            {
+                "bench": "step_cpu",
+                "steps": runs * steps,
+                "cpu_us_per_step": round(q, 1),
+                "cpu_us_per_step_logged": round(lg, 1),
+                "log_us_per_step": round(lg - q, 1),
+                "spread_quiet": [round(x, 1) for x in quiet],
+                "spread_logged": [round(x, 1) for x in logged],
+            }
         )
     )
 
 
 if __name__ == "__main__":
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     anyio.run(main)

@@ -343,7 +343,7 @@ class Engine:
             self.store, run_id, record, now=now, attach=attach, before_active=copy
         ):
             log.debug("run.submitted", run_id=run_id, workflow=name)
-        return Run(self, run_id)
+        return Run(self, run_id, exists=True)
 
     async def _reusable(self, name: str, from_run: str, upto: int | None) -> list[AnyRecord]:
         """The records of ended run ``from_run`` that a new run of ``name`` reuses."""
@@ -430,7 +430,7 @@ class Engine:
             if isinstance(started.from_run, str):
                 await self._finish_copies(run_id, eid, upto)
             await self.store.mark_active(started.partition, eid)
-        return Run(self, run_id)
+        return Run(self, run_id, exists=True)
 
     def run(self, run_id: str) -> Run:
         """A handle on run ``run_id`` (no I/O until it is used)."""

@@ -29,6 +29,7 @@ from fusee.actors.registry import (
     ObjectSpec,
     make_handler,
 )
+from fusee.adapters.jetstream.layout import StoredMsg
 from fusee.adapters.jetstream.store import NobodyListens
 from fusee.errors import (
     FuseeError,
@@ -351,36 +352,34 @@ class ObjectKey:
 
     async def _watch_done(self, seq: int, deadline: float) -> dict[str, Any] | None:
         """No reply to wait for (``result(seq)``, a duplicate call): the engine's journal
-        watch says when an ``obj.done`` is stored in the object's journal (no consumer
-        of this caller's own, no polling); the journal is read then."""
+        watch hands over the object's ``obj.done`` records as they are stored (no
+        consumer of this caller's own, no polling, no step record sent); the journal is
+        read first, and again only when the watch may have missed one."""
         store = self.engine.store
         watch = store.journal_watch
         searched = seq  # the journal is read from here on, a page at a time
         async with watch.watching(self.eid, ("obj.done",)) as waiter:
+            reread = True
             while True:
-                found, searched = await self._find_done(seq, searched)
-                if found is not None:
-                    return found
+                if reread:
+                    found, searched = await self._find_done(seq, searched)
+                    if found is not None:
+                        return found
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return None
-                # a second at most: the active marker is looked at again meanwhile
-                await watch.next(waiter, min(1.0, left))
-                await store.ensure_active(self._partition, self.eid)
+                records, reread = await watch.next(waiter, left)
+                for msg in records:
+                    if (found := _done_body(seq, msg)) is not None:
+                        return found
+                if reread:  # the watch was blind a while: the object may have gone idle
+                    await store.ensure_active(self._partition, self.eid)
 
     async def _find_done(self, seq: int, after: int) -> tuple[dict[str, Any] | None, int]:
         for msg in await self.engine.store.read_journal(self.eid, after):
             after = msg.seq
-            if msg.headers.get("Fusee-Kind") != "obj.done":
-                continue
-            record = decode_record(msg.data)
-            if isinstance(record, ObjectDone) and record.inbox_seq == seq:
-                body: dict[str, Any] = {"seq": seq, "handler": record.handler, "at": msg.seq}
-                if record.ok:
-                    body["result"] = msgspec.json.decode(bytes(record.result))  # type: ignore[arg-type]
-                else:
-                    body["error_type"], body["message"] = record.error_type, record.message
-                return body, after
+            if (found := _done_body(seq, msg)) is not None:
+                return found, after
         return None, after
 
     def _saw(self, body: dict[str, Any]) -> None:
@@ -618,3 +617,18 @@ def _stamp(value: str | None) -> float | None:
         return datetime.fromisoformat(text + "+00:00").timestamp()
     except ValueError:
         return None
+
+
+def _done_body(seq: int, msg: StoredMsg) -> dict[str, Any] | None:
+    """The answer of invocation ``seq`` if ``msg`` is its ``obj.done`` (else None)."""
+    if msg.headers.get("Fusee-Kind") != "obj.done":
+        return None
+    record = decode_record(msg.data)
+    if not (isinstance(record, ObjectDone) and record.inbox_seq == seq):
+        return None
+    body: dict[str, Any] = {"seq": seq, "handler": record.handler, "at": msg.seq}
+    if record.ok:
+        body["result"] = msgspec.json.decode(bytes(record.result))  # type: ignore[arg-type]
+    else:
+        body["error_type"], body["message"] = record.error_type, record.message
+    return body

@@ -48,10 +48,13 @@ ENDED = ("run.completed", "run.failed", "run.cancelled")
 class Run:
     """A handle on one run, by ID."""
 
-    def __init__(self, engine: Client, run_id: str) -> None:
+    def __init__(self, engine: Client, run_id: str, *, exists: bool = False) -> None:
         self.engine = engine
         self.run_id = run_id
         self.eid = escape(run_id)
+        # The run was seen to exist (started by this handle's engine, or its journal
+        # read): a signal or cancel need not ask again, since a journal is never deleted.
+        self._exists = exists
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r})"
@@ -120,11 +123,19 @@ class Run:
                 ),
             )
         )
-        if not await self._live():
-            return False
         msg_id = f"{self.eid}:signal:{validate_id(key, 'signal key')}" if key is not None else None
+        return await self._send("signal", body, msg_id)
+
+    async def _send(self, kind: str, body: bytes, msg_id: str | None = None) -> bool:
+        """Put a signal or a cancel in the run's inbox unless the run has ended (the
+        server checks that in the same write, see ``send_unless_ended``); the journal is
+        read first only to tell a missing run from a live one, and an ended one of an
+        earlier version (its end on ``.j``, where the write's check does not look)."""
+        if not self._exists and not await self._live():
+            return False
         store, partition = self.engine.store, self._partition()
-        await store.send_inbox(partition, self.eid, "signal", body, msg_id=msg_id)
+        if await store.send_unless_ended(partition, self.eid, kind, body, msg_id=msg_id) is None:
+            return False
         # the owner's inbox consumer sees the message too; the hint is just faster
         await store.wake(partition, self.eid)
         return True
@@ -141,6 +152,7 @@ class Run:
         last = await self.engine.store.last_in_journal(self.eid)
         if last is None:
             raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        self._exists = True
         return last.headers.get("Fusee-Kind") not in ENDED
 
     async def cancel(self, reason: str = "cancelled") -> bool:
@@ -158,13 +170,7 @@ class Run:
         """
         if not isinstance(reason, str):
             raise InvalidArgument(f"reason={reason!r}: must be a str")
-        if not await self._live():
-            return False
-        store, partition = self.engine.store, self._partition()
-        body = encode_message(Cancel(reason=reason))
-        await store.send_inbox(partition, self.eid, "cancel", body)
-        await store.wake(partition, self.eid)
-        return True
+        return await self._send("cancel", encode_message(Cancel(reason=reason)))
 
     async def result(self, *, timeout: DurationLike | None = None) -> Any:
         """Wait for the run to end; return its result or raise its error.
@@ -183,6 +189,7 @@ class Run:
         last = await self.engine.store.last_in_journal(self.eid)
         if last is None:
             raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        self._exists = True
         if (outcome := _outcome_of(self.run_id, last)) is not None:
             return outcome()
         with anyio.move_on_after(limit if limit is not None else math.inf):
@@ -191,26 +198,22 @@ class Run:
 
     async def _wait_end(self) -> Any:
         """The run's outcome, once its end record is stored. The engine's journal watch
-        says when an end record of this run is stored (no consumer per waiter, no step
-        record read); the record itself is read by Direct Get."""
+        hands over the end records of the runs waited for (no consumer per waiter, no
+        step record sent); the journal's last record is read only when the watch may
+        have missed one."""
         store = self.engine.store
         watch = store.journal_watch
         async with watch.watching(self.eid, ENDED) as waiter:
             reread = True  # what was stored before the watch began, or while it was blind
-            behind = 0.0  # a replica answering Direct Gets may lag the watch: look again
             while True:
                 if reread:
                     last = await store.last_in_journal(self.eid)
                     if last is not None and (outcome := _outcome_of(self.run_id, last)):
                         return outcome()
-                seqs, reread = await watch.next(waiter, behind or math.inf)
-                reread = reread or bool(behind)  # until the record is readable here
-                for seq in seqs:
-                    found = await store.journal_at(self.eid, seq)
-                    if found is not None and (outcome := _outcome_of(self.run_id, found)):
+                records, reread = await watch.next(waiter, math.inf)
+                for record in records:
+                    if (outcome := _outcome_of(self.run_id, record)) is not None:
                         return outcome()
-                    if found is None:  # named by the watch, not readable here yet
-                        reread, behind = True, min(max(behind * 2, 0.01), 1.0)
 
     # -- token streams (issue #5) ------------------------------------------------------
 

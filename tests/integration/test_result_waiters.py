@@ -1,4 +1,5 @@
-"""Waiting for results costs no server state per waiter (issue 9, item 10).
+"""Waiting for results costs no server state per waiter (issue 9, item 10), and is sent
+no step record (issue 11).
 
 ``Run.result()`` used to open a JetStream consumer per call, which outlived it: 1,200
 waiters hit the stream's consumer limit (``err_code`` 10026) and a worker could not
@@ -11,10 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 import fusee
+from fusee.adapters.jetstream import watch as watch_module
 from fusee.adapters.jetstream.server import EmbeddedServer
+from fusee.runtime.records import RunCompleted, encode_record
 from tests.workers.procs import chain_input, chain_result, wait_until
 
 WAITERS = 1_200
@@ -170,3 +174,70 @@ async def test_an_ended_run_answers_with_a_zero_timeout(engine: fusee.Engine) ->
     # code did so; a first version of the watch raised Timeout here)
     assert await run.result(timeout=0) == 8
     assert engine.store.journal_watch.consumers_made == made  # and no watch for it
+
+
+@fusee.workflow("waiters_many_steps")
+async def many_steps(ctx: fusee.Context, n: int) -> int:
+    await ctx.wait_for("go")
+    for i in range(n):
+        await ctx.step(f"s{i}", lambda: None)
+    return n
+
+
+async def test_a_waiter_is_sent_the_end_record_and_no_step_record(engine: fusee.Engine) -> None:
+    """End records have a subject of their own (``<ns>.run.<id>.end``): the watch hears
+    of them alone, and hands the waiter the record itself (issue 11)."""
+    async with engine.worker():
+        run = await engine.start(many_steps, "steps", 30)
+        watch = engine.store.journal_watch
+        async with anyio.create_task_group() as tg:
+            result: list[int] = []
+
+            async def wait() -> None:
+                result.append(await run.result(timeout="60s"))
+
+            tg.start_soon(wait)
+            await wait_until(lambda: watch.waiting == 1, timeout=10, what="the waiter")
+            await run.signal("go")
+        assert result == [30]
+        assert watch.delivered == 1  # 30 steps and a wait.done were stored meanwhile
+    layout = engine.store.layout
+    stored = await engine.store.read_journal(run.eid)
+    assert [m.subject for m in stored] == [layout.journal(run.eid)] * 33 + [layout.ends(run.eid)]
+    assert [type(r).__name__ for _, r in await run.journal()][-2:] == [
+        "StepCompleted",
+        "RunCompleted",
+    ]
+
+
+async def test_a_run_ended_the_way_earlier_versions_end_one(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before issue 11 the end record went on the journal's ``.j`` subject, which the
+    watch does not hear: an ended journal of an earlier version answers at once, and a
+    waiter of a run that an earlier worker ends reads its journal again after
+    ``LOOK_AGAIN`` without news."""
+    monkeypatch.setattr(watch_module, "LOOK_AGAIN", 0.2)
+    store, layout = engine.store, engine.store.layout
+    old = await engine.start(signalled, "old-ended", 1)  # no worker: it stays pending
+    waiting = await engine.start(signalled, "old-waited", 1)
+
+    async def end_as_before(run: fusee.Run, value: int) -> None:
+        last = await store.last_in_journal(run.eid)
+        assert last is not None
+        headers = store._fenced_headers(run.eid, "run.completed", last.seq, f"{run.eid}:old")
+        record = encode_record(RunCompleted(result=msgspec.Raw(str(value).encode())))
+        await store.js.publish(layout.journal(run.eid), record, headers=headers)
+
+    await end_as_before(old, 5)
+    assert await old.result(timeout=0) == 5
+    async with anyio.create_task_group() as tg:
+        result: list[int] = []
+
+        async def wait() -> None:
+            result.append(await waiting.result(timeout="60s"))
+
+        tg.start_soon(wait)
+        await wait_until(lambda: store.journal_watch.waiting == 1, timeout=10, what="the waiter")
+        await end_as_before(waiting, 6)
+    assert result == [6]

@@ -14,6 +14,7 @@ import pytest
 
 import fusee
 from fusee.adapters.jetstream.server import EmbeddedServer
+from fusee.runtime.ids import partition_of
 from fusee.runtime.records import StepCompleted, WaitDone, WaitStarted
 from tests.helpers import registry_of as _registry
 from tests.workers.procs import assert_chained, executions, wait_until
@@ -69,7 +70,13 @@ async def test_a_parked_run_holds_no_actor_and_a_signal_brings_it_back(
         assert await run.signal("approval", {"approved": True, "by": "ana"}, key="k1")
         assert await run.signal("approval", {"approved": False}, key="k1")  # deduped
         assert await run.result(timeout=20) == {"approved": True, "by": "ana"}
-    assert await run.signal("approval", "late") is False  # the run has ended
+    partition = partition_of(run.run_id, engine.partitions)
+    inbox = await engine.store.read_inbox(partition, run.eid)
+    # the run has ended: this handle (from start) does not read the journal first; the
+    # server refuses the message (nothing on the run's .end subject was expected)
+    assert await run.signal("approval", "late") is False
+    assert await engine.run("r-park").signal("approval", "late") is False  # read first
+    assert await engine.store.read_inbox(partition, run.eid) == inbox  # nothing stored
     with pytest.raises(fusee.RunNotFound):
         await engine.run("no-such-run").signal("approval", 1)
 

@@ -20,6 +20,7 @@ __all__ = (
     "KIND",
     "JOURNAL_SEQ",
     "CURSOR",
+    "END_KINDS",
 )
 
 # Headers the server reads; nats-py has no constant for the subtree fence.
@@ -29,6 +30,11 @@ MSG_ID = "Nats-Msg-Id"
 KIND = "Fusee-Kind"
 JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
 CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
+
+# The records that end a run or an object's invocation: stored on the run's ``.end``
+# subject, not on ``.j``, so a caller waiting for one hears of nothing else (watch.py).
+# Journals of earlier versions have them on ``.j``; a journal is read as its whole tree.
+END_KINDS = frozenset({"run.completed", "run.failed", "run.cancelled", "obj.done"})
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,15 @@ class Layout:
     def journal(self, eid: str) -> str:
         return f"{self.namespace}.run.{eid}.j"
 
+    def ends(self, eid: str) -> str:
+        return f"{self.namespace}.run.{eid}.end"
+
+    def record(self, eid: str, kind: str) -> str:
+        """Where a record of ``kind`` goes: an end record on ``ends``, the rest on ``journal``."""
+        return self.ends(eid) if kind in END_KINDS else self.journal(eid)
+
     def tree(self, eid: str) -> str:
+        # the fence's subtree, and what a read of the journal reads: every record
         return f"{self.namespace}.run.{eid}.>"
 
     def inbox(self, partition: int, eid: str) -> str:

@@ -294,7 +294,7 @@ class NatsStore:
             Fenced: another writer appended since ``fence``.
         """
         headers = self._fenced_headers(eid, kind, fence, msg_id)
-        subject = self.layout.journal(eid)
+        subject = self.layout.record(eid, kind)
         self._check_fits(subject, data, headers, f"the {kind} record of {unescape(eid)!r}")
         give_up = time.monotonic() + patience()
         item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up)
@@ -336,7 +336,7 @@ class NatsStore:
             # dedupe or the read-back below sorts it out.
             ack = await retrying(
                 self.js.publish,
-                lay.journal(eid),
+                lay.record(eid, kind),
                 data,
                 2.0,
                 None,
@@ -414,12 +414,37 @@ class NatsStore:
         ack = await self._publish_inbox(partition, eid, kind, body, msg_id)
         return ack.seq, bool(ack.duplicate)
 
+    async def send_unless_ended(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
+    ) -> int | None:
+        """Store a message in the run's inbox unless the run has ended: the publish
+        expects nothing on the run's ``.end`` subject (``Layout.ends``), so the server
+        checks it in the same write. Returns the message's sequence, or None when the
+        run had ended (nothing stored). A journal of an earlier version has its end
+        record on ``.j``, which this does not see."""
+        try:
+            ack = await self._publish_inbox(partition, eid, kind, body, msg_id, unless_ended=True)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            return None
+        return ack.seq
+
     async def _publish_inbox(
-        self, partition: int, eid: str, kind: str, body: bytes, msg_id: str | None
+        self,
+        partition: int,
+        eid: str,
+        kind: str,
+        body: bytes,
+        msg_id: str | None,
+        *,
+        unless_ended: bool = False,
     ) -> PubAck:
         headers = {KIND: kind}
         if msg_id is not None:
             headers[MSG_ID] = msg_id
+        if unless_ended:
+            headers[EXPECTED_SEQ], headers[EXPECTED_SUBJECT] = "0", self.layout.ends(eid)
         subject = self.layout.inbox(partition, eid)
         self._check_fits(subject, body, headers, f"the {kind} message to {unescape(eid)!r}")
         return await retrying(
@@ -528,21 +553,22 @@ class NatsStore:
 
         return unsubscribe
 
+    # A journal is read as the run's whole tree: its ``.j`` subject and, since end records
+    # have their own (``Layout.ends``), its ``.end`` subject, in stream order.
+
     async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
         """Every record of the run's journal with a sequence above ``after``, in order."""
-        return await direct_batch(self.nc, self.layout.stream, self.layout.journal(eid), after + 1)
+        return await direct_batch(self.nc, self.layout.stream, self.layout.tree(eid), after + 1)
 
     async def last_in_journal(self, eid: str) -> StoredMsg | None:
-        return await retrying(self._direct_last, self.layout.journal(eid))
+        return await retrying(self._direct_last, self.layout.tree(eid))
 
     async def first_in_journal(self, eid: str) -> StoredMsg | None:
         return await self.journal_at(eid, 1)
 
     async def journal_at(self, eid: str, seq: int) -> StoredMsg | None:
         """The first record of the run's journal at or after sequence ``seq``."""
-        found = await direct_batch(
-            self.nc, self.layout.stream, self.layout.journal(eid), seq, limit=1
-        )
+        found = await direct_batch(self.nc, self.layout.stream, self.layout.tree(eid), seq, limit=1)
         return found[0] if found else None
 
     async def _direct_last(self, subject: str) -> StoredMsg | None:

@@ -189,7 +189,7 @@ class TokenStore:
         # Both first: the journal must be read before the catch-up (see below), and
         # neither waits for the other, so the first token comes one round trip sooner.
         journal, (start, exists) = await asyncio.gather(
-            direct_batch(self.nc, self.layout.stream, self.layout.journal(eid), after + 1),
+            direct_batch(self.nc, self.layout.stream, self.layout.tree(eid), after + 1),
             self._seek(subject, offset),
         )
         for msg in journal:
@@ -222,7 +222,7 @@ class TokenStore:
         try:
             subs.append(
                 await js.subscribe(
-                    self.layout.journal(eid),
+                    self.layout.tree(eid),  # the journal and its end records
                     ordered_consumer=True,
                     cb=on_record,
                     stream=self.layout.stream,

@@ -1,20 +1,25 @@
-"""One watch per connection on every journal: how callers learn a result may be there.
+"""One watch per connection on every journal's end records: how callers learn a result
+is there.
 
 ``Run.result()`` waits for a run's end record, ``ObjectKey.result()`` for an
 invocation's ``obj.done``. Each used to open a JetStream consumer of its own (an ordered
 consumer on the journal), so 1,200 waiters hit the stream's consumer limit, and the
 consumers outlived the calls. Here a connection has at most one consumer for all its
-waiters: headers only (no record is sent or decoded, a few hundred bytes a record),
-filtered on every journal subject (``<ns>.run.*.j``), delivering new records only. It
-is made when the first waiter comes and deleted when the last one leaves, so a client
-that waits for nothing holds nothing on the server.
+waiters, filtered on the subject only end records are stored on (``<ns>.run.*.end``,
+``Layout.ends``), delivering new records only, bodies included: no step record is sent
+to a waiting client, and the end record it waits for needs no read of its own. It is
+made when the first waiter comes and deleted when the last one leaves, so a client that
+waits for nothing holds nothing on the server.
 
-The watch is a hint, the journal the truth: a waiter reads the record it was told of
-(or its journal's last record) by Direct Get. A waiter first registers, then the
-consumer exists, then the waiter reads: a record stored before the consumer was made
-is in that read, one stored after is delivered. When the watch may have missed records
-(a reconnect; a gap in the consumer's sequence; no heartbeat for a while: a server
-restart), the next waiter to notice makes a new consumer and every waiter reads again.
+The watch is a hint, the journal the truth: a waiter first registers, then the
+consumer exists, then the waiter reads its journal's last record: a record stored
+before the consumer was made is in that read, one stored after is delivered. When the
+watch may have missed records (a reconnect; a gap in the consumer's sequence; no
+heartbeat for a while: a server restart), the next waiter to notice makes a new
+consumer and every waiter reads again. Journals of earlier versions have their end
+records on ``.j``, which this watch does not hear: a waiter reads its journal again
+when it has heard nothing for ``LOOK_AGAIN`` (a worker of an earlier version that ends
+the run while a client of this one waits).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from fusee.adapters.jetstream.direct import retrying
-from fusee.adapters.jetstream.layout import KIND
+from fusee.adapters.jetstream.layout import KIND, StoredMsg
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -45,32 +50,39 @@ __all__ = ("JournalWatch", "Waiter")
 HEARTBEAT = 2.0  # the consumer's idle heartbeat, asked of the server
 STALE = 3 * HEARTBEAT  # nothing heard for this long: the consumer is gone, make another
 INACTIVE = 30.0  # the server deletes the consumer of a client that died this long ago
+LOOK_AGAIN = 30.0  # a waiter that heard nothing for this long reads its journal again
 
 
 class Waiter:
-    """One caller's interest in one journal: the sequences of records of ``kinds``
-    stored since it last looked, and whether the watch may have missed some."""
+    """One caller's interest in one journal: the end records of ``kinds`` stored since
+    it last looked, and whether the watch may have missed some."""
 
     def __init__(self, kinds: frozenset[str]) -> None:
         self.kinds = kinds
-        self._seqs: list[int] = []
+        self._records: list[StoredMsg] = []
         self._missed = False
         self._event = anyio.Event()
+        self._looked = time.monotonic()  # the last news, or the last read it was told to do
 
-    def _note(self, seq: int) -> None:
-        self._seqs.append(seq)
+    def _note(self, record: StoredMsg) -> None:
+        self._records.append(record)
         self._event.set()
 
     def _lost(self) -> None:
         self._missed = True
         self._event.set()
 
-    def _take(self) -> tuple[list[int], bool]:
-        seqs, missed = self._seqs, self._missed
-        self._seqs, self._missed = [], False
+    def _take(self) -> tuple[list[StoredMsg], bool]:
+        records, missed = self._records, self._missed
+        self._records, self._missed = [], False
         if self._event.is_set():
             self._event = anyio.Event()
-        return seqs, missed
+        now = time.monotonic()
+        if records or missed:
+            self._looked = now
+        elif now - self._looked >= LOOK_AGAIN:
+            missed, self._looked = True, now  # an end stored where the watch cannot hear
+        return records, missed
 
 
 class JournalWatch:
@@ -79,8 +91,8 @@ class JournalWatch:
     def __init__(self, nc: Client, js: JetStreamContext, layout: Layout) -> None:
         self.nc, self.js, self.layout = nc, js, layout
         lay = layout
-        self._filter = f"{lay.namespace}.run.*.j"
-        self._prefix = f"{lay.namespace}.run."
+        self._filter = lay.ends("*")
+        self._prefix, self._suffix = lay.ends("\0").split("\0")
         self._waiters: dict[str, set[Waiter]] = {}
         self._count = 0
         self._lock = anyio.Lock()
@@ -93,6 +105,7 @@ class JournalWatch:
             None  # the consumer's delete, after the last waiter
         )
         self.consumers_made = 0  # for tests and benchmarks
+        self.delivered = 0  # records the consumer delivered (for tests and benchmarks)
 
     @property
     def waiting(self) -> int:
@@ -144,12 +157,13 @@ class JournalWatch:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.shield(task)
 
-    async def next(self, waiter: Waiter, timeout: float) -> tuple[list[int], bool]:
-        """Wait up to ``timeout`` seconds for news: ``(sequences of records of the
-        waiter's kinds, in order; whether records may have been missed: then read the
-        journal again)``. Both empty and False when the time passed."""
+    async def next(self, waiter: Waiter, timeout: float) -> tuple[list[StoredMsg], bool]:
+        """Wait up to ``timeout`` seconds for news: ``(end records of the waiter's
+        kinds, in order; whether records may have been missed: then read the journal
+        again)``. Both empty and False when the time passed."""
         if not self._broken:  # (broken before this waiter came: renewed at once below)
-            with anyio.move_on_after(min(timeout, STALE)):
+            look = waiter._looked + LOOK_AGAIN - time.monotonic()
+            with anyio.move_on_after(max(0.0, min(timeout, STALE, look))):
                 await waiter._event.wait()
         if self._broken or time.monotonic() - self._heard > STALE:
             await self._renew()
@@ -168,7 +182,7 @@ class JournalWatch:
             filter_subject=self._filter,
             deliver_policy=DeliverPolicy.NEW,
             ack_policy=AckPolicy.NONE,
-            headers_only=True,
+            headers_only=False,  # end records only: the waiter needs the body, not a read
             idle_heartbeat=HEARTBEAT,
             inactive_threshold=INACTIVE,
             mem_storage=True,
@@ -230,14 +244,18 @@ class JournalWatch:
             self._lose_all()  # a message was dropped (a reconnect, a slow consumer)
             return
         self._next += 1
+        self.delivered += 1
         subject = msg.subject
-        if not subject.startswith(self._prefix):
+        if not (subject.startswith(self._prefix) and subject.endswith(self._suffix)):
             return
-        eid = subject[len(self._prefix) : -2]  # <ns>.run.<eid>.j
+        eid = subject[len(self._prefix) : len(subject) - len(self._suffix)]
         kind = headers.get(KIND)
+        record: StoredMsg | None = None
         for waiter in self._waiters.get(eid, ()):
             if kind in waiter.kinds:
-                waiter._note(meta.sequence.stream)
+                if record is None:
+                    record = StoredMsg(meta.sequence.stream, subject, msg.data, dict(headers))
+                waiter._note(record)
 
     def reconnected(self) -> None:
         """The connection came back: what was stored meanwhile may not be delivered (and

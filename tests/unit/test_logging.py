@@ -1,0 +1,75 @@
+"""The JSON lines of ``configure_logging`` (what ``fusee worker`` writes when stderr is not
+a terminal): one object a line, with the bound context, written as each line is logged."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from fusee.logs import configure_logging, get_logger
+
+
+@pytest.fixture
+def restore_structlog() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()
+    get_logger().use(None)
+
+
+def _lines(out: io.StringIO) -> list[dict[str, object]]:
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+@pytest.mark.usefixtures("restore_structlog")
+def test_a_json_line_has_time_level_event_and_the_bound_context() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = get_logger()
+    with structlog.contextvars.bound_contextvars(run_id="r1", step="s", pos=1):
+        log.debug("step.started", attempt=1)  # below the level: nothing
+        log.info("step.completed", attempt=1, duration_ms=0.5)
+        log.info("child.started", run_id="r2")  # a call's own key wins over the bound one
+    log.info("worker.stopped")  # outside the block: nothing of it is bound
+    (line, child, after) = _lines(out)
+    assert "run_id" not in after
+    assert "step" not in after
+    assert list(line)[:3] == ["timestamp", "level", "event"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", str(line["timestamp"]))
+    assert line["level"] == "info"
+    assert line["event"] == "step.completed"
+    assert {"run_id": "r1", "step": "s", "pos": 1, "attempt": 1, "duration_ms": 0.5}.items() <= (
+        line.items()
+    )
+    assert child["run_id"] == "r2"
+
+
+@pytest.mark.usefixtures("restore_structlog")
+def test_errors_carry_their_traceback_and_odd_values_their_repr() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = get_logger()
+    try:
+        raise ZeroDivisionError("division by zero")
+    except ZeroDivisionError:
+        log.exception("actor.crashed", thing=object())
+    (line,) = _lines(out)
+    assert line["level"] == "error"
+    assert "ZeroDivisionError: division by zero" in str(line["exception"])
+    assert str(line["thing"]).startswith("<object object at ")
+
+
+@pytest.mark.usefixtures("restore_structlog")
+def test_configuring_again_changes_fusee_s_lines() -> None:
+    first, second = io.StringIO(), io.StringIO()
+    configure_logging("json", "info", stream=first)
+    get_logger().info("one")
+    configure_logging("json", "warning", stream=second)
+    get_logger().info("two")
+    get_logger().warning("three")
+    assert [e["event"] for e in _lines(first)] == ["one"]
+    assert [e["event"] for e in _lines(second)] == ["three"]
