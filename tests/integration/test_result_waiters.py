@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 import fusee
+from fusee.actors.registry import Registry
 from fusee.adapters.jetstream.server import EmbeddedServer
 from tests.workers.procs import chain_input, chain_result, wait_until
 
@@ -28,7 +29,7 @@ async def gated(ctx: fusee.Context, n: int) -> int:
         await release.wait()
         return n * 2
 
-    return await ctx.step("held", held)
+    return await ctx.step("held", held, type=int)
 
 
 @fusee.workflow("waiters_signalled")
@@ -105,7 +106,7 @@ async def test_object_result_waiters_use_the_watch(engine: fusee.Engine) -> None
         return n
 
     box = fusee.object("waiters_box", {"slow": slow})
-    registry = fusee.actors.registry.Registry()
+    registry = Registry()
     registry.add_object(box)
     async with engine.worker(registry=registry):
         key = box.key("k", engine=engine)
