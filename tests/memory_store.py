@@ -84,10 +84,15 @@ class MemoryStore:
         """Run ``eid``'s journal as stored (the list itself: a test may read it as it grows)."""
         return self.journals.setdefault(eid, [])
 
-    def seed(self, eid: str, *records: bytes) -> None:
-        """Store encoded records in ``eid``'s journal as if written before the test."""
-        for data in records:
-            self.journal(eid).append(self._next(data))
+    def seed(self, eid: str, *records: bytes | Stored) -> None:
+        """Store records in ``eid``'s journal as if written before the test: encoded
+        ones at the next sequence, ``Stored`` ones at their own (a recorded journal)."""
+        for record in records:
+            if isinstance(record, Stored):
+                self.last_seq = max(self.last_seq, record.seq)
+                self.journal(eid).append(record)
+            else:
+                self.journal(eid).append(self._next(record))
 
     def fire_timer(self, eid: str, pos: int) -> int:
         """The timer of wait ``pos`` lands in the run's inbox, as when its time comes."""
