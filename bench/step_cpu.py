@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
 from fusee.errors import Fenced
@@ -39,6 +40,7 @@ class Stored:
 class MemoryJournal:
     msgs: list[Stored] = field(default_factory=list)
     max_value: int = 1 << 20
+    tokens: None = None  # no token streams here
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         last = self.msgs[-1].seq if self.msgs else 0
@@ -88,13 +90,15 @@ async def cpu_per_step(runs: int, steps: int) -> float:
         start = RunStarted(workflow="w", input=msgspec.Raw(str(steps).encode()), started_at=0.0)
         store.msgs.append(Stored(1, encode_record(start)))
         actor = RunActor(
-            store=store,  # type: ignore[arg-type]  # the actor needs only these methods here
-            namespace="bench",
-            eid=f"r{r}",
-            run_id=f"r{r}",
-            partition=0,
             registry=registry,
-            clock=time.time,
+            core=ActorCore(
+                store=store,  # type: ignore[arg-type]  # the actor needs only these methods here
+                namespace="bench",
+                eid=f"r{r}",
+                run_id=f"r{r}",
+                partition=0,
+                clock=time.time,
+            ),
         )
         await actor.run()
     return (time.process_time() - began) / (runs * steps) * 1e6

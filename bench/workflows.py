@@ -30,7 +30,7 @@ async def wait_for_go(ctx: fusee.Context, _arg: None) -> str:
     return str(await ctx.wait_for("go"))
 
 
-async def _increment(ctx: fusee.Context) -> int:
+async def _increment(ctx: fusee.ObjectContext) -> int:
     count: int = ctx.state.get("count", 0) + 1
     ctx.state.set("count", count)
     return count

@@ -105,7 +105,7 @@ async def test_random_kills(
                 # one kill per iteration: at most the step running then ran once more
                 assert min(ran) >= 1, (context, ran)
                 assert sum(n - 1 for n in ran) <= 1, (context, ran, execution_lines(log))
-            journaled = []
+            journaled: list[str] = []
             for run_id in runs:
                 journaled += completed_keys(await engine.run(run_id).journal()).values()
             assert sorted(executions(log)) == sorted(journaled), (

@@ -9,6 +9,7 @@ step's result is the final attempt's text.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
@@ -96,7 +97,7 @@ async def test_kill_worker_mid_stream(
                     base = await last_index(engine, "cont")
                     step = rng.randint(5, 60)
                     await wait_until(
-                        lambda base=base, step=step: _grown(engine, base + step),
+                        functools.partial(_grown, engine, base + step),
                         timeout=20,
                         what=f"the stream to grow (kill {i + 1})",
                         interval=0.01,

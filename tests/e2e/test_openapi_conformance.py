@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from schemathesis.core.result import Ok
 
 from tests.helpers import cli_cmd, cli_env, wait_for_line
 from tests.workers.procs import HERE, Workers
@@ -73,6 +74,7 @@ def test_every_answer_is_documented(api_url: str) -> None:
     schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     failures: list[str] = []
     for result in schema.get_all_operations():
+        assert isinstance(result, Ok), result.err()  # the schema's every operation loads
         operation = result.ok()
         try:
             _checker(operation, api_url)()

@@ -29,7 +29,7 @@ def _registry(seen: dict[str, Any]) -> Registry:
                 seen["signal_set"] = s.signal.is_set()
             return "never"
 
-        return await ctx.step("answer", answer)
+        return await ctx.step("answer", answer, type=str)
 
     registry = Registry()
     registry.add(Workflow("interruptible", interruptible, Any, True))

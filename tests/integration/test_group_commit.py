@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -16,7 +17,7 @@ from fusee.errors import Fenced
 
 
 @pytest.fixture
-async def store(nats_server, namespace):
+async def store(nats_server: Any, namespace: str) -> AsyncIterator[NatsStore]:
     s = await NatsStore.connect(nats_server.url, namespace)
     await s.ensure_layout()
     s.committer.direct_limit = 0  # every append queues: batches whenever two meet
@@ -24,7 +25,9 @@ async def store(nats_server, namespace):
     await s.close()
 
 
-async def test_concurrent_appends_share_batches_and_each_gets_its_sequence(store) -> None:
+async def test_concurrent_appends_share_batches_and_each_gets_its_sequence(
+    store: NatsStore,
+) -> None:
     results: dict[str, int] = {}
 
     async def append(i: int) -> None:
@@ -43,10 +46,14 @@ async def test_concurrent_appends_share_batches_and_each_gets_its_sequence(store
         assert last.data == b'{"n":%s}' % eid.split("-")[1].encode()
 
 
-async def test_a_stale_fence_in_a_batch_fences_only_its_writer(store) -> None:
+async def test_a_stale_fence_in_a_batch_fences_only_its_writer(store: NatsStore) -> None:
     for i in range(10):
         await store.append(f"r{i}", "test", b"1", fence=0, msg_id=f"r{i}:1")
-    fences = {f"r{i}": (await store.last_in_journal(f"r{i}")).seq for i in range(10)}
+    fences: dict[str, int] = {}
+    for i in range(10):
+        last = await store.last_in_journal(f"r{i}")
+        assert last is not None
+        fences[f"r{i}"] = last.seq
     outcomes: dict[str, object] = {}
 
     async def append(eid: str, fence: int) -> None:
@@ -69,7 +76,7 @@ async def test_a_stale_fence_in_a_batch_fences_only_its_writer(store) -> None:
 
 
 async def test_an_appender_cancelled_while_its_record_is_queued_takes_no_one_with_it(
-    nats_server_private,
+    nats_server_private: Any,
 ) -> None:
     """The first appender of a lot used to send everyone's records: cancelled (its run's
     cancel, timeout or drain), it failed all of them with a nats TimeoutError."""

@@ -178,10 +178,10 @@ async def test_cli_worker_logs_json_lines(
     assert all({"event", "level", "timestamp"} <= e.keys() for e in events), events
 
     assert completed_steps(events, "r-cli") == list(STEPS)
-    for line in of_run(events, "r-cli", "step.completed"):
-        assert_step_line(line, "r-cli", min_ms=45)
-        assert line["level"] == "info"
-        assert "worker" in line
+    for event in of_run(events, "r-cli", "step.completed"):
+        assert_step_line(event, "r-cli", min_ms=45)
+        assert event["level"] == "info"
+        assert "worker" in event
     assert len(of_run(events, "r-cli", "run.completed")) == 1
     assert [e["event"] for e in events if e["event"].startswith("worker.")][-1] == "worker.stopped"
     # the CLI's default level is info: debug lines (step.started) stay out

@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 import fusee
+from fusee.actors.registry import Registry
 from fusee.actors.worker import owner_for
 from fusee.runtime.objects import object_id
 from fusee.runtime.records import ObjectDone
@@ -385,7 +386,7 @@ async def test_state_that_is_not_json_fails_the_handler_and_keeps_the_state(
         ctx.state.set("fine", 2)
         return 2
 
-    registry = fusee.actors.registry.Registry()
+    registry = Registry()
     weird = fusee.object("weird", {"bad": bad, "ok": ok})
     registry.add_object(weird)
     async with engine.worker(registry=registry):
@@ -415,7 +416,7 @@ async def test_a_failed_invocation_runs_its_compensations_and_cancels_its_childr
             return str(await ctx.child("slow", f"slow-{ctx.key}", None))
         raise ValueError("payment declined")
 
-    registry = fusee.actors.registry.Registry()
+    registry = Registry()
     registry.add(fusee.Workflow("slow", slow, Any, True))
     trips = fusee.object("trip", {"book": fusee.exclusive(book, timeout="1s")})
     registry.add_object(trips)
@@ -472,6 +473,7 @@ async def test_a_frozen_owner_is_fenced_out_and_the_change_applies_once(
         by_id = await start_balanced(workers, engine, 2)
         counter = counters.key("zombie", engine=engine)
         owner_id = (await owners(engine))[counter._partition]
+        assert owner_id is not None
         zombie = by_id[owner_id]
         release = tmp_path / "release"  # the step waits for it: frozen, it cannot finish
         seq = await counter.send("add", {"client": "z", "n": 0, "until": str(release)})
@@ -605,7 +607,7 @@ async def test_a_shared_handlers_own_timeout_error_is_its_error_not_the_deadline
     async def stalls(ctx: Any) -> None:
         await anyio.sleep(30)
 
-    registry = fusee.actors.registry.Registry()
+    registry = Registry()
     reader = fusee.object(
         "timeouts",
         {"upstream": fusee.shared(upstream), "stalls": fusee.shared(stalls)},

@@ -110,13 +110,13 @@ bumpers = fusee.object("park_race_bumper", {"bump": _bump})
 
 
 async def test_a_call_while_the_object_goes_idle(engine: fusee.Engine) -> None:
-    eid = escape("@park_race_bumper/k")
+    bumper = escape("@park_race_bumper/k")
     idling = anyio.Event()
     real_mark_idle = engine.store.mark_idle
 
-    async def mark_idle(p: int, e: str, ttl: float) -> None:
-        await real_mark_idle(p, e, ttl)
-        if e == eid:
+    async def mark_idle(partition: int, eid: str, ttl: float) -> None:
+        await real_mark_idle(partition, eid, ttl)
+        if eid == bumper:
             idling.set()
 
     engine.store.mark_idle = mark_idle  # type: ignore[method-assign]
@@ -129,7 +129,7 @@ async def test_a_call_while_the_object_goes_idle(engine: fusee.Engine) -> None:
         key = bumpers.key("k", engine=engine)
         assert await key.call("bump") == 1
         await entered.wait()  # it went idle, and reads its inbox once more
-        poked = _poked(worker, eid, hints=1)  # the sender's hint: it found the idle marker
+        poked = _poked(worker, bumper, hints=1)  # the sender's hint: it found the idle marker
         # sent, not called: no caller waits and looks again, the worker alone must see it
         seq = await key.send("bump")
         await poked.wait()  # the invocation and the hint reached the worker while it left

@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 import fusee
+from fusee.actors.registry import Registry
 from fusee.adapters.jetstream import watch as watch_module
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.runtime.records import RunCompleted, encode_record
@@ -32,7 +33,7 @@ async def gated(ctx: fusee.Context, n: int) -> int:
         await release.wait()
         return n * 2
 
-    return await ctx.step("held", held)
+    return await ctx.step("held", held, type=int)
 
 
 @fusee.workflow("waiters_signalled")
@@ -109,7 +110,7 @@ async def test_object_result_waiters_use_the_watch(engine: fusee.Engine) -> None
         return n
 
     box = fusee.object("waiters_box", {"slow": slow})
-    registry = fusee.actors.registry.Registry()
+    registry = Registry()
     registry.add_object(box)
     async with engine.worker(registry=registry):
         key = box.key("k", engine=engine)

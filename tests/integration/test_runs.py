@@ -97,7 +97,7 @@ async def step_timeout(ctx: fusee.Context) -> int:
             await anyio.sleep(30)
         return s.attempt
 
-    return await ctx.step("slow", call, retry=FAST, timeout=0.3)
+    return await ctx.step("slow", call, retry=FAST, timeout=0.3, type=int)
 
 
 @fusee.workflow("runs_sleepy")

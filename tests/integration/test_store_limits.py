@@ -150,7 +150,7 @@ async def gated(ctx: fusee.Context, arg: int) -> int:
         await gate.wait()
         return arg * 3
 
-    return await ctx.step("held", held)
+    return await ctx.step("held", held, type=int)
 
 
 async def test_the_worker_rides_out_an_outage_longer_than_a_client_waits(

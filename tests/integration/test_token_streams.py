@@ -313,7 +313,7 @@ async def test_many_readers_in_parallel(engine: fusee.Engine) -> None:
 
 
 async def test_token_retention_is_configurable_and_updates_the_stream(
-    nats_server, namespace
+    nats_server: Any, namespace: str
 ) -> None:
     engine = await fusee.connect(nats_server.url, namespace=namespace, token_retention="2h")
     try:
@@ -332,7 +332,7 @@ async def test_token_retention_is_configurable_and_updates_the_stream(
 
 
 async def test_a_stale_token_writer_is_refused_after_a_newer_writer_claims_the_stream(
-    nats_server, namespace
+    nats_server: Any, namespace: str
 ) -> None:
     # A worker stopped mid-stream (SIGSTOP) while another took the run over: when it
     # wakes, its tokens must not land among the new writer's.

@@ -10,11 +10,12 @@ import msgspec
 import pytest
 
 import fusee
+from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
 from fusee.runtime.history import History
-from fusee.runtime.records import RunStarted, encode_record
-from tests.unit.test_replay_machine import MemoryStore, Stored
+from fusee.runtime.records import RunCompleted, RunStarted, encode_record
+from tests.memory_store import MemoryStore
 
 
 class FailingStore(MemoryStore):
@@ -41,13 +42,15 @@ def _actor(store: MemoryStore) -> RunActor:
     registry = Registry()
     registry.add(Workflow("careless", _careless, Any, True))
     return RunActor(
-        store=store,
-        namespace="t",
-        eid="r",
-        run_id="r",
-        partition=0,
         registry=registry,
-        clock=lambda: 1_800_000_000.0,
+        core=ActorCore(
+            store=store,
+            namespace="t",
+            eid="r",
+            run_id="r",
+            partition=0,
+            clock=lambda: 1_800_000_000.0,
+        ),
     )
 
 
@@ -55,7 +58,7 @@ def test_a_failed_commit_is_not_an_error_the_workflow_sees() -> None:
     store = FailingStore()
     store.fail_at = 1  # the step's result
     start = RunStarted(workflow="careless", input=msgspec.Raw(b"0"), started_at=0.0)
-    store.msgs.append(Stored(1, encode_record(start)))
+    store.seed("r", encode_record(start))
 
     async def go() -> None:
         with pytest.raises(BaseException, match="nats: timeout") as failed:
@@ -67,8 +70,8 @@ def test_a_failed_commit_is_not_an_error_the_workflow_sees() -> None:
 
     anyio.run(go)
     history = History("r")
-    for m in store.msgs:
+    for m in store.journal("r"):
         history.feed(m.seq, m.data)
     end = history.end
-    assert end is not None
-    assert msgspec.json.decode(bytes(end.result)) == "worked"  # type: ignore[union-attr]
+    assert isinstance(end, RunCompleted)
+    assert msgspec.json.decode(bytes(end.result)) == "worked"

@@ -1,7 +1,7 @@
 """ctx.now(), ctx.random(), ctx.uuid(): journaled values, handed out in call order.
 
-History/Replayer level first (pure), then the real actor over the in-memory store of
-the replay state machine.
+History/Replayer level first (pure), then the real actor over the in-memory store
+(``tests/memory_store.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import msgspec
 import pytest
 
 import fusee
+from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
 from fusee.errors import DeterminismError
@@ -28,8 +29,8 @@ from fusee.runtime.records import (
     decode_record,
     encode_record,
 )
+from tests.memory_store import MemoryStore
 from tests.unit.test_history import START, done, journal, load
-from tests.unit.test_replay_machine import MemoryStore, Stored
 
 
 def never() -> float:
@@ -101,21 +102,23 @@ def _actor(store: MemoryStore, fn: Any, *, always_replay: bool, clock: Any) -> R
     registry = Registry()
     registry.add(Workflow("values", fn, Any, True))
     return RunActor(
-        store=store,
-        namespace="t",
-        eid="r",
-        run_id="r",
-        partition=0,
         registry=registry,
-        clock=clock,
-        always_replay=always_replay,
+        core=ActorCore(
+            store=store,
+            namespace="t",
+            eid="r",
+            run_id="r",
+            partition=0,
+            clock=clock,
+            always_replay=always_replay,
+        ),
     )
 
 
 def _store() -> MemoryStore:
     store = MemoryStore()
     start = RunStarted(workflow="values", input=msgspec.Raw(b"0"), started_at=0.0)
-    store.msgs.append(Stored(1, encode_record(start)))
+    store.seed("r", encode_record(start))
     return store
 
 
@@ -137,7 +140,7 @@ def test_the_actor_returns_the_same_values_on_replay(always_replay: bool) -> Non
         _actor(store, wf, always_replay=always_replay, clock=lambda: next(ticks) + 0.25).run
     )
     assert outcome == "ended"
-    records = [decode_record(m.data) for m in store.msgs]
+    records = [decode_record(m.data) for m in store.journal("r")]
     assert len(set(seen)) == 1  # replays (always_replay) saw the first values again
     now, rnd, uid = seen[0]
     assert now.tzinfo is UTC
@@ -165,10 +168,10 @@ def test_a_value_taken_inside_a_step_fails_the_step_at_once() -> None:
 
     store = _store()
     assert anyio.run(_actor(store, wf, always_replay=False, clock=lambda: 1.0).run) == "ended"
-    end = decode_record(store.msgs[-1].data)
+    end = decode_record(store.journal("r")[-1].data)
     assert isinstance(end, RunFailed)
     assert "ctx.uuid() was called inside step 'inner'" in end.message
-    assert len(store.msgs) == 3  # step.failed after one attempt, then run.failed
+    assert len(store.journal("r")) == 3  # step.failed after one attempt, then run.failed
 
 
 def test_history_folds_values_from_any_record() -> None:

@@ -8,6 +8,7 @@ import pytest
 from fusee.errors import DeterminismError, JournalGap
 from fusee.runtime.history import Execute, History, Replayed, ReplayedFailure, Replayer
 from fusee.runtime.records import (
+    AnyRecord,
     CallCancelled,
     RunCompleted,
     RunStarted,
@@ -20,13 +21,13 @@ from fusee.runtime.records import (
 )
 
 
-def journal(*records: object) -> list[tuple[int, bytes]]:
+def journal(*records: AnyRecord) -> list[tuple[int, bytes]]:
     """Encode records with correct links, at stream sequences 10, 20, 30..."""
     out: list[tuple[int, bytes]] = []
     history = History("r")
     for i, rec in enumerate(records):
         prev, prev_hash = history.link()
-        data = encode_record(msgspec.structs.replace(rec, prev=prev, prev_hash=prev_hash))  # type: ignore[type-var]
+        data = encode_record(msgspec.structs.replace(rec, prev=prev, prev_hash=prev_hash))
         seq = (i + 1) * 10
         history.feed(seq, data)
         out.append((seq, data))
@@ -118,7 +119,7 @@ def test_code_that_returns_before_the_journaled_steps_is_a_determinism_error() -
     ids=["wait-started", "wait-done", "child", "completion", "cancelled", "retrying"],
 )
 def test_code_that_returns_before_a_journaled_wait_child_or_cancel_is_a_determinism_error(
-    beyond: object, named: str
+    beyond: AnyRecord, named: str
 ) -> None:
     """Every journaled position counts, not only step outcomes: a run whose journal
     waits (or started a child, or cancelled a call) where the code now returns must

@@ -153,7 +153,9 @@ def test_history_folds_invocations_as_generations_and_reads_from_an_anchor() -> 
     assert history.done is None
     assert history.started_seq == 7
     assert list(history.outcomes) == [1]
-    assert bytes(history.outcomes[1].result) == b'"y"'
+    outcome = history.outcomes[1]
+    assert isinstance(outcome, StepCompleted)
+    assert bytes(outcome.result) == b'"y"'
 
     # read from the record the projection was made at (the second obj.done)
     tail = History("@chat/k")

@@ -1,8 +1,8 @@
 """A state machine that interleaves steps, crashes and replays, against the real actor.
 
 The run actor, its context and the replay core run as they do in a worker; only the
-storage under them is an in-memory journal with the same fencing rule as JetStream
-(the integration tests run the same code against a real nats-server). Crashes land
+storage under them is in memory (``tests/memory_store.py``), with the same fencing rule
+as JetStream (the integration tests run the same code against a real nats-server). Crashes land
 before an append, after an append (stored, but the actor never heard back), and inside
 a step's function. The invariants are the ones users rely on: a step whose result was
 stored never runs again, every run ends with the right result, and the journal is one
@@ -11,21 +11,19 @@ unbroken chain with one outcome per position.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
 import anyio
-import anyio.lowlevel
 import msgspec
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 import fusee
+from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
-from fusee.errors import Fenced
 from fusee.runtime.history import History
 from fusee.runtime.records import (
     RunCompleted,
@@ -34,66 +32,7 @@ from fusee.runtime.records import (
     decode_record,
     encode_record,
 )
-
-
-class Crash(BaseException):  # a process dying, not an error (no Error suffix)
-    pass
-
-
-@dataclass
-class Stored:
-    seq: int
-    data: bytes
-
-
-@dataclass
-class MemoryStore:
-    """A journal with JetStream's fencing rule: append only if the fence is current."""
-
-    msgs: list[Stored] = field(default_factory=list)
-    crash_before_append: int | None = None  # crash on the n-th append of this segment
-    crash_after_append: int | None = None
-    appends: int = 0
-    on_stored: Any = None
-    max_value: int = 1 << 20  # what one record may carry, as a server's 1 MiB allows
-    tokens: Any = None  # no token streams (model_call)
-
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
-        await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
-        self.appends += 1
-        if self.crash_before_append == self.appends:
-            raise Crash
-        last = self.msgs[-1].seq if self.msgs else 0
-        if fence != last:
-            raise Fenced(f"fence {fence} != {last}")
-        seq = last + 1
-        self.msgs.append(Stored(seq, data))
-        if self.on_stored is not None:
-            self.on_stored(decode_record(data))
-        if self.crash_after_append == self.appends:
-            raise Crash
-        return seq
-
-    async def read_journal(self, eid: str, after: int = 0) -> list[Stored]:
-        return [m for m in self.msgs if m.seq > after]
-
-    async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int:
-        return last + 1
-
-    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
-        return None
-
-    async def read_inbox(self, partition: int, eid: str, after: int = 0) -> list[Stored]:
-        return []
-
-    async def get_index(self, eid: str) -> bytes | None:
-        return None
-
-    async def mark_active(self, partition: int, eid: str) -> None:
-        return None
-
-    async def clear_active(self, partition: int, eid: str) -> None:
-        return None
+from tests.memory_store import Crash, MemoryStore
 
 
 class ReplayMachine(RuleBasedStateMachine):
@@ -116,7 +55,7 @@ class ReplayMachine(RuleBasedStateMachine):
         self.time = 1_800_000_000.0
         self.store = MemoryStore(on_stored=self._stored)
         start = RunStarted(workflow="machine", input=msgspec.Raw(b"0"), started_at=0.0)
-        self.store.msgs.append(Stored(1, encode_record(start)))
+        self.store.seed("r", encode_record(start))
         self.registry = Registry()
         self.registry.add(Workflow("machine", self._workflow, Any, True))
 
@@ -149,14 +88,16 @@ class ReplayMachine(RuleBasedStateMachine):
 
     def _segment(self) -> None:
         actor = RunActor(
-            store=self.store,
-            namespace="t",
-            eid="r",
-            run_id="r",
-            partition=0,
             registry=self.registry,
-            clock=self._clock,
-            always_replay=self.always_replay,
+            core=ActorCore(
+                store=self.store,
+                namespace="t",
+                eid="r",
+                run_id="r",
+                partition=0,
+                clock=self._clock,
+                always_replay=self.always_replay,
+            ),
         )
 
         async def go() -> None:
@@ -205,11 +146,11 @@ class ReplayMachine(RuleBasedStateMachine):
     @invariant()
     def the_journal_is_one_chain_with_one_outcome_per_position(self) -> None:
         history = History("r")
-        for m in self.store.msgs:
+        for m in self.store.journal("r"):
             history.feed(m.seq, m.data)  # raises JournalGap on a broken link
         positions = [
             decode_record(m.data).pos  # type: ignore[union-attr]
-            for m in self.store.msgs
+            for m in self.store.journal("r")
             if isinstance(decode_record(m.data), StepCompleted)
         ]
         assert len(positions) == len(set(positions))
@@ -220,7 +161,7 @@ class ReplayMachine(RuleBasedStateMachine):
         # A value lost before any commit carried it may differ; from the one journaled
         # on, every replay returns exactly it.
         history = History("r")
-        for m in self.store.msgs:
+        for m in self.store.journal("r"):
             history.feed(m.seq, m.data)
         flat = [v.value for v in history.values]
         for i in range(len(flat) // 3):
@@ -238,7 +179,7 @@ class ReplayMachine(RuleBasedStateMachine):
 
     @invariant()
     def an_ended_run_has_the_right_result(self) -> None:
-        last = decode_record(self.store.msgs[-1].data)
+        last = decode_record(self.store.journal("r")[-1].data)
         if isinstance(last, RunCompleted):
             expected = sum(i * 10 for i in range(1, self.steps + 1))
             assert msgspec.json.decode(bytes(last.result)) == expected

@@ -466,7 +466,7 @@ def _patched(obj: Any, name: str, value: Any) -> Iterator[None]:
         setattr(obj, name, old)
 
 
-def _timer_window() -> contextlib.AbstractContextManager[None]:
+def _timer_window() -> contextlib.ExitStack[bool | None]:
     """The wait's "changed" event taken after the timer was scheduled: a message read
     meanwhile is taken for seen, and the wait sleeps (then parks) with it unread."""
     real_next = Wait.next
@@ -511,7 +511,7 @@ def _consumed_ignored() -> contextlib.AbstractContextManager[None]:
     return _patched(InboxView, "resolve", resolve)
 
 
-MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[object]]] = {
     "a signal taken again after a crash": _consumed_ignored,
     "a signal read while the timer is scheduled": _timer_window,
     "no re-read after parking": _no_reread,

@@ -46,7 +46,7 @@ async def add(ctx: Any, arg: dict[str, Any]) -> int:
             _leave(marker)
         _enter(marker)
         record_line(owner, "1")
-    count = ctx.state.get("count", 0)
+    count: int = ctx.state.get("count", 0)
     if arg.get("step_delay") or arg.get("until"):
 
         async def work() -> str:
@@ -106,7 +106,7 @@ async def hold(ctx: Any, arg: dict[str, Any]) -> str:
 async def nap(ctx: Any, arg: dict[str, Any]) -> int:
     """A durable sleep inside a handler: the key stays held, the object parks."""
     await ctx.sleep(arg["seconds"])
-    count = ctx.state.get("count", 0) + 1
+    count: int = ctx.state.get("count", 0) + 1
     ctx.state.set("count", count)
     return count
 
@@ -121,7 +121,7 @@ async def approve(ctx: Any, arg: dict[str, Any]) -> Any:
 async def say(ctx: Any, text: str) -> str:
     history = ctx.state.get("history") or []
     history.append({"role": "user", "content": text})
-    reply = await ctx.step("reply", lambda: f"echo: {text}")
+    reply: str = await ctx.step("reply", lambda: f"echo: {text}")
     history.append({"role": "assistant", "content": reply})
     ctx.state.set("history", history)
     return reply
@@ -152,6 +152,11 @@ async def spawn(ctx: Any, n: int) -> int:
     return doubled
 
 
+def _slow_peek(ctx: Any) -> Any:
+    time.sleep(0)  # a sync shared handler that blocks (for no time)
+    return ctx.state.get("count", 0)
+
+
 def peek(ctx: Any) -> dict[str, Any]:
     return {"count": ctx.state.get("count", 0), "keys": ctx.state.keys()}
 
@@ -168,7 +173,7 @@ counters = fusee.object(
         "stream_say": stream_say,
         "spawn": spawn,
         "peek": fusee.shared(peek),
-        "slow_peek": fusee.shared(lambda ctx: time.sleep(0) or ctx.state.get("count", 0)),
+        "slow_peek": fusee.shared(_slow_peek),
     },
     timeout="30s",
 )

@@ -79,12 +79,10 @@ class ObjectActor:
         object_type: str,
         key: str,
         registry: Registry,
-        core: ActorCore | None = None,
-        **kwargs: Any,
+        core: ActorCore,
     ) -> None:
-        """An object's driver over ``core`` (or over one made of ``kwargs``: the
-        :class:`~fusee.actors.core.ActorCore` arguments)."""
-        self.core = core if core is not None else ActorCore(**kwargs)
+        """An object's driver over ``core``; ``registry``: the object types it may run."""
+        self.core = core
         self.core.on_step = self.before_step
         self.registry = registry
         self.cancel_reason: str | None = None

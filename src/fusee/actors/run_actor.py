@@ -55,12 +55,10 @@ class RunActor:
         self,
         *,
         registry: Registry,
-        core: ActorCore | None = None,
-        **kwargs: Any,
+        core: ActorCore,
     ) -> None:
-        """A run's driver over ``core`` (or over one made of ``kwargs``: the
-        :class:`~fusee.actors.core.ActorCore` arguments)."""
-        self.core = core if core is not None else ActorCore(**kwargs)
+        """A run's driver over ``core``; ``registry``: the workflows it may run."""
+        self.core = core
         self.registry = registry
         self.cancel_reason: str | None = None
 

@@ -1,0 +1,229 @@
+"""One namespace's storage in memory, for the unit tests: the whole ``RunStore`` port.
+
+It keeps the rules of JetStream the actors rely on: one stream sequence shared by every
+journal and inbox (an object's cursor is an inbox sequence, a run's generation is named
+by a journal sequence), an append that lands only while its fence is still the last
+sequence of that run's journal (``Fenced`` otherwise, as the server's error 10071 is
+translated by the adapter), a ``msg_id`` that dedupes a resent inbox message, and
+compare-and-set on the index and state revisions. Durable timers are kept, not fired:
+a test fires one with :meth:`MemoryStore.fire_timer`. Core NATS (wake hints, replies)
+is recorded in :attr:`MemoryStore.published`.
+
+Crashes for the replay tests: ``crash_before_append`` / ``crash_after_append`` raise
+:class:`Crash` (a process dying, a ``BaseException``) on the n-th append, before it is
+stored or after (stored, but the writer never heard back).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio.lowlevel
+
+from fusee.actors.ports import RunStore, TokenSink
+from fusee.errors import Fenced, JournalGap
+from fusee.runtime.inbox import TimerFired, encode_message
+from fusee.runtime.records import ValueRef, decode_record
+
+__all__ = ("Crash", "MemoryStore", "Stored", "Timer")
+
+
+class Crash(BaseException):  # a process dying, not an error (no Error suffix)
+    pass
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored message: its stream sequence and its bytes (``fusee.actors.ports.Stored``)."""
+
+    seq: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A durable timer as scheduled (a JetStream message schedule)."""
+
+    partition: int
+    until: float
+    start: int
+
+
+@dataclass
+class MemoryStore:
+    """A ``RunStore`` in memory, with JetStream's fencing rule: append only if the
+    fence is the last sequence of the run's journal (0: it has none yet)."""
+
+    completion_secret: bytes = b"s" * 32
+    callback_base_url: str = "http://127.0.0.1:8000"
+    max_value: int = 1 << 20  # what one record may carry, as a server's 1 MiB allows
+    tokens: TokenSink | None = None  # no token streams (model_call)
+    crash_before_append: int | None = None  # crash on the n-th append
+    crash_after_append: int | None = None
+    appends: int = 0
+    on_stored: Callable[[object], None] | None = None  # each appended record, decoded
+    last_seq: int = 0  # the stream's: journals and inboxes share it
+    journals: dict[str, list[Stored]] = field(default_factory=dict)
+    inboxes: dict[tuple[int, str], list[Stored]] = field(default_factory=dict)
+    values: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    index: dict[str, tuple[bytes, int, int]] = field(default_factory=dict)
+    states: dict[tuple[str, str], tuple[bytes, int, int]] = field(default_factory=dict)
+    active: dict[tuple[int, str], bytes] = field(default_factory=dict)
+    timers: dict[tuple[str, int], Timer] = field(default_factory=dict)
+    published: list[tuple[str, bytes]] = field(default_factory=list)
+    _inbox_ids: dict[str, int] = field(default_factory=dict, init=False)
+    _revision: int = field(
+        default=0, init=False
+    )  # the KV buckets' (one counter: only order matters)
+
+    # -- for the tests ------------------------------------------------------------------
+
+    def journal(self, eid: str) -> list[Stored]:
+        """Run ``eid``'s journal as stored (the list itself: a test may read it as it grows)."""
+        return self.journals.setdefault(eid, [])
+
+    def seed(self, eid: str, *records: bytes | Stored) -> None:
+        """Store records in ``eid``'s journal as if written before the test: encoded
+        ones at the next sequence, ``Stored`` ones at their own (a recorded journal)."""
+        for record in records:
+            if isinstance(record, Stored):
+                self.last_seq = max(self.last_seq, record.seq)
+                self.journal(eid).append(record)
+            else:
+                self.journal(eid).append(self._next(record))
+
+    def fire_timer(self, eid: str, pos: int) -> int:
+        """The timer of wait ``pos`` lands in the run's inbox, as when its time comes."""
+        timer = self.timers.pop((eid, pos))
+        body = encode_message(TimerFired(pos=pos, start=timer.start))
+        return self._to_inbox(timer.partition, eid, body)
+
+    def _next(self, data: bytes) -> Stored:
+        self.last_seq += 1
+        return Stored(self.last_seq, data)
+
+    def _to_inbox(self, partition: int, eid: str, body: bytes) -> int:
+        stored = self._next(body)
+        self.inboxes.setdefault((partition, eid), []).append(stored)
+        return stored.seq
+
+    def _rev(self) -> int:
+        self._revision += 1
+        return self._revision
+
+    # -- the journal --------------------------------------------------------------------
+
+    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+        await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
+        self.appends += 1
+        if self.crash_before_append == self.appends:
+            raise Crash
+        journal = self.journal(eid)
+        last = journal[-1].seq if journal else 0
+        if fence != last:
+            raise Fenced(f"journal of {eid} moved past sequence {fence} (it is at {last})")
+        stored = self._next(data)
+        journal.append(stored)
+        if self.on_stored is not None:
+            self.on_stored(decode_record(data))
+        if self.crash_after_append == self.appends:
+            raise Crash
+        return stored.seq
+
+    async def read_journal(self, eid: str, after: int = 0) -> list[Stored]:
+        return [m for m in self.journals.get(eid, []) if m.seq > after]
+
+    async def first_in_journal(self, eid: str) -> Stored | None:
+        journal = self.journals.get(eid)
+        return journal[0] if journal else None
+
+    async def last_in_journal(self, eid: str) -> Stored | None:
+        journal = self.journals.get(eid)
+        return journal[-1] if journal else None
+
+    async def put_value(self, eid: str, data: bytes) -> ValueRef:
+        digest = hashlib.blake2b(data, digest_size=16).hexdigest()
+        self.values[eid, digest] = data
+        return ValueRef(run=eid, digest=digest, size=len(data), chunks=1)
+
+    async def get_value(self, ref: ValueRef) -> bytes:
+        data = self.values.get((ref.run, ref.digest))
+        if data is None:
+            raise JournalGap(f"run {ref.run!r}: the value {ref.digest} is missing")
+        return data
+
+    # -- the run index and the active markers -------------------------------------------
+
+    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+        return self.index.get(eid)
+
+    async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
+        current = self.index.get(eid)
+        if (current[2] if current else 0) != last:
+            return None
+        revision = self._rev()
+        self.index[eid] = (value, journal_seq, revision)
+        return revision
+
+    async def get_index(self, eid: str) -> bytes | None:
+        entry = self.index.get(eid)
+        return (entry[0] or None) if entry else None
+
+    async def mark_active(self, partition: int, eid: str) -> None:
+        self.active[partition, eid] = b"{}"
+        await self.wake(partition, eid)
+
+    async def clear_active(self, partition: int, eid: str) -> None:
+        self.active.pop((partition, eid), None)
+
+    async def mark_idle(self, partition: int, eid: str, ttl: float) -> None:
+        self.active[partition, eid] = b'{"idle":true}'
+
+    # -- inboxes and timers ---------------------------------------------------------------
+
+    async def read_inbox(
+        self, partition: int, eid: str, after: int = 0, *, limit: int = 0
+    ) -> list[Stored]:
+        found = [m for m in self.inboxes.get((partition, eid), []) if m.seq > after]
+        return found[:limit] if limit else found
+
+    async def send_inbox(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
+    ) -> int:
+        if msg_id is not None and msg_id in self._inbox_ids:
+            return self._inbox_ids[msg_id]  # a duplicate: the server stores nothing new
+        seq = self._to_inbox(partition, eid, body)
+        if msg_id is not None:
+            self._inbox_ids[msg_id] = seq
+        return seq
+
+    async def schedule_timer(
+        self, eid: str, partition: int, pos: int, until: float, *, start: int = 0
+    ) -> None:
+        self.timers[eid, pos] = Timer(partition, until, start)  # again: replaces it
+
+    async def wake(self, partition: int, eid: str) -> None:
+        self.published.append((f"wake.{partition}", eid.encode()))
+
+    async def publish_core(self, subject: str, data: bytes) -> None:
+        self.published.append((subject, data))
+
+    # -- keyed objects --------------------------------------------------------------------
+
+    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
+        return self.states.get((object_type, key))
+
+    async def put_state(
+        self, object_type: str, key: str, data: bytes, *, journal_seq: int, cursor: int, last: int
+    ) -> int | None:
+        current = self.states.get((object_type, key))
+        if (current[2] if current else 0) != last:
+            return None
+        revision = self._rev()
+        self.states[object_type, key] = (data, journal_seq, revision)
+        return revision
+
+
+_: RunStore = MemoryStore()  # mypy proves it implements the whole port
