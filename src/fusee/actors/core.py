@@ -211,7 +211,7 @@ class ActorCore:
                 consumed=history.consumed,
                 start=history.started_seq,
                 now=self.clock(),
-                may_park=may_park(),
+                may_park=may_park,
             )
             if isinstance(cmd, Commit):
                 may_park(idle=False)  # busy again: a sibling branch must not park the run

@@ -58,7 +58,7 @@ from fusee.logs import get_logger
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import decode_info
 from fusee.runtime.objects import parse_object_id
-from fusee.runtime.waits import ParkingLot
+from fusee.runtime.parking import ParkingLot
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
 
@@ -603,8 +603,8 @@ class Worker:
                 self._unserved.discard(eid)
         if self.lot.missed:
             # (``missed`` is cleared only once every parked inbox was read)
-            parked = self.lot.to_recheck({*self.owned, *self.guests.values()})
-            self.lot.rechecked(await self._recheck_parked(parked))
+            parked, covered = self.lot.to_recheck({*self.owned, *self.guests.values()})
+            self.lot.rechecked(await self._recheck_parked(parked), covered)
 
     async def _recheck_parked(self, parked: list[tuple[str, int, int]]) -> bool:
         """After a dropped hint: every parked actor with something new in its inbox

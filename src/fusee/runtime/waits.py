@@ -16,13 +16,13 @@ from the view as it is now, and a view that changed since the last answer restar
 idle time. ``tests/unit/test_wait_machine.py`` drives this code with every order of
 reads, timer fires, commits, parks and crashes.
 
-:class:`ParkingLot` is the worker's side: the actors parked, the re-read that closes
-the window between an actor's last read and its parking, and the dropped wake-ups.
+The worker's side (the actors parked, the re-read after parking, dropped wake-ups) is
+``runtime/parking.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 
 import msgspec
@@ -38,7 +38,6 @@ __all__ = (
     "Sleep",
     "Park",
     "WaitCommand",
-    "ParkingLot",
     "Idle",
     "TIMER_EARLY",
 )
@@ -174,9 +173,11 @@ class Wait:
         consumed: Container[int],
         start: int,
         now: float,
-        may_park: bool,
+        may_park: Callable[[], bool],
     ) -> WaitCommand:
-        """What to do now, given everything read so far."""
+        """What to do now, given everything read so far. ``may_park`` is asked only
+        once the idle time ran out (inside ``ctx.all``/``ctx.race`` asking marks this
+        branch idle: a branch that is still setting its timer, or has news, is not)."""
         if view.version != self._version:
             self._version = view.version  # news: the idle time starts again
             self._idle_since = now
@@ -195,7 +196,7 @@ class Wait:
             deadline = min(deadline, started.until)
         if now < deadline:
             return Sleep(deadline, self._version)
-        if may_park:
+        if may_park():
             return Park(view.seen)
         self._idle_since = now
         return Sleep(now + self.park_after, self._version, kept=True)
@@ -219,73 +220,3 @@ class Idle:
         if now < until:
             return Sleep(until, version)
         return Park(seen)
-
-
-@dataclass
-class ParkingLot:
-    """The actors a worker parked: they left memory to wait for their inbox, and a
-    message to them (through the wake loop) brings them back.
-
-    The worker's inbox consumer hands a message to the actor in memory; one that comes
-    after the actor's last read and before it is parked reaches nobody. So an actor is
-    parked first (from then on a wake finds it here), and its inbox read once more above
-    ``left_at`` (:meth:`looked`). A wake-up the worker dropped (its queue full) marks
-    the lot ``missed``: the next reconcile reads every parked inbox (:meth:`to_recheck`).
-    """
-
-    parked: dict[str, tuple[int, int]] = field(default_factory=dict)  # eid: (partition, left_at)
-    missed: bool = False
-
-    def leave(self, eid: str, partition: int, left_at: int) -> None:
-        """``eid`` left memory having read its inbox up to ``left_at``: the caller reads
-        the inbox above it next, and tells :meth:`looked`."""
-        self.parked[eid] = (partition, left_at)
-
-    def looked(self, eid: str, left_at: int, news: bool) -> bool:
-        """The inbox of ``eid`` was read above ``left_at``; True: there is news and it
-        is still parked as it left (not brought back meanwhile), so it comes back now."""
-        if not news or self.parked.get(eid, (0, -1))[1] != left_at:
-            return False
-        del self.parked[eid]
-        return True
-
-    def look_failed(self, eid: str) -> None:
-        """The read after :meth:`leave` failed: not parked (a reconcile brings it back),
-        and any parked actor may have missed its message the same way."""
-        self.parked.pop(eid, None)
-        self.missed = True
-
-    def wake(self, eid: str) -> bool:
-        """A message to ``eid`` came: True when it was parked (it comes back)."""
-        return self.parked.pop(eid, None) is not None
-
-    def dropped(self) -> None:
-        """A wake-up or an inbox message was dropped: some parked actor may be due."""
-        self.missed = True
-
-    def is_parked(self, eid: str) -> bool:
-        return eid in self.parked
-
-    def to_recheck(self, partitions: Container[int]) -> list[tuple[str, int, int]]:
-        """After a drop: ``(eid, partition, left_at)`` of every parked actor to look
-        at (none when nothing was dropped)."""
-        if not self.missed:
-            return []
-        return [(e, p, s) for e, (p, s) in self.parked.items() if p in partitions]
-
-    def rechecked(self, complete: bool) -> None:
-        """The reads of :meth:`to_recheck` are done; ``complete``: all of them
-        answered (else the next reconcile looks again)."""
-        if complete:
-            self.missed = False
-
-    def forget(self, partitions: Container[int], listed: Iterable[str]) -> None:
-        """Forget the actors of ``partitions`` whose marker is gone (an idle object's
-        expired): a message to them comes with a wake, which activates them."""
-        marked = set(listed)
-        for eid in [e for e, (p, _) in self.parked.items() if p in partitions and e not in marked]:
-            del self.parked[eid]
-
-    def drop_partition(self, partition: int) -> None:
-        for eid in [e for e, (p, _) in self.parked.items() if p == partition]:
-            del self.parked[eid]
