@@ -43,8 +43,8 @@ from hypothesis.stateful import (
 
 from fusee.runtime import waits
 from fusee.runtime.inbox import InboxMessage, Signal, TimerFired
-from fusee.runtime.records import WaitDone, WaitStarted
 from fusee.runtime.parking import ParkingLot
+from fusee.runtime.records import WaitDone, WaitStarted
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Sleep, Wait
 
 EID = "r-1"

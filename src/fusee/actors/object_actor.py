@@ -97,6 +97,8 @@ class ObjectActor:
         self.projection_rev = 0  # its KV revision (compare-and-set), 0: none
         self.running: Invocation | None = None
         self._projected_size = 0  # history.size when the projection was written
+        self._projected_at = 0  # the journal record it was made at
+        self._boundary = 0  # the obj.done of the last invocation that ended
         # invocations that ended after the projection was made (read at activation)
         self._unprojected: list[tuple[Invocation, ObjectDone, int]] = []
         self._background: anyio.abc.TaskGroup | None = None
@@ -119,6 +121,11 @@ class ObjectActor:
         self.state, self.cursor = snap.state, snap.cursor
         self.projection_rev, self._unprojected = snap.revision, snap.unprojected
         self._projected_size = 1 if snap.projected_at else 0  # history.size at the projection
+        self._projected_at = snap.projected_at
+        # The projection is tagged with the obj.done of the last invocation it holds,
+        # never with a record inside an invocation: an activation reads the journal
+        # from its tag on and must see where a begun invocation began.
+        self._boundary = snap.unprojected[-1][2] if snap.unprojected else snap.projected_at
 
     async def run(self) -> Outcome:
         """Activate, run what is queued, and say how it left: ``idle`` (nothing queued
@@ -177,8 +184,12 @@ class ObjectActor:
                     functools.partial(self.core.watch_inbox, self._read_inbox, once=False)
                 )
                 outcome = await self._serve_queue()
+                self._project_behind()
+            except (Parked, Evicted) as exc:
+                escaped = exc
+                self._project_behind()
             except BaseException as exc:  # noqa: BLE001 - re-raised below, ungrouped
-                escaped = exc  # (Parked, Evicted, Fenced: the worker tells them apart)
+                escaped = exc  # (Fenced, a failed commit: the worker tells them apart)
             finally:
                 self._background = None
                 background.cancel_scope.cancel()  # the watcher; the writes are shielded
@@ -377,9 +388,7 @@ class ObjectActor:
                 error=f"{done.error_type}: {done.message}",
             )
         await self._reply(inv, done, self.core.fence)
-        self._project_later(
-            force=bool(fields.keys() & {"state_set", "state_deleted", "state_cleared"})
-        )
+        self._project_later()
         # the next invocation starts clean
         self.running = None
         self.cancel_reason = None
@@ -481,24 +490,36 @@ class ObjectActor:
 
     # -- after an invocation ----------------------------------------------------------
 
-    def _project_later(self, *, force: bool) -> None:
-        """Write the projection in the background, after the reply: the next invocation
-        does not wait for it. Readers that must see an invocation they were answered
-        for (shared handlers, ``state()``) fold the journal past a projection that is
-        behind (``current_state``); puts stay in order, each after the one before."""
+    def _project_later(self) -> None:
+        """At an invocation's end (its ``obj.done`` just landed): write the projection
+        in the background once it is ``REPROJECT_AFTER`` records behind the journal
+        (or there is none yet), never on the call's path; leaving memory writes it too
+        (``_project_behind``). Every reader of the state (shared handlers, ``state()``,
+        ``list_objects``) folds the journal past a projection that is behind
+        (``current_state``), so it sees every invocation a caller was answered for;
+        puts stay in order, each after the one before."""
         if self._background is None:
             raise RuntimeError("_project_later outside _serve")
         self._raise_projection_error()
-        if (
-            not force
-            and self.projection_rev
-            and self.core.history.size - self._projected_size < REPROJECT_AFTER
-        ):
+        self._boundary = self.core.fence
+        if self.projection_rev and self.core.history.size - self._projected_size < REPROJECT_AFTER:
             return
+        self._put_soon()
+
+    def _project_behind(self) -> None:
+        """Leaving memory (idle, parked, evicted): the projection catches up with the
+        last invocation that ended, so ``nats kv get`` shows the state of a key at rest
+        and the next activation reads a short journal."""
+        if self._background is not None and self._boundary != self._projected_at:
+            self._put_soon()
+
+    def _put_soon(self) -> None:
+        assert self._background is not None
         self._projected_size = self.core.history.size
+        self._projected_at = self._boundary
         before, done = self._projecting, anyio.Event()
         self._projecting = done
-        data, seq, cursor = encode_state(self.state), self.core.fence, self.cursor
+        data, seq, cursor = encode_state(self.state), self._boundary, self.cursor
         self._background.start_soon(self._put_after, before, done, data, seq, cursor)
 
     async def _put_after(
@@ -522,9 +543,10 @@ class ObjectActor:
 
     async def _project_state(self, *, force: bool) -> None:
         """Write the state to KV now (activation's catch-up)."""
-        if force or not self.projection_rev:
-            await self._put(encode_state(self.state), self.core.fence, self.cursor)
+        if self._boundary and (force or not self.projection_rev):
+            await self._put(encode_state(self.state), self._boundary, self.cursor)
             self._projected_size = self.core.history.size
+            self._projected_at = self._boundary
 
     async def _put(self, data: bytes, seq: int, cursor: int) -> None:
         """Write the state to KV, tagged with the journal record it was made at (after

@@ -16,6 +16,13 @@ from fusee.runtime.index import RunInfo, decode_info, encode_info, supersedes
 __all__ = ("project_index",)
 
 
+def _same(old: RunInfo, new: RunInfo) -> bool:
+    """Whether the two entries say the same, whenever they were made."""
+    return msgspec.structs.replace(old, updated_at=0.0) == msgspec.structs.replace(
+        new, updated_at=0.0
+    )
+
+
 async def project_index(store: RunStore, eid: str, info: RunInfo, journal_seq: int) -> bool:
     """Write ``info`` (made from the journal up to ``journal_seq``) unless the index
     holds an entry made from more of it. True when written."""
@@ -32,6 +39,10 @@ async def project_index(store: RunStore, eid: str, info: RunInfo, journal_seq: i
                     old = None  # unreadable: replaced
             if old is not None and not supersedes(info, journal_seq, old, seq):
                 return False
+            if old is not None and seq == journal_seq and _same(old, info):
+                # an ended run activated again (a reconcile listed its marker in the
+                # second it lingers): the entry says this already, nothing is written
+                return True
         written = await store.put_index(eid, encode_info(info), journal_seq=journal_seq, last=last)
         if written is not None:
             return True
