@@ -68,6 +68,9 @@ log = get_logger()
 # How long an idle object's marker lasts: a worker that dies just as an object goes idle
 # leaves it to the next owner for this long (see Worker._actor_task).
 IDLE_MARKER_TTL = 600.0
+# How long a run that ended here is not activated again: its active marker's purge
+# (a purge marker with a 1 s TTL) keeps the key listed until the server removes it.
+ENDED_LISTED = 5.0
 
 # While NATS does not answer: the first retry after this long, doubling up to the cap.
 OUTAGE_BACKOFF = (0.25, 2.0)
@@ -206,6 +209,10 @@ class Worker:
         # hint or an inbox message was dropped (the queue was full), so the next
         # reconcile reads their inboxes, since one may be for them
         self.lot = ParkingLot()
+        # Runs this worker saw end, and when (anyio time): their purged marker stays
+        # listed for its TTL's second, and a reconcile then would activate the run
+        # again only to find it ended (and write its index entry and purge again).
+        self._ended: dict[str, float] = {}
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
@@ -700,6 +707,12 @@ class Worker:
         held = self.quarantined.get(eid)
         if held is not None and anyio.current_time() < held.until:
             return  # a message waits in its inbox; a reconcile after `until` brings it back
+        if self._ended:
+            now = anyio.current_time()
+            for gone in [e for e, at in self._ended.items() if now - at > ENDED_LISTED]:
+                del self._ended[gone]
+            if eid in self._ended:
+                return
         named = parse_object_id(unescape(eid))
         if named is not None and self.registry.get_object(named[0]) is None:
             # a key of a type this worker lacks: handed over without an activation
@@ -769,6 +782,8 @@ class Worker:
                 else:
                     self.guests.pop(eid, None)
                     await self.store.clear_active(p, eid)
+                    if outcome == "ended":
+                        self._ended[eid] = anyio.current_time()
         except Evicted:
             pass
         except CommitFailed as exc:
