@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from fusee.runtime.inbox import Unknown, decode_message, encode_message
+from fusee.runtime.inbox import Cancel, ChildEnded, Unknown, decode_message, encode_message
 from fusee.runtime.records import decode_record, encode_record, kind_of
 
 HERE = Path(__file__).parent
@@ -68,3 +68,14 @@ def test_an_inbox_message_of_another_kind_is_unknown_not_an_error() -> None:
     )
     assert decode_message(b"[1, 2]") is None
     assert decode_message(b"not json") is None
+
+
+def test_a_malformed_cancel_still_cancels_and_a_malformed_child_end_fails_the_wait() -> None:
+    assert decode_message(b'{"kind":"cancel","reason":5}') == Cancel(reason="5")
+    assert decode_message(b'{"kind":"cancel","target":"x"}') == Cancel()
+    child = decode_message(b'{"kind":"child","id":"c-1","status":"completed","message":null}')
+    assert isinstance(child, ChildEnded)
+    assert child.outcome()["status"] == "failed"
+    assert child.outcome()["error_type"] == "fusee.InvalidInput"
+    assert "c-1" in child.outcome()["message"]
+    assert isinstance(decode_message(b'{"kind":"completion","pos":1}'), Unknown)

@@ -26,7 +26,7 @@ from fusee.actors.ports import RunStore, Stored, TokenSink
 from fusee.errors import CommitFailed, Evicted, JournalGap, NotEncodable, Parked, Unreplayable
 from fusee.logs import get_logger
 from fusee.runtime.history import History
-from fusee.runtime.inbox import InboxMessage, Unknown, decode_message
+from fusee.runtime.inbox import KINDS, InboxMessage, Unknown, decode_message
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted, encode_record, kind_of
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Wait
 
@@ -317,7 +317,9 @@ class ActorCore:
             if decoded is None:
                 log.warning("inbox.unreadable", seq=msg.seq)
                 continue
-            if isinstance(decoded, Unknown):
+            if isinstance(decoded, Unknown) and decoded.kind in KINDS:
+                log.error("inbox.malformed", seq=msg.seq, kind=decoded.kind, why=decoded.why)
+            elif isinstance(decoded, Unknown):
                 log.warning("inbox.unknown", seq=msg.seq, kind=decoded.kind, why=decoded.why)
             out.append((msg.seq, decoded))
         return out

@@ -5,11 +5,13 @@ anyone outside the actor's fence writes there: engines (signals, cancels, comple
 invocations), ended children, fired timers. Each message is a JSON object whose
 ``"kind"`` names it (the ``Fusee-Kind`` header says the same). This is a contract other
 SDKs write to: ``docs/reference/nats-layout.md`` shows each kind, and encoded samples
-of each live in ``tests/golden/inbox/``, which must keep decoding.
+of each live in ``tests/golden/inbox-v*.jsonl``, which must keep decoding.
 
 Compatibility rule, as for records: new fields get defaults; nothing is renamed or
 retyped. A message of a kind this version does not know decodes to :class:`Unknown`
-(the actor logs it and leaves it be), not to an error.
+(the actor logs it and leaves it be), not to an error; one of a known kind that does
+not fit is honoured where its intent is clear (a cancel, a child's end), else
+``Unknown`` too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = (
     "decode_message",
     "encode_message",
     "NULL",
+    "KINDS",
 )
 
 NULL: Final = msgspec.Raw(b"null")
@@ -85,7 +88,8 @@ class ChildEnded(Message, tag="child", frozen=True):
     reason: str | msgspec.UnsetType = msgspec.UNSET
 
     def outcome(self) -> dict[str, Any]:
-        """What the parent's wait receives: the end without ``kind`` and ``id``."""
+        """What the parent's wait receives: ``status``, then ``result``, or
+        ``error_type`` and ``message``, or ``reason``."""
         out: dict[str, Any] = {"status": self.status}
         for name in ("result", "error_type", "message", "reason"):
             value = getattr(self, name)
@@ -118,6 +122,7 @@ class Unknown(msgspec.Struct, frozen=True):
 
 
 InboxMessage = Signal | Cancel | TimerFired | Completion | ChildEnded | Invoke
+KINDS: Final = frozenset({"signal", "cancel", "timer", "completion", "child", "invoke"})
 
 _decoder: Final = msgspec.json.Decoder(InboxMessage)
 _encoder: Final = msgspec.json.Encoder()
@@ -135,14 +140,33 @@ def decode_message(data: bytes) -> InboxMessage | Unknown | None:
             return None
         if not isinstance(body, dict):
             return None
-        reply = body.get("reply")
-        return Unknown(
-            kind=str(body.get("kind")),
-            why=str(exc),
-            reply=reply if isinstance(reply, str) else "",
-        )
+        return _lenient(body, str(exc))
     except (msgspec.DecodeError, RecursionError):
         return None
+
+
+def _lenient(body: dict[str, Any], why: str) -> InboxMessage | Unknown:
+    """A message of a known kind that does not fit its schema (another SDK's, an
+    operator's by hand). Those whose intent is clear are honoured so nothing waits on
+    them forever: a ``cancel`` cancels (its reason as text); a ``child`` end with the
+    child's ID ends the parent's wait as a failure naming what was wrong. The rest are
+    :class:`Unknown` (an ``invoke`` fails alone, told to its ``reply``)."""
+    kind = body.get("kind")
+    if kind == "cancel":
+        reason, target = body.get("reason"), body.get("target")
+        return Cancel(
+            reason=None if reason is None else str(reason),
+            target=target if isinstance(target, int) and not isinstance(target, bool) else None,
+        )
+    if kind == "child" and isinstance(body.get("id"), str):
+        return ChildEnded(
+            id=body["id"],
+            status="failed",
+            error_type="fusee.InvalidInput",
+            message=f"the end message of child {body['id']!r} does not fit its schema: {why}",
+        )
+    reply = body.get("reply")
+    return Unknown(kind=str(kind), why=why, reply=reply if isinstance(reply, str) else "")
 
 
 def encode_message(msg: InboxMessage) -> bytes:
