@@ -33,7 +33,7 @@ from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
 from fusee.runtime.inbox import Cancel, Signal, encode_message
 from fusee.runtime.index import RunInfo, decode_info, info_from_history
 from fusee.runtime.records import RunCancelled as RunCancelledRecord
-from fusee.runtime.records import RunCompleted, decode_record
+from fusee.runtime.records import RunCompleted, decode_record, unfold
 from fusee.runtime.records import RunFailed as RunFailedRecord
 from fusee.runtime.tokens import TokenEvent
 
@@ -91,9 +91,13 @@ class Run:
         return info
 
     async def journal(self) -> list[tuple[int, Any]]:
-        """The run's records as ``(sequence, record)``, oldest first."""
+        """The run's records as ``(sequence, record)``, oldest first. A wait's end that
+        rode on a later record (its ``waited``) is listed as its own ``WaitDone`` at that
+        record's sequence, just before it, as if it had been journaled alone."""
         return [
-            (m.seq, decode_record(m.data)) for m in await self.engine.store.read_journal(self.eid)
+            (m.seq, record)
+            for m in await self.engine.store.read_journal(self.eid)
+            for record in unfold(decode_record(m.data))
         ]
 
     async def signal(self, name: str, payload: Any = None, *, key: str | None = None) -> bool:

@@ -190,3 +190,37 @@ def test_a_determinism_error_cannot_be_caught_and_carried_on_from() -> None:
     with pytest.raises(DeterminismError):  # the next call fails the same way
         replayer.begin_step("plan", "agent.py:11")
     assert replayer.broken is not None
+
+
+def test_a_wait_that_rode_on_a_record_is_folded_as_if_journaled_at_its_sequence() -> None:
+    """A wait's end carried by the next record (``waited``) replays like one journaled
+    alone at that record's sequence: the wait returns it, its inbox message is taken,
+    and ``journal_size()`` there is what the run had journaled before the carrier."""
+    took = WaitDone(pos=1, name="approval", wait="signal", value=msgspec.Raw(b"7"), inbox_seq=15)
+    history = load(
+        journal(
+            START,
+            WaitStarted(pos=1, name="approval", wait="signal"),
+            msgspec.structs.replace(done(2, "act"), waited=[took]),
+        )
+    )
+    assert history.waited[1] == took
+    assert history.ends == {1: 30, 2: 30}
+    assert history.consumed == {15}
+    assert history.size_at == {1: 2, 2: 3}
+    replayer = Replayer(history)
+    assert replayer.begin_wait("approval", "signal", "agent.py:1") == took
+    assert isinstance(replayer.begin_step("act", "agent.py:2"), Replayed)
+
+
+def test_a_wait_resolved_rides_on_the_next_record_and_comes_back_when_it_is_refused() -> None:
+    history = History("r")
+    took = WaitDone(pos=1, name="go", wait="signal", inbox_seq=4)
+    history.resolve(took)
+    assert history.is_resolved(1)
+    assert not history.is_resolved(2)
+    riders = history.take_riders()
+    assert riders == {"waited": [took]}
+    assert not history.resolved
+    history.give_back(riders)  # the record was too large: the next one carries it
+    assert history.resolved == [took]

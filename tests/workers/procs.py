@@ -225,10 +225,13 @@ async def wait_until(
 
 
 def assert_chained(journal: list[tuple[int, Any]]) -> None:
-    """Every record names the record before it as ``prev`` (no gap, no interleaving)."""
+    """Every record names the record before it as ``prev`` (no gap, no interleaving).
+    ``Run.journal()`` lists a wait's end that rode on a record at that record's
+    sequence, with its link: one entry per sequence is checked."""
     assert journal, "empty journal"
     assert journal[0][1].prev == 0
-    for (before, _), (seq, record) in itertools.pairwise(journal):
+    stored = list(dict(journal).items())
+    for (before, _), (seq, record) in itertools.pairwise(stored):
         assert record.prev == before, f"record at {seq} names {record.prev}, not {before}"
 
 

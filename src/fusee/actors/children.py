@@ -79,6 +79,7 @@ async def run_child(
         # not begun in a cancelled scope (a cancelled run replayed to its
         # compensations), and not cut short once begun: start and marker go together
         await anyio.lowlevel.checkpoint_if_cancelled()
+        await host.flush()  # (its wait.started carried them, unless replayed)
         with anyio.CancelScope(shield=True):
             await start_child(
                 host.store,
@@ -193,7 +194,7 @@ def live_children(history: History) -> list[str]:
     return [
         w.name
         for pos, w in sorted(history.waits.items())
-        if w.wait == "child" and pos not in history.waited
+        if w.wait == "child" and not history.is_resolved(pos)
     ]
 
 

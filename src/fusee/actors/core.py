@@ -34,6 +34,11 @@ __all__ = ("ActorCore", "Driver")
 
 log = get_logger()
 
+# The largest value (bytes of JSON) of a wait's end that may ride on the next record:
+# that record is then at most this much larger than it would be alone, far below the
+# headroom a record keeps for what surrounds its own value.
+RIDE_MAX = 4096
+
 
 class Driver(Protocol):
     """What a worker runs: a run's or an object's driver over its core."""
@@ -103,6 +108,8 @@ class ActorCore:
         # go idle): what its watcher read after that, it no longer looks at, so whoever
         # parks it reads the inbox again from here.
         self.left_at = 0
+        # a wait's end rides on the next record (False: each is journaled at once)
+        self.ride_waits = True
 
     def start(self) -> None:
         """Called as an activation begins (in the event loop)."""
@@ -163,7 +170,16 @@ class ActorCore:
         self.fence = seq
         return seq
 
+    async def flush(self) -> None:
+        """Journal the waits resolved and not journaled yet (``wait.done`` on its own
+        record), before something observable depends on them: a step's function, a
+        child's start, leaving memory. Nothing to do when the last commit carried them."""
+        if self.history.resolved:
+            await self.commit(self.history.resolved.pop(0))  # the rest ride on it
+
     async def before_step(self) -> None:
+        # the step's function acts on what the code decided: on durable waits only
+        await self.flush()
         await self.on_step()
 
     async def store_value(self, data: bytes) -> ValueRef:
@@ -215,22 +231,32 @@ class ActorCore:
             )
             if isinstance(cmd, Commit):
                 may_park(idle=False)  # busy again: a sibling branch must not park the run
-                await self.commit(cmd.done)
+                done = cmd.done
+                rides = self._may_ride(done)
+                if rides:
+                    history.resolve(done)  # journaled by the next record, whatever it is
+                else:
+                    await self.commit(done)
                 log.info(
                     "wait.done",
                     pos=started.pos,
                     wait=started.wait,
                     name=started.name,
-                    timed_out=cmd.done.timed_out,
+                    timed_out=done.timed_out,
                 )
-                await self.maybe_evict()
-                return history.waited[started.pos]
+                if not rides:
+                    await self.maybe_evict()
+                    return history.waited[started.pos]
+                if self.evict_requested():
+                    await self.maybe_evict()  # (always_replay evicts at the next commit)
+                return done
             if isinstance(cmd, SetTimer):
                 await self.store.schedule_timer(
                     self.eid, self.partition, cmd.pos, cmd.until, start=history.started_seq
                 )
                 wait.timer_scheduled()
             elif isinstance(cmd, Park):
+                await self.flush()  # (the wait.started before it carried them)
                 self.left_at = cmd.left_at
                 raise Parked
             else:
@@ -239,6 +265,18 @@ class ActorCore:
                 if self.view.version == cmd.version:  # (else: read meanwhile, look again)
                     with anyio.move_on_after(max(0.0, cmd.until - self.clock())):
                         await changed.wait()
+
+    def _may_ride(self, done: WaitDone) -> bool:
+        """Whether ``done`` may wait for the next record instead of its own: a wait that
+        took an inbox message (a replay takes the same one again, see "Waits" in
+        docs/design.md), small, outside ``ctx.all``/``ctx.race`` (they settle by the
+        journal sequence ending each call: two on one record would tie)."""
+        return (
+            self.ride_waits
+            and not done.timed_out
+            and not self.combinators
+            and len(done.value) <= RIDE_MAX
+        )
 
     # -- the code running -------------------------------------------------------------
 
@@ -251,6 +289,7 @@ class ActorCore:
     async def maybe_evict(self) -> None:
         """Drop the in-memory copy at this step boundary when asked to (or always)."""
         if (self.always_replay and not self.combinators) or self.evict_requested():
+            await self.flush()
             raise Evicted
 
     def cancel_running(self) -> None:

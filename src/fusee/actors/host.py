@@ -73,6 +73,11 @@ class ActorHost(Protocol):
         """Append ``record`` under the actor's fence; its journal sequence."""
         ...
 
+    async def flush(self) -> None:
+        """Journal the waits resolved and not journaled yet (they ride on the next
+        record otherwise): before anything observable depends on them."""
+        ...
+
     async def before_step(self) -> None:
         """Called before a step's function first runs (an object's invocation is
         journaled then, so it shows as running)."""

@@ -291,6 +291,7 @@ class RunActor:
         """End this generation and start the next in one record (a crash before it
         lands replays this generation; after it, the next one starts from the journal)."""
         if live_children(self.core.history):  # nothing in the next generation waits for them
+            await self.core.flush()  # a message to another inbox: on durable waits only
             await cancel_children(
                 self.core.store,
                 self.core.partitions,

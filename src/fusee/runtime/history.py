@@ -59,6 +59,8 @@ class History:
     ends: dict[int, int] = field(default_factory=dict)  # pos: seq of the record ending it
     values: list[Value] = field(default_factory=list)  # ctx.now()... journaled, in order
     pending: list[Value] = field(default_factory=list)  # handed out, not journaled yet
+    # waits resolved and not journaled yet: they ride on the next record (``waited``)
+    resolved: list[WaitDone] = field(default_factory=list)
     end: AnyRecord | None = None
     paused: RunPaused | None = None
     last_seq: int = 0
@@ -168,6 +170,12 @@ class History:
             self.invocation_at = seq
         if isinstance(record.values, list):
             self.values.extend(record.values)
+        if isinstance(record.waited, list):
+            # before the record that carries them, as if each were journaled at its
+            # sequence; journal_size() there is what the run had journaled before it
+            for done in record.waited:
+                self._wait_done(seq, done)
+                self.size_at[done.pos] = self.generation_size
         match record:
             case RunStarted():
                 if isinstance(record, RunContinued):  # a new generation: forget the last
@@ -188,14 +196,26 @@ class History:
             case WaitStarted():
                 self.waits[record.pos] = record
             case WaitDone():
-                self.waited[record.pos] = record
-                self.ends.setdefault(record.pos, seq)
-                if record.inbox_seq:
-                    self.consumed.add(record.inbox_seq)
+                self._wait_done(seq, record)
             case RunPaused():
                 self.paused = record
             case _ if isinstance(record, TERMINAL):
                 self.end = record
+
+    def _wait_done(self, seq: int, done: WaitDone) -> None:
+        self.waited[done.pos] = done
+        self.ends.setdefault(done.pos, seq)
+        if done.inbox_seq:
+            self.consumed.add(done.inbox_seq)
+
+    def resolve(self, done: WaitDone) -> None:
+        """A wait ended and is not journaled yet: the next record carries it
+        (``waited``). Until then it is not durable; a crash resolves it again."""
+        self.resolved.append(done)
+
+    def is_resolved(self, pos: int) -> bool:
+        """Whether the wait at ``pos`` ended, journaled or not yet."""
+        return pos in self.waited or any(d.pos == pos for d in self.resolved)
 
     def take_pending(self) -> list[Value]:
         """The values handed out since the last commit, for the next record to carry."""
@@ -204,13 +224,16 @@ class History:
 
     def take_riders(self) -> dict[str, Any]:
         """What the next record carries, whatever it is: the values handed out since the
-        last commit (``values``) and an object's invocation begun and not journaled yet
-        (``invoked``). Nothing was done with them durably before that record."""
+        last commit (``values``), an object's invocation begun and not journaled yet
+        (``invoked``) and the waits resolved since (``waited``). Nothing was done with
+        them durably before that record."""
         riders: dict[str, Any] = {}
         if pending := self.take_pending():
             riders["values"] = pending
         if (invocation := self.take_invocation()) is not None:
             riders["invoked"] = invocation
+        if self.resolved:
+            riders["waited"], self.resolved = self.resolved, []
         return riders
 
     def give_back(self, riders: dict[str, Any]) -> None:
@@ -218,6 +241,7 @@ class History:
         before it was sent): the next one carries them."""
         self.pending[:0] = riders.get("values", [])
         self.pending_invocation = self.pending_invocation or riders.get("invoked")
+        self.resolved[:0] = riders.get("waited", [])
 
     def link(self) -> tuple[int, str]:
         """``(prev, prev_hash)`` for the next record to append."""

@@ -44,6 +44,7 @@ __all__ = (
     "decode_record",
     "record_hash",
     "kind_of",
+    "unfold",
 )
 
 
@@ -92,12 +93,17 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     """Fields every record carries: the link to its predecessor, and the values the
     workflow took (``ctx.now()``, ...) since the previous record, in call order. A record
     without values omits the field (``UNSET``), so older records keep their bytes.
-    ``invoked`` marks the first record of an object handler's invocation."""
+    ``invoked`` marks the first record of an object handler's invocation. ``waited``:
+    the ends of waits resolved since the previous record and not journaled on their own
+    (a signal that ends a wait rides on whatever the run writes next, see "Waits" in
+    docs/design.md); replay folds them before the record that carries them, as if each
+    had been journaled at its sequence. Omitted (``UNSET``) when it carries none."""
 
     prev: int = 0
     prev_hash: str = ""
     values: list[Value] | msgspec.UnsetType = msgspec.UNSET
     invoked: Invocation | msgspec.UnsetType = msgspec.UNSET
+    waited: list[WaitDone] | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunStarted(Record, tag="run.started", frozen=True):
@@ -311,3 +317,17 @@ def record_hash(data: bytes) -> str:
 def kind_of(record: Record) -> str:
     """The record's tag (``"step.completed"``...), as in its ``Fusee-Kind`` header."""
     return str(record.__struct_config__.tag)
+
+
+def unfold(record: AnyRecord) -> list[AnyRecord]:
+    """The record as if each wait end it carries (``waited``) were journaled on its own
+    just before it, as earlier versions wrote them: those ``wait.done`` records, then
+    the record without them (for a reader that looks at records one by one). Each
+    carried one takes the carrier's link (``prev``, ``prev_hash``)."""
+    if not isinstance(record.waited, list):
+        return [record]
+    link = {"prev": record.prev, "prev_hash": record.prev_hash}
+    return [
+        *(msgspec.structs.replace(done, **link) for done in record.waited),
+        msgspec.structs.replace(record, waited=msgspec.UNSET),
+    ]

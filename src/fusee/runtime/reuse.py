@@ -19,6 +19,7 @@ from fusee.runtime.records import (
     Value,
     WaitDone,
     WaitStarted,
+    unfold,
 )
 
 __all__ = ("reusable", "reusable_prefix")
@@ -34,7 +35,7 @@ def reusable_prefix(
     stopping at a compensation (``stop_prefix``) and at ``upto`` when given."""
     gen = _last_generation(records)
     done: set[int] = set()
-    for record in gen:
+    for record in (r for carrier in gen for r in unfold(carrier)):
         compensation = isinstance(record, StepCompleted) and record.name.startswith(stop_prefix)
         if isinstance(record, StepCompleted | WaitDone) and not compensation:
             done.add(record.pos)
@@ -53,7 +54,8 @@ def reusable(
     keep = reusable_prefix(records, upto, stop_prefix=stop_prefix)
     out: list[AnyRecord] = []
     carry: list[Value] = []
-    for record in _last_generation(records)[1:]:
+    # a wait's end that rode on a later record is copied as a record of its own
+    for record in (r for carrier in _last_generation(records)[1:] for r in unfold(carrier)):
         values = record.values if isinstance(record.values, list) else []
         if not isinstance(record, _COPIED) or record.pos > keep:
             carry.extend(values)
