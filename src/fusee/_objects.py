@@ -14,6 +14,7 @@ import math
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -679,8 +680,6 @@ class ObjectKey:
 def _stamp(value: str | None) -> float | None:
     if not value:
         return None
-    from datetime import datetime
-
     try:
         text = value.rstrip("Z")
         if "." in text:

@@ -11,6 +11,7 @@ package's ``__init__`` re-exporting its modules is the curated surface, not a cy
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -167,3 +168,55 @@ def test_a_private_import_of_an_adapter_is_caught(tmp_path: Path) -> None:
         "fusee/adapters/cli/main.py": ["fusee.actors.context._secret"],
         "fusee/adapters/http/app.py": ["fusee._engine", "fusee._engine.Engine"],
     }
+
+
+# -- private members stay in their module ---------------------------------------------
+
+# private names of the standard library fusee uses on purpose
+STDLIB_PRIVATE = frozenset({"_getframe"})
+
+
+def _private_defined(tree: ast.Module) -> set[str]:
+    """The private attribute names a module defines: its methods and functions, the
+    attributes its code assigns on ``self``/``cls``, its classes' annotated fields."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("_"):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def private_reaches(root: Path = SRC) -> dict[str, list[str]]:
+    """``{file: ["line: expr"]}``: reads of ``obj._name`` (not on ``self``/``cls``)
+    where no code of that module defines ``_name``: another module's private member."""
+    out: dict[str, list[str]] = {}
+    for path in sorted((root / "fusee").rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        own = _private_defined(tree)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+                continue
+            if node.attr.startswith("__") or node.attr in own or node.attr in STDLIB_PRIVATE:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            out.setdefault(str(path.relative_to(root)), []).append(
+                f"{node.lineno}: {ast.unparse(node)}"
+            )
+    return out
+
+
+def test_no_module_reaches_into_another_modules_private_members() -> None:
+    assert private_reaches() == {}
+
+
+def test_the_private_member_check_sees_a_reach(tmp_path: Path) -> None:
+    pkg = tmp_path / "fusee"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("class A:\n    def _hidden(self) -> None: ...\n")
+    (pkg / "b.py").write_text("def use(a):\n    return a._hidden()\n")
+    assert private_reaches(tmp_path) == {"fusee/b.py": ["2: a._hidden"]}

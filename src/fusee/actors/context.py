@@ -54,6 +54,8 @@ __all__ = (
     "Context",
     "ObjectContext",
     "TokenStream",
+    "token_stream",
+    "run_compensations",
     "ContinueAsNew",
     "StepInfo",
     "StepFailedError",
@@ -592,3 +594,30 @@ def _fresh_random() -> float:
 
 def _fresh_uuid() -> str:
     return str(UUID(bytes=secrets.token_bytes(16), version=4))
+
+
+# -- for the drivers and fusee.ai: what they need of a context, named ---------------------
+
+
+def token_stream(ctx: Context, name: str) -> TokenStream:
+    """Where ``model_call`` step ``name`` of ``ctx``'s code streams its tokens.
+
+    Raises:
+        InvalidArgument: an earlier step of this run has the name ``name``.
+        FuseeError: the store has no token streams.
+    """
+    return ctx._token_stream(name)
+
+
+async def run_compensations(ctx: Context) -> list[StepFailedError] | None:
+    """Run the compensations ``ctx``'s code registered, newest first, as durable steps
+    (the driver's, outside the code's scope); the ones that failed for good. ``None``:
+    none was registered (nothing ran, nothing journaled).
+
+    Raises:
+        DeterminismError: the journal holds other compensations than the code now
+            registers (the run pauses).
+    """
+    if not ctx._compensations:
+        return None
+    return await ctx._compensate()

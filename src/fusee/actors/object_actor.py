@@ -30,7 +30,7 @@ import msgspec
 import structlog
 
 from fusee.actors.children import cancel_children, live_children
-from fusee.actors.context import ObjectContext
+from fusee.actors.context import ObjectContext, run_compensations
 from fusee.actors.core import ActorCore
 from fusee.actors.object_state import read_object
 from fusee.actors.outcomes import Outcome, failure_of
@@ -342,20 +342,22 @@ class ObjectActor:
             if handler and handler.shared
             else StateView(self.state, self.object_type)
         )
+        replayer = Replayer(history)
         ctx = ObjectContext(
-            self.core, Replayer(history), object_type=self.object_type, key=self.key, state=view
+            self.core, replayer, object_type=self.object_type, key=self.key, state=view
         )
         log.debug("invocation.started", handler=inv.handler, inbox_seq=inv.inbox_seq)
         fields: dict[str, Any]
+        malformed = self.malformed.pop(inv.inbox_seq, None)  # (also when cancelled first)
         if self.cancel_reason is not None and history.generation_size == 0:
             fields = _error("fusee.Cancelled", self.cancel_reason)  # cancelled while queued
         elif history.generation_size == 0 and (copied := await self._ran_directly(inv)):
             fields = copied  # its first, direct, attempt ended: answered from the journal
-        elif inv.inbox_seq in self.malformed:
+        elif malformed is not None:
             fields = _error(
                 "fusee.InvalidInput",
                 f"the invocation at inbox sequence {inv.inbox_seq} of object "
-                f"{self.core.run_id!r} is malformed: {self.malformed.pop(inv.inbox_seq)}",
+                f"{self.core.run_id!r} is malformed: {malformed}",
             )
         elif inv.handler == EDIT:
             fields = self._edit(inv)
@@ -367,11 +369,12 @@ class ObjectActor:
                 f"(it has: {', '.join(sorted(obj.handlers))})",
             )
         else:
-            fields = await self._run(handler, ctx, view, inv)
+            fields = await self._run(handler, ctx, replayer, view, inv)
         fields = self._state_fits(inv, fields)
         while True:
-            if "error_type" in fields and ctx._compensations:
-                failed = await ctx._compensate()  # outside the handler's scope, like a run's
+            if "error_type" in fields:
+                # outside the handler's scope, like a run's
+                failed = await run_compensations(ctx)
                 if failed:
                     log.warning("invocation.compensations_failed", steps=[f.step for f in failed])
             done = ObjectDone(
@@ -449,24 +452,29 @@ class ObjectActor:
             return _error(error_type_name(exc), str(exc))
 
     async def _run(
-        self, handler: Handler, ctx: ObjectContext, view: ReadOnlyState, inv: Invocation
+        self,
+        handler: Handler,
+        ctx: ObjectContext,
+        replayer: Replayer,
+        view: ReadOnlyState,
+        inv: Invocation,
     ) -> dict[str, Any]:
         """Run the handler under its timeout (the watcher cancels it on a cancel)."""
         timeout = inv.timeout
         deadline = float("inf")
         if timeout is not None:
             deadline = anyio.current_time() + max(0.0, inv.started_at + timeout - self.core.clock())
-        return await self._call(handler, ctx, view, inv, deadline)
+        return await self._call(handler, ctx, replayer, view, inv, deadline)
 
     async def _call(
         self,
         handler: Handler,
         ctx: ObjectContext,
+        replayer: Replayer,
         view: ReadOnlyState,
         inv: Invocation,
         deadline: float,
     ) -> dict[str, Any]:
-        replayer = ctx._replayer
         where = f"handler {inv.handler!r} of object {self.core.run_id!r}"
         with anyio.CancelScope(deadline=deadline) as scope:
             self.core.workflow_scope = scope

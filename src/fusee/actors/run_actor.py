@@ -17,7 +17,7 @@ import msgspec
 import structlog
 
 from fusee.actors.children import cancel_children, live_children, notify_parent
-from fusee.actors.context import Context
+from fusee.actors.context import Context, run_compensations
 from fusee.actors.core import ActorCore
 from fusee.actors.outcomes import Outcome, failure_of
 from fusee.actors.registry import Registry
@@ -143,7 +143,8 @@ class RunActor:
     async def _execute(self, wf: Any) -> Outcome:
         started = self.core.history.started
         assert started is not None
-        ctx = Context(self.core, Replayer(self.core.history))
+        replayer = Replayer(self.core.history)
+        ctx = Context(self.core, replayer)
         deadline = None
         if started.timeout is not None:
             remaining = started.started_at + started.timeout - self.core.clock()
@@ -155,7 +156,7 @@ class RunActor:
             # step sees its s.signal set and its task cancelled.
             watch.start_soon(functools.partial(self.core.watch_inbox, self._read_inbox, once=True))
             try:
-                record, paused = await self._run_workflow(wf, ctx, deadline)
+                record, paused = await self._run_workflow(wf, ctx, replayer, deadline)
             except BaseException as exc:  # noqa: BLE001 - re-raised below, outside the group
                 # (Evicted, Fenced, cancellation) must leave ungrouped
                 escaped = exc
@@ -169,7 +170,7 @@ class RunActor:
         if not isinstance(record, RunCompleted | RunContinued):
             # Outside the workflow's scope: neither a cancel nor the run's timeout stops them.
             try:
-                failed = await ctx._compensate()
+                failed = await run_compensations(ctx)
             except DeterminismError as exc:
                 return await self._pause(str(exc))
             if failed:
@@ -181,12 +182,11 @@ class RunActor:
         return await self._end(record)
 
     async def _run_workflow(
-        self, wf: Any, ctx: Context, deadline: float | None
+        self, wf: Any, ctx: Context, replayer: Replayer, deadline: float | None
     ) -> tuple[AnyRecord, str | None]:
         """Run the workflow's code; returns its end record, or a reason to pause."""
         started = self.core.history.started
         assert started is not None
-        replayer = ctx._replayer
         record: AnyRecord = RunCancelled(reason="")
         with anyio.CancelScope(
             deadline=deadline if deadline is not None else float("inf")

@@ -25,7 +25,7 @@ from typing import TypeAlias
 
 import anyio
 
-from fusee.actors.context import Context
+from fusee.actors.context import Context, token_stream
 from fusee.actors.ports import TokenSink, TokenWriterPort
 from fusee.actors.steps import StepInfo
 from fusee.errors import FuseeError, NotEncodable
@@ -71,7 +71,7 @@ async def model_call(
         ``text = await model_call(ctx, f"model-{turn}", lambda resume: llm.stream(history, prefill=resume))``
     """
     name = validate_name(name, "model call name")
-    stream = ctx._token_stream(name)
+    stream = token_stream(ctx, name)
 
     async def attempt(s: StepInfo) -> str:
         writer = await stream.open()

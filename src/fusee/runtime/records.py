@@ -1,7 +1,8 @@
 """The journal schema: one tagged msgspec Struct per record kind.
 
-A run's journal is the JetStream subject ``<ns>.run.<id>.j``. Each message holds one
-record as JSON, with the record's kind both in the payload (``"kind"``) and in the
+A run's journal is the JetStream subjects ``<ns>.run.<id>.>``: its records on ``.j``,
+its end records (``run.completed``/``failed``/``cancelled``, ``obj.done``) on ``.end``
+(so a result watch is sent only those). Each message holds one record as JSON, with the record's kind both in the payload (``"kind"``) and in the
 ``Fusee-Kind`` header, so ``nats stream view`` reads like the run did.
 
 Compatibility rule: new fields get defaults; nothing is renamed or retyped. Encoded
