@@ -1,29 +1,47 @@
-"""Group commit, driven with every order of appends, sends, appenders leaving and a
-closing connection.
+"""Group commit: the real ``GroupCommitter`` driven with every order of appends, answers,
+appenders leaving and a closing connection.
 
-The pure queue (``fusee.runtime.commits``) decides which record goes out alone and
-which waits for the committer; the model around it is the adapter's shape
-(``adapters/jetstream/commit.py``): an appender sends its own record alone, or waits
-for the committer, a task of its own started by the appender that found no committer.
-Appenders leave at any point (a run's cancel, its timeout): one that leaves a lone send
-takes its record away, one that waits leaves its record to the committer. Invariants:
+The adapter (``adapters/jetstream/commit.py``) runs on an asyncio loop of its own per
+example, against fakes of what it touches: ``direct`` (an append alone) and the batch's
+publishes (``nc.publish`` for messages 1..n-1, ``js.publish`` for the commit message).
+Each send waits on a future of its own, which the machine answers (a sequence, an error),
+or leaves unanswered; between rules the loop runs until no task can move. No real time.
+Appenders are cancelled at any point: in their lone send, or while they wait for the
+committer. Invariants:
 
-- a record is sent once at most (never alone and in a batch, never in two batches);
-- nothing waits silently: while records are queued, a committer runs;
-- every record gets one outcome, its own: once the sends in flight end, every record
-  of an appender that did not leave a lone send is stored or failed (closed), whoever
-  else left.
+- a record is sent at most once per route: alone, or in one batch; when a batch is
+  refused (a stale fence, an API error, a timeout) each of its records is sent alone;
+- a batch is well formed: messages 1..n-1 then the commit, numbered, each with its own
+  headers (its fence);
+- a send is cut short only by its own appender leaving (its lone send) or by the
+  connection closing; the committer's sends never run in an appender's context;
+- nothing stays queued while no committer task runs;
+- at the end, every send answered: every appender that did not leave a lone send gets
+  its own outcome (its sequence, the error its send got, or ``CommitterClosed`` when the
+  connection closed while the committer held its record), whoever else left; so does the
+  record of an appender that left while it waited; the queue is empty, nothing is in
+  flight alone, no committer runs.
 
-The defect of issue 9 is put back: the first appender to queue runs the committer in
-its own task, so when it leaves, the lot it was sending, and the queue, are lost.
+The mutants are the real module with one change (its source, edited and compiled), patched
+into ``GroupCommitter``: issue 9's defect (the first appender to queue runs the committer
+in its own task; or awaits the committer's task: either way its cancel takes the lot and
+the queue with it), a committer that does not fail what it held when stopped, a refused
+batch that fails all its records, a cancelled lone send that stays counted in flight.
+The machine finds each.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+import asyncio
+import contextvars
+import inspect
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
+import nats.errors
+import nats.js.errors
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -35,150 +53,327 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
 
+from fusee.adapters.jetstream import commit
+from fusee.adapters.jetstream.commit import (
+    BATCH_COMMIT,
+    BATCH_ID,
+    BATCH_SEQ,
+    CommitterClosed,
+    GroupCommitter,
+    Pending,
+)
+from fusee.errors import ConnectionLost, Fenced, StorageFull
 from fusee.runtime.commits import CommitQueue, Route
 
-APPENDERS = 6
+T = TypeVar("T")
+WHO: contextvars.ContextVar[int] = contextvars.ContextVar("who")  # set by each appender
+CLOSED = "closed"  # the outcome CommitterClosed
+Outcome = int | BaseException | str  # a sequence, the very error a send got, or CLOSED
 
 
 @dataclass
-class Model:
-    plan: CommitQueue[int] = field(default_factory=lambda: CommitQueue(direct_limit=2, max_batch=3))
-    state: dict[int, str] = field(default_factory=dict)  # appender: alone | waiting | left | done
-    alone: set[int] = field(default_factory=set)  # lone sends in flight
-    committer: int | None = None  # who runs it: -1 its own task, else the appender's
-    sending: list[int] | None = None  # the committer's lot in flight
-    sent: list[int] = field(default_factory=list)  # every record sent, each time
-    outcome: dict[int, str] = field(default_factory=dict)  # record: stored | closed
-    cut: set[int] = field(default_factory=set)  # lone sends cut short by their appender
-    closed: bool = False
+class Lone:
+    who: int
+    answer: asyncio.Future[int]
+    own: bool  # in its appender's task (not the committer's)
 
 
-LEADER = False  # the defect, put back by the test that looks for it
+@dataclass
+class Batch:
+    records: list[int]
+    ack: asyncio.Future[PubAck]
+
+
+@dataclass
+class Wire:
+    """The fakes' side: the sends waiting for an answer, what each record went through,
+    and what each record's outcome must be."""
+
+    tasks: dict[int, asyncio.Task[int]] = field(default_factory=dict)  # the appenders
+    lone: list[Lone] = field(default_factory=list)  # lone sends waiting for an answer
+    batches: list[Batch] = field(default_factory=list)  # commit messages waiting for an ack
+    building: dict[str, list[int]] = field(default_factory=dict)  # batch id: messages 1..n-1
+    routes: dict[int, list[str]] = field(default_factory=dict)  # alone | batch | refused
+    fate: dict[int, Outcome] = field(default_factory=dict)
+    left_alone: set[int] = field(default_factory=set)  # left during their own lone send
+    wrong: list[str] = field(default_factory=list)  # seen in a fake (raising there would
+    # reach the adapter, which hands errors to appenders)
+    closing: bool = False
+    seq: int = 0  # the stream's last sequence
+
+    def _route(self, who: int, route: str) -> None:
+        before = self.routes.setdefault(who, [])
+        allowed = [[]] if route == "batch" else [[], ["refused"]]
+        if before not in allowed:
+            self.wrong.append(f"record {who} sent {route} after {before}")
+        before.append(route)
+
+    def _cut(self, what: str, who: int | None) -> None:
+        """A send was cancelled: by the connection closing, or (a lone send, ``who``'s)
+        by its appender leaving, in its own task; anything else lost it."""
+        task = asyncio.current_task()
+        if self.closing:
+            return
+        if who is not None and task is self.tasks.get(who) and task and task.cancelling():
+            self.left_alone.add(who)
+            return
+        self.wrong.append(f"{what} was cut short, not by a close nor by its appender")
+
+    async def direct(
+        self, eid: str, kind: str, data: bytes, fence: int, msg_id: str, give_up: float
+    ) -> int:
+        who = int(eid)
+        self._route(who, "alone")
+        in_own_task = asyncio.current_task() is self.tasks.get(who)
+        if not in_own_task and WHO.get(None) is not None:
+            self.wrong.append(f"record {who} re-sent in appender {WHO.get()}'s context")
+        send = Lone(who, asyncio.get_running_loop().create_future(), in_own_task)
+        return await self._answered(send.answer, self.lone, send, f"record {who}'s lone send", who)
+
+    async def _answered(
+        self,
+        answer: asyncio.Future[T],
+        waiting: list[Any],
+        send: object,
+        what: str,
+        who: int | None,
+    ) -> T:
+        """``send`` waits in ``waiting`` until the machine answers it, or it is cut short."""
+        waiting.append(send)
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            if send in waiting:  # not answered yet
+                waiting.remove(send)
+                self._cut(what, who)
+            raise
+
+    def _batch_message(self, subject: str, headers: dict[str, str] | None, last: bool) -> int:
+        who = int(subject.split(".")[1])
+        self._route(who, "batch")
+        if WHO.get(None) is not None:
+            self.wrong.append(f"record {who} batched in appender {WHO.get()}'s context")
+        h = headers or {}
+        if h.get("own") != str(who):
+            self.wrong.append(f"record {who} lost its own headers: {h}")
+        if (BATCH_COMMIT in h) != last:
+            self.wrong.append(f"record {who}: commit header {h}, last message: {last}")
+        msgs = self.building.setdefault(h.get(BATCH_ID, "?"), [])
+        if h.get(BATCH_SEQ) != str(len(msgs) + 1):
+            self.wrong.append(f"record {who}: batch sequence {h.get(BATCH_SEQ)} after {msgs}")
+        msgs.append(who)
+        return who
+
+    async def nc_publish(
+        self, subject: str, payload: bytes = b"", reply: str = "", headers: Any = None
+    ) -> None:
+        self._batch_message(subject, headers, last=False)
+
+    async def js_publish(
+        self,
+        subject: str,
+        payload: bytes = b"",
+        timeout: Any = None,
+        stream: Any = None,
+        headers: Any = None,
+    ) -> PubAck:
+        self._batch_message(subject, headers, last=True)
+        records = self.building.pop((headers or {}).get(BATCH_ID, "?"))
+        batch = Batch(records, asyncio.get_running_loop().create_future())
+        return await self._answered(batch.ack, self.batches, batch, f"the batch {records}", None)
+
+    def answer_lone(self, send: Lone, answer: str) -> None:
+        self.lone.remove(send)
+        if answer == "ok":
+            self.seq += 1
+            self.fate[send.who] = self.seq
+            send.answer.set_result(self.seq)
+            return
+        err = {"fenced": Fenced, "full": StorageFull, "lost": ConnectionLost}[answer]()
+        self.fate[send.who] = err
+        send.answer.set_exception(err)
+
+    def answer_batch(self, batch: Batch, answer: str) -> None:
+        self.batches.remove(batch)
+        if answer == "ok":
+            for who in batch.records:
+                self.seq += 1
+                self.fate[who] = self.seq
+            batch.ack.set_result(PubAck(stream="S", seq=self.seq))
+            return
+        for who in batch.records:
+            self.routes[who][-1] = "refused"
+        batch.ack.set_exception(
+            {
+                "stale": nats.js.errors.BadRequestError(code=400, err_code=10071),
+                "api": nats.js.errors.APIError(code=503),
+                "timeout": nats.errors.TimeoutError(),
+            }[answer]
+        )
+
+
+class FakeNc:
+    def __init__(self, wire: Wire) -> None:
+        self.publish = wire.nc_publish
+
+
+class FakeJs:
+    def __init__(self, wire: Wire) -> None:
+        self.publish = wire.js_publish
+
+
+def outcome(f: asyncio.Future[int]) -> Outcome:
+    if f.cancelled():
+        return "cancelled"
+    exc = f.exception()
+    if isinstance(exc, CommitterClosed):
+        return CLOSED
+    return exc if exc is not None else f.result()
 
 
 class CommitMachine(RuleBasedStateMachine):
-    m: Model
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.wire = Wire()
+        self.gc = GroupCommitter(
+            cast(Client, FakeNc(self.wire)),
+            cast(JetStreamContext, FakeJs(self.wire)),
+            self.wire.direct,
+        )
+        self.items: dict[int, Pending] = {}
+        self.closes = 0
 
-    @initialize()
-    def begin(self) -> None:
-        self.m = Model()
+    def _settle(self) -> None:
+        """Run the loop until no task can move (every one waits on an unanswered send,
+        on its record's outcome, or is done): the longest chain of wake-ups here is a
+        few loop turns, and more turns change nothing (checked with 40)."""
 
-    def _has(self, what: str) -> bool:
-        return hasattr(self, "m") and any(s == what for s in self.m.state.values())
+        async def idle() -> None:
+            for _ in range(10):
+                await asyncio.sleep(0)
 
-    @precondition(lambda self: hasattr(self, "m"))
-    @rule(who=st.integers(0, APPENDERS - 1))
-    def append(self, who: int) -> None:
-        m = self.m
-        if who in m.state:
-            return
-        if m.closed:  # the store refuses it at once
-            m.state[who], m.outcome[who] = "done", "closed"
-            return
-        route = m.plan.offer(who)
-        if route is Route.ALONE:
-            m.state[who] = "alone"
-            m.alone.add(who)
-            m.sent.append(who)
-            return
-        m.state[who] = "waiting"
-        if route is Route.START:
-            m.committer = who if LEADER else -1
+        self.loop.run_until_complete(idle())
 
-    @precondition(lambda self: hasattr(self, "m") and bool(self.m.alone))
+    async def _appender(self, who: int) -> int:
+        WHO.set(who)  # its own context (log fields): the committer's sends must not see it
+        item = Pending(
+            f"j.{who}", b"x", {"own": str(who)}, str(who), 0, f"{who}:1", "test", float("inf")
+        )
+        self.items[who] = item
+        return await self.gc.append(item)
+
+    @initialize(direct_limit=st.integers(0, 2), max_batch=st.integers(1, 3))
+    def limits(self, direct_limit: int, max_batch: int) -> None:
+        self.gc.direct_limit = direct_limit
+        self.gc.plan.max_batch = max_batch
+
+    @rule()
+    def append(self) -> None:
+        who = len(self.wire.tasks)
+        self.wire.tasks[who] = self.loop.create_task(self._appender(who))
+        self._settle()
+
+    @precondition(lambda self: bool(self.wire.lone))
+    @rule(data=st.data(), answer=st.sampled_from(["ok", "fenced", "full", "lost"]))
+    def a_lone_send_ends(self, data: st.DataObject, answer: str) -> None:
+        self.wire.answer_lone(data.draw(st.sampled_from(self.wire.lone)), answer)
+        self._settle()
+
+    @precondition(lambda self: bool(self.wire.batches))
+    @rule(data=st.data(), answer=st.sampled_from(["ok", "stale", "api", "timeout"]))
+    def a_batch_is_acked(self, data: st.DataObject, answer: str) -> None:
+        self.wire.answer_batch(data.draw(st.sampled_from(self.wire.batches)), answer)
+        self._settle()
+
+    @precondition(lambda self: any(not t.done() for t in self.wire.tasks.values()))
     @rule(data=st.data())
-    def lone_send_ends(self, data: st.DataObject) -> None:
-        self._lone_send_ends(data.draw(st.sampled_from(sorted(self.m.alone))))
+    def an_appender_leaves(self, data: st.DataObject) -> None:
+        """Cancelled (its run's cancel, its timeout): in its lone send, or waiting."""
+        waiting = [who for who, t in self.wire.tasks.items() if not t.done()]
+        self.wire.tasks[data.draw(st.sampled_from(waiting))].cancel()
+        self._settle()
 
-    def _lone_send_ends(self, who: int) -> None:
-        m = self.m
-        m.alone.discard(who)
-        m.plan.sent_alone()
-        m.outcome[who] = "stored"
-        m.state[who] = "done"
-
-    @precondition(
-        lambda self: hasattr(self, "m") and self.m.committer is not None and self.m.sending is None
-    )
+    @precondition(lambda self: self.closes < 2)  # appends go on after a close
     @rule()
-    def committer_takes_a_lot(self) -> None:
-        m = self.m
-        lot = m.plan.next_lot()
-        if not lot:
-            m.committer = None  # the queue is empty: it ends
-            return
-        m.sending = lot
-        m.sent.extend(lot)
-
-    @precondition(lambda self: hasattr(self, "m") and self.m.sending is not None)
-    @rule()
-    def batch_ends(self) -> None:
-        m = self.m
-        assert m.sending is not None
-        for who in m.sending:
-            m.outcome[who] = "stored"
-        m.sending = None
-
-    @precondition(lambda self: hasattr(self, "m") and bool(self.m.state))
-    @rule(data=st.data())
-    def appender_leaves(self, data: st.DataObject) -> None:
-        """Cancelled: a lone send is cut short (its own record only); a waiting
-        appender stops waiting, its record stays with the committer."""
-        m = self.m
-        who = data.draw(st.sampled_from(sorted(m.state)))
-        if m.state[who] == "alone":
-            m.alone.discard(who)
-            m.plan.sent_alone()
-            m.cut.add(who)
-        m.state[who] = "left"
-        if m.committer == who:  # the committer ran in its task: it dies with it
-            m.committer, m.sending = None, None
-
-    @precondition(lambda self: hasattr(self, "m") and not self.m.closed)
-    @rule()
-    def connection_closes(self) -> None:
-        m = self.m
-        m.closed = True
-        if m.committer is not None:
-            left = [*(m.sending or []), *m.plan.close()]
-            for who in left:
-                m.outcome.setdefault(who, "closed")
-            m.committer, m.sending = None, None
+    def the_connection_closes(self) -> None:
+        self.closes += 1
+        w = self.wire
+        in_own_send = {s.who for s in w.lone if s.own}
+        for who in w.tasks:  # what the committer holds fails with CommitterClosed
+            if who not in w.fate and who not in w.left_alone and who not in in_own_send:
+                w.fate[who] = CLOSED
+        w.closing = True
+        self.loop.run_until_complete(self.gc.close())
+        self._settle()
+        w.closing = False
 
     @invariant()
-    def sent_once_at_most(self) -> None:
-        if hasattr(self, "m"):
-            assert len(self.m.sent) == len(set(self.m.sent)), self.m.sent
+    def the_fakes_saw_nothing_wrong(self) -> None:
+        assert not self.wire.wrong, self.wire.wrong
 
     @invariant()
-    def nothing_waits_silently(self) -> None:
-        if hasattr(self, "m") and self.m.plan.queue:
-            assert self.m.committer is not None, f"{self.m.plan.queue} queued, no committer"
+    def nothing_is_queued_without_a_committer(self) -> None:
+        if self.gc.plan.queue:
+            task = self.gc._committer
+            assert task is not None, f"{len(self.gc.plan.queue)} queued, no committer"
+            assert not task.done(), f"{len(self.gc.plan.queue)} queued, the committer ended"
 
     def teardown(self) -> None:
-        if not hasattr(self, "m"):
-            return
-        m = self.m
-        for _ in range(100):  # every send in flight ends; the committer runs dry
-            if m.alone:
-                self._lone_send_ends(min(m.alone))
-            elif m.sending is not None:
-                self.batch_ends()
-            elif m.committer is not None:
-                self.committer_takes_a_lot()
-            else:
+        try:
+            self._every_send_answered()
+            self._every_outcome_its_own()
+        finally:
+            self._stop()
+
+    def _every_send_answered(self) -> None:
+        for _ in range(len(self.wire.tasks) + 1):  # each answer can lead to one more send
+            if not self.wire.lone and not self.wire.batches:
                 break
-        for who, state in m.state.items():
-            if who not in m.cut:  # (a lone send cut short took only itself away)
-                assert who in m.outcome, f"record {who} ({state}) never got an outcome"
-        assert not m.plan.queue
-        assert m.plan.in_flight == 0
+            for send in list(self.wire.lone):
+                self.wire.answer_lone(send, "ok")
+            for batch in list(self.wire.batches):
+                self.wire.answer_batch(batch, "ok")
+            self._settle()
+        self.the_fakes_saw_nothing_wrong()
+
+    def _every_outcome_its_own(self) -> None:
+        w = self.wire
+        for who, task in w.tasks.items():
+            if who in w.left_alone:  # it took its own record away, nobody else's
+                continue
+            fate = w.fate.get(who, "undecided")  # no answer nor close decided it
+            if task.cancelled():  # it left while it waited: its record still gets its own
+                got = outcome(self.items[who].done) if self.items[who].done.done() else "none"
+                assert got == fate, f"record {who} (appender left): {got!r}, not {fate!r}"
+            else:
+                assert task.done(), f"appender {who} still waits ({w.routes.get(who)})"
+                got = outcome(task)
+                assert got == fate, f"appender {who} got {got!r}, not {fate!r}"
+        plan = self.gc.plan
+        assert (plan.in_flight, plan.queue, plan.committing) == (0, [], False), plan
+        assert self.gc._committer is None
+
+    def _stop(self) -> None:
+        async def stop() -> None:
+            await self.gc.close()
+            for task in self.wire.tasks.values():
+                task.cancel()
+            await asyncio.gather(*self.wire.tasks.values(), return_exceptions=True)
+
+        try:
+            self.loop.run_until_complete(stop())
+        finally:
+            self.loop.close()
 
 
 SETTINGS = settings(
-    max_examples=500,
-    stateful_step_count=30,
+    max_examples=300,
+    stateful_step_count=25,
     deadline=None,
     database=None,
     derandomize=True,
@@ -190,18 +385,96 @@ def test_every_order_keeps_the_invariants() -> None:
     run_state_machine_as_test(CommitMachine, settings=SETTINGS)
 
 
-@contextlib.contextmanager
-def _leader() -> Iterator[None]:
-    global LEADER
-    LEADER = True
-    try:
-        yield
-    finally:
-        LEADER = False
+# -- mutants: the real module with one change ------------------------------------------
+
+LEADER = (
+    """\
+            self._committer = asyncio.get_running_loop().create_task(
+                self._commit_queued(), context=contextvars.Context()
+            )
+""",
+    # issue 9's defect: the first appender to queue sends the lot in its own task
+    """\
+            self._committer = asyncio.current_task()
+            await self._commit_queued()
+""",
+)
+MUTANTS: dict[str, tuple[str, tuple[str, str]]] = {
+    "the first appender to queue runs the committer": ("append", LEADER),
+    "the first appender to queue awaits the committer's task": (
+        "append",
+        (LEADER[0], LEADER[0] + "            await self._committer\n"),
+    ),
+    "the committer does not fail what it still held": (
+        "_commit_queued",
+        (
+            'item.done.set_exception(CommitterClosed("the connection to NATS closed"))',
+            "pass",
+        ),
+    ),
+    "a refused batch fails all its records": (
+        "_send",
+        ("await asyncio.gather(*(self._alone(item) for item in lot))\n", "raise\n"),
+    ),
+    "a cancelled lone send stays in flight": (
+        "append",
+        (
+            """\
+            try:
+                return await self.direct(*item.alone_args())
+            finally:
+                self.plan.sent_alone()
+""",
+            """\
+            seq = await self.direct(*item.alone_args())
+            self.plan.sent_alone()
+            return seq
+""",
+        ),
+    ),
+}
 
 
-def test_the_first_appender_sending_the_lot_is_found() -> None:
-    with _leader(), pytest.raises(AssertionError):
+def mutant(method: str, old: str, new: str) -> Callable[..., Any]:
+    """``GroupCommitter.<method>`` compiled from the real module's source with ``old``
+    made ``new``, running in the real module's globals (its ``CommitterClosed``)."""
+    source = inspect.getsource(commit)
+    assert source.count(old) == 1, f"the mutated text is no longer in commit.py: {old!r}"
+    namespace: dict[str, Any] = {"__name__": commit.__name__}
+    exec(compile(source.replace(old, new), commit.__file__, "exec"), namespace)
+    fn = getattr(namespace["GroupCommitter"], method)
+    return types.FunctionType(fn.__code__, vars(commit), fn.__name__, fn.__defaults__)
+
+
+@pytest.mark.parametrize("name", list(MUTANTS))
+def test_a_mutant_is_found(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    method, (old, new) = MUTANTS[name]
+    monkeypatch.setattr(GroupCommitter, method, mutant(method, old, new))
+    with pytest.raises(AssertionError):
         run_state_machine_as_test(
-            CommitMachine, settings=settings(SETTINGS, phases=[Phase.generate])
+            CommitMachine,
+            settings=settings(SETTINGS, phases=[Phase.generate], report_multiple_bugs=False),
         )
+
+
+# -- the pure queue on its own ---------------------------------------------------------
+
+
+def test_the_queue_routes_alone_then_queues_and_starts_one_committer() -> None:
+    q: CommitQueue[int] = CommitQueue(direct_limit=1, max_batch=2)
+    assert [q.offer(i) for i in range(4)] == [Route.ALONE, Route.START, Route.QUEUED, Route.QUEUED]
+    q.sent_alone()
+    assert q.offer(4) is Route.QUEUED  # a committer runs: nothing overtakes the queue
+    assert (q.next_lot(), q.next_lot(), q.next_lot()) == ([1, 2], [3, 4], [])
+    assert not q.committing
+    assert q.offer(5) is Route.ALONE
+
+
+def test_closing_the_queue_hands_back_what_was_never_sent() -> None:
+    q: CommitQueue[int] = CommitQueue(direct_limit=0)
+    assert [q.offer(i) for i in range(3)] == [Route.START, Route.QUEUED, Route.QUEUED]
+    assert q.next_lot() == [0, 1, 2]
+    q.offer(3)
+    assert q.close() == [3]
+    assert (q.queue, q.committing) == ([], False)
+    assert q.offer(4) is Route.START
