@@ -36,7 +36,9 @@ __all__ = ("GroupCommitter", "Pending", "CommitterClosed")
 
 
 class CommitterClosed(FuseeError):
-    """The store closed while records waited to be committed (they were not sent)."""
+    """The store closed while records waited to be committed: those queued were not
+    sent; those of the lot in flight may have landed (the actor's next commit, fenced
+    or not, tells)."""
 
 
 BATCH_ID = "Nats-Batch-Id"
