@@ -65,8 +65,10 @@ class _Logger:
             wrapper_class=structlog.stdlib.BoundLogger,
             cache_logger_on_first_use=True,
         )
-        self._configured: Any = structlog.get_logger("fusee")
         self._built: Any = None
+        # an application's own structlog configuration, and the logger built for it
+        self._config: tuple[Any, ...] = (None, None, None, None)
+        self._configured: Any = None
 
     def use(self, logger: Any) -> None:
         self._built = logger
@@ -74,7 +76,21 @@ class _Logger:
     def __getattr__(self, name: str) -> Any:
         if self._built is not None:
             return getattr(self._built, name)
-        return getattr(self._configured if structlog.is_configured() else self._stdlib, name)
+        if not structlog.is_configured():
+            return getattr(self._stdlib, name)
+        # Configured by the application (structlog.configure): built once per
+        # configuration. structlog's lazy logger builds one on every call (about 10 µs a
+        # line here, also for a line its level drops: two a step).
+        config = structlog.get_config()
+        now = (
+            config["processors"],
+            config["wrapper_class"],
+            config["logger_factory"],
+            config["context_class"],
+        )
+        if any(a is not b for a, b in zip(now, self._config, strict=True)):
+            self._config, self._configured = now, structlog.get_logger("fusee").bind()
+        return getattr(self._configured, name)
 
 
 _LOGGER = _Logger()

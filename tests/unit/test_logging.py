@@ -73,3 +73,32 @@ def test_configuring_again_changes_fusee_s_lines() -> None:
     get_logger().warning("three")
     assert [e["event"] for e in _lines(first)] == ["one"]
     assert [e["event"] for e in _lines(second)] == ["three"]
+
+
+@pytest.mark.usefixtures("restore_structlog")
+def test_an_application_s_own_configuration_is_followed_when_it_changes() -> None:
+    # fusee's logger is built once per configuration the application makes with
+    # structlog.configure(), not on every line: configuring again must still take effect
+    seen: dict[str, list[str]] = {"first": [], "second": []}
+
+    def keep(into: str) -> structlog.typing.Processor:
+        def processor(_: object, __: str, event: structlog.typing.EventDict) -> str:
+            seen[into].append(str(event["event"]))
+            return ""
+
+        return processor
+
+    def configure(into: str) -> None:
+        structlog.configure(processors=[keep(into)], logger_factory=structlog.ReturnLoggerFactory())
+
+    log = get_logger()
+    configure("first")
+    log.info("one")
+    log.info("two")
+    configure("second")
+    log.info("three")
+    structlog.reset_defaults()  # not configured: the standard library's logger, silent here
+    log.debug("four")
+    configure("first")
+    log.info("five")
+    assert seen == {"first": ["one", "two", "five"], "second": ["three"]}

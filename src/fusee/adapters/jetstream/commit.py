@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js import JetStreamContext
 
+from fusee.adapters.jetstream.direct import publish_acked
 from fusee.errors import Fenced, FuseeError
 from fusee.runtime.commits import CommitQueue, Route
 
@@ -60,20 +60,13 @@ class Pending:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
 
-    def alone_args(self) -> tuple[str, str, bytes, int, str, float]:
-        """The arguments of an append alone (``Direct``)."""
-        return self.eid, self.kind, self.data, self.fence, self.msg_id, self.give_up
 
-
-Direct = Callable[[str, str, bytes, int, str, float], Awaitable[int]]
+Direct = Callable[[Pending], Awaitable[int]]  # append one record alone
 
 
 class GroupCommitter:
-    def __init__(
-        self, nc: Client, js: JetStreamContext, direct: Direct, *, direct_limit: int = 4
-    ) -> None:
+    def __init__(self, nc: Client, direct: Direct, *, direct_limit: int = 4) -> None:
         self.nc = nc
-        self.js = js
         self.direct = direct  # append one record alone, with retries and read-back
         self.plan: CommitQueue[Pending] = CommitQueue(direct_limit=direct_limit)
         self._committer: asyncio.Task[None] | None = None
@@ -92,7 +85,7 @@ class GroupCommitter:
         route = self.plan.offer(item)
         if route is Route.ALONE:
             try:
-                return await self.direct(*item.alone_args())
+                return await self.direct(item)
             finally:
                 self.plan.sent_alone()
         # an appender that left (cancelled) does not read its outcome: nothing to report
@@ -144,7 +137,7 @@ class GroupCommitter:
                 await self.nc.publish(item.subject, item.data, headers=headers)
             last = lot[-1]
             headers = {**last.headers, BATCH_ID: batch, BATCH_SEQ: str(len(lot)), BATCH_COMMIT: "1"}
-            ack = await self.js.publish(last.subject, last.data, headers=headers, timeout=5.0)
+            seq = await publish_acked(self.nc, last.subject, last.data, headers, 5.0)
         except (
             nats.js.errors.BadRequestError,  # a stale fence, or a limit: nothing was stored
             nats.js.errors.APIError,
@@ -158,14 +151,14 @@ class GroupCommitter:
             return
         self.batches += 1
         self.batched += len(lot)
-        first = ack.seq - len(lot) + 1  # a batch is stored contiguously
+        first = seq - len(lot) + 1  # a batch is stored contiguously
         for i, item in enumerate(lot):
             if not item.done.done():
                 item.done.set_result(first + i)
 
     async def _alone(self, item: Pending) -> None:
         try:
-            seq = await self.direct(*item.alone_args())
+            seq = await self.direct(item)
         except (Exception, Fenced) as exc:  # noqa: BLE001 - handed to its appender, which raises it
             if not item.done.done():
                 item.done.set_exception(exc)

@@ -39,6 +39,7 @@ from fusee.adapters.jetstream.direct import (
     CLIENT_PATIENCE,
     direct_batch,
     patience,
+    publish_acked,
     retrying,
     retrying_for,
 )
@@ -125,7 +126,7 @@ class NatsStore:
         self._runs: KeyValue | None = None
         self._work: KeyValue | None = None
         self._objects: KeyValue | None = None
-        self.committer = GroupCommitter(nc, self.js, self._append_alone)
+        self.committer = GroupCommitter(nc, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
         self.tokens = TokenStore(nc, self.js, layout, replicas=replicas, max_age=tokens_max_age)
         # callers waiting for results: one consumer for all of them (see watch.py)
@@ -192,14 +193,17 @@ class NatsStore:
         ``VALUE_HEADROOM`` for the record around it."""
         return max(0, self.max_payload - VALUE_HEADROOM)
 
-    def _check_fits(self, subject: str, data: bytes, headers: dict[str, str], what: str) -> None:
+    def _check_fits(
+        self, subject: str, data: bytes, headers: dict[str, str], what: str | Callable[[], str]
+    ) -> None:
         """Refuse a message the server would refuse (it counts the headers too, and
-        closes the connection of a client that sends one), before it is sent."""
+        closes the connection of a client that sends one), before it is sent. ``what``
+        may be a callable: called only when the message does not fit."""
         size = len(data) + len(subject) + 12 + sum(len(k) + len(v) + 4 for k, v in headers.items())
         if size > self.max_payload:
             raise NotEncodable(
-                f"{what} would be a message of {size:,} bytes, over the NATS server's "
-                f"max_payload of {self.max_payload:,} bytes"
+                f"{what() if callable(what) else what} would be a message of {size:,} "
+                f"bytes, over the NATS server's max_payload of {self.max_payload:,} bytes"
             )
 
     async def close(self, timeout: float = 1.0) -> None:
@@ -295,7 +299,7 @@ class NatsStore:
         """
         headers = self._fenced_headers(eid, kind, fence, msg_id)
         subject = self.layout.record(eid, kind)
-        self._check_fits(subject, data, headers, f"the {kind} record of {unescape(eid)!r}")
+        self._check_fits(subject, data, headers, lambda: _record_of(kind, eid))
         give_up = time.monotonic() + patience()
         item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up)
         return await self.committer.append(item)
@@ -311,12 +315,11 @@ class NatsStore:
             MSG_ID: msg_id,
         }
 
-    async def _append_alone(
-        self, eid: str, kind: str, data: bytes, fence: int, msg_id: str, give_up: float
-    ) -> int:
-        """Append one record under the actor's fence; returns its stream sequence.
+    async def _append_alone(self, item: Pending) -> int:
+        """Append one record (``item``: its message, prepared by :meth:`append`) under
+        the actor's fence; returns its stream sequence.
 
-        ``fence`` is the last sequence the writer saw under ``<ns>.run.<id>.>`` (0: the
+        Its ``fence`` is the last sequence the writer saw under ``<ns>.run.<id>.>`` (0: the
         journal must not exist yet). A retry after a lost reply carries the same
         ``msg_id``: when the server refuses it (10071 on R1, 10201 for batches), the
         last record tells whether this write landed or another writer's did. Retries
@@ -328,20 +331,18 @@ class NatsStore:
             ConnectionLost: NATS did not answer until ``give_up`` (the record may have
                 landed: a retry with the same ``msg_id`` and fence finds out).
         """
-        lay = self.layout
-        headers = self._fenced_headers(eid, kind, fence, msg_id)
-        what = f"the {kind} record of {unescape(eid)!r}"
+        eid, fence, msg_id, give_up = item.eid, item.fence, item.msg_id, item.give_up
         try:
             # The server down or electing a leader: the same msg_id and fence again;
             # dedupe or the read-back below sorts it out.
-            ack = await retrying(
-                self.js.publish,
-                lay.record(eid, kind),
-                data,
+            seq = await retrying(
+                publish_acked,
+                self.nc,
+                item.subject,
+                item.data,
+                item.headers,
                 2.0,
-                None,
-                headers,
-                what=what,
+                what=lambda: _record_of(item.kind, eid),
                 give_up=give_up,
             )
         except nats.js.errors.BadRequestError as exc:
@@ -352,7 +353,7 @@ class NatsStore:
             if last is not None and last.headers.get(MSG_ID) == msg_id:
                 return last.seq  # our earlier try landed; its reply was lost
             raise Fenced(f"journal of {eid} moved past sequence {fence}") from None
-        return ack.seq  # a duplicate ack names the original, which is ours
+        return seq  # a duplicate ack names the original, which is ours
 
     # -- values stored out of line ----------------------------------------------------
 
@@ -947,3 +948,8 @@ class NatsStore:
         except TRANSIENT:
             return None
         return msg.data
+
+
+def _record_of(kind: str, eid: str) -> str:
+    # made only for an error: unescaping an ID costs µs, a commit has none to spare
+    return f"the {kind} record of {unescape(eid)!r}"
