@@ -7,23 +7,19 @@ One JSON line per figure, then a table, on a fresh embedded nats-server with
 process (``engine.worker()``), as for W1/W2 in ``python -m bench``: client and worker
 share one event loop and one core.
 
-- ``floor``: the operations of one exclusive call, timed one after another with
-  nats-py: the inbox publish, the active-marker Direct Get, the fenced journal append
-  (``obj.done``), the compare-and-set KV put of the state, and a core NATS
-  request/reply (a responder in this process, as a direct call's hand-over and reply);
-  p50 of each and of a plain fsync'd publish. A batched Direct Get of the inbox is
-  timed too. ``path_ms`` is what must happen one after another between call and reply
-  for a call to a key in memory, the floor W4 is compared with: the hand-over and reply
-  (the request/reply) and the journal append (nothing is stored before the handler
-  runs, and the KV put is written every 64 records). ``stored_path_ms`` is the path of
-  a call stored in the inbox first (the first call to a key, one that follows a send):
-  the inbox publish and the journal append.
+- ``floor``: the writes one exclusive call makes, timed one after another with nats-py:
+  the inbox publish, the active-marker Direct Get, the fenced journal append
+  (``obj.done``), the compare-and-set KV put of the state; p50 of each, their sum (the
+  floor of one call: the best a sequential caller could do with this design) and p50 of
+  a plain fsync'd publish. A batched Direct Get of the inbox is timed too but left out
+  of that sum. ``path_ms`` is what must happen one after another between call and
+  reply, the floor W4 is compared with: the inbox publish and the journal append (the
+  worker's inbox consumer hands the actor the message, the marker check is skipped
+  while the object answered the engine moments ago, and the KV put follows the reply).
 - ``floor_parallel``: the same four operations, ``--keys`` chains at once: the most
   calls/s the server could take for the concurrent figure.
 - ``w4``: ``--calls`` sequential ``call``s to one key from one client, each adding 1 to a
   counter in the object's state (warm-up calls excluded); the counter is checked.
-  ``cpu_ms_per_call``: CPU time of this process (client and worker) and of the
-  nats-server per call.
 - ``w4_process``: the same with the worker in a process of its own, as in a deployment
   (client, worker and server then share the 2 cores as 3 processes).
 - ``w4_keys``: ``--keys`` keys in parallel, each with ``--per-key`` sequential calls
@@ -37,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
 import statistics
 import tempfile
@@ -76,7 +71,7 @@ class Floor:
     """The operations of one exclusive call, with nats-py and nothing else, on a stream
     and a KV bucket configured as fusee's (file storage, Direct Get, dedupe headers)."""
 
-    OPS = ("inbox_publish", "marker_get", "journal_append", "state_put", "request_reply")
+    OPS = ("inbox_publish", "marker_get", "journal_append", "state_put")
 
     def __init__(self, nc: Any, js: Any, kv: Any) -> None:
         self.nc, self.js, self.kv = nc, js, kv
@@ -104,11 +99,6 @@ class Floor:
         await kv.put(f"active.{key}", b"{}")
         state_rev = journal_last = 0
         inbox = f"ofloor.in.{key}"
-
-        async def answer(msg: Any) -> None:
-            await msg.respond(b'{"seq":1,"at":1,"result":1}')
-
-        responder = await self.nc.subscribe(f"ofloor.call.{key}", cb=answer)
         for i in range(n):
             t0 = time.perf_counter()
             ack = await js.publish(
@@ -145,18 +135,14 @@ class Floor:
             )
             state_rev = put.seq
             t5 = time.perf_counter()
-            await self.nc.request(f"ofloor.call.{key}", b'{"handler":"incr","input":null}')
-            t6 = time.perf_counter()
             for op, ms in (
                 ("inbox_publish", t1 - t0),
                 ("marker_get", t2 - t1),
                 ("inbox_read", t3 - t2),
                 ("journal_append", t4 - t3),
                 ("state_put", t5 - t4),
-                ("request_reply", t6 - t5),
             ):
                 lat[op].append(ms * 1000)
-        await responder.unsubscribe()
 
 
 def empty() -> dict[str, list[float]]:
@@ -170,14 +156,11 @@ async def floor(url: str, n: int, keys: int, per_key: int) -> dict[str, float]:
         await f.chain("warm", 50, empty())
         await f.chain("seq", n, lat)
         p50 = {op: round(statistics.median(v), 3) for op, v in lat.items()}
-        call_ms = round(sum(p50[op] for op in Floor.OPS if op != "request_reply"), 3)
-        # what must happen one after another before the reply, as the actor runs now
-        # for a key in memory: the call handed over and answered on core NATS, its
-        # obj.done journaled in between (the KV put is written every 64 records)
-        path_ms = round(p50["request_reply"] + p50["journal_append"], 3)
-        # a call stored in the inbox first: the worker's inbox consumer hands the actor
-        # the message, the marker check is skipped or overlaps the wait
-        stored_path_ms = round(p50["inbox_publish"] + p50["journal_append"], 3)
+        call_ms = round(sum(p50[op] for op in Floor.OPS), 3)
+        # what must happen one after another before the reply, as the actor runs now:
+        # the inbox message is handed over by the worker's consumer, the marker check
+        # is skipped or overlaps the wait, the KV put follows the reply
+        path_ms = round(p50["inbox_publish"] + p50["journal_append"], 3)
         # one plain fsync'd publish, alone
         plain = []
         for i in range(n):
@@ -195,7 +178,6 @@ async def floor(url: str, n: int, keys: int, per_key: int) -> dict[str, float]:
             calls_per_s=round(1000 / call_ms),
             path_ms=path_ms,
             path_calls_per_s=round(1000 / path_ms),
-            stored_path_ms=stored_path_ms,
             n=n,
         )
         # the same chains, one per key, all keys at once
@@ -215,20 +197,8 @@ async def floor(url: str, n: int, keys: int, per_key: int) -> dict[str, float]:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of process ``pid`` so far (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def w4(
-    url: str,
-    fl: dict[str, float],
-    calls: int,
-    warmup: int,
-    *,
-    separate: bool = False,
-    server_pid: int = 0,
+    url: str, fl: dict[str, float], calls: int, warmup: int, *, separate: bool = False
 ) -> None:
     """W4; ``separate``: the worker in a process of its own (``python -m bench.worker``),
     as in a deployment, instead of this one."""
@@ -244,20 +214,12 @@ async def w4(
             await stack.enter_async_context(engine.worker())
         for _ in range(warmup):  # the actor activates, the reply subscription opens
             await key.call("incr")
-        own0, server0 = time.process_time(), cpu_seconds(server_pid) if server_pid else 0.0
-        worker0 = cpu_seconds(process.pid) if process is not None else 0.0
         t0 = time.perf_counter()
         for _ in range(calls):
             t = time.perf_counter()
             last = await key.call("incr")
             lat.append((time.perf_counter() - t) * 1000)
         elapsed = time.perf_counter() - t0
-        cpu = {
-            "this_process": time.process_time() - own0,
-            "server": cpu_seconds(server_pid) - server0 if server_pid else 0.0,
-        }
-        if process is not None:
-            cpu["worker_process"] = cpu_seconds(process.pid) - worker0
         state = await key.state()
     if process is not None:
         process.send_signal(signal.SIGTERM)
@@ -284,7 +246,6 @@ async def w4(
         ratio_to_floor=round(rate / (1000 / fl["path_ms"]), 2),
         ratio_p50_to_floor=round(p50 / fl["path_ms"], 2),
         ratio_p50_to_publish=round(p50 / fl["publish_ms"], 2),
-        cpu_ms_per_call={k: round(v * 1000 / calls, 3) for k, v in cpu.items()},
         goal_calls_per_s=1000,
     )
 
@@ -346,15 +307,14 @@ def table() -> None:
         if name == "floor":
             fig = (
                 f"publish p50 {row['publish_p50_ms']} ms; path {row['path_ms']} ms = "
-                f"{row['path_calls_per_s']} calls/s (stored first {row['stored_path_ms']} ms)"
+                f"{row['path_calls_per_s']} calls/s (all writes {row['call_ms']} ms)"
             )
         elif name == "floor_parallel":
             fig = f"{row['calls_per_s']} calls/s ({row['keys']} keys at once)"
         elif name in ("w4", "w4_process"):
-            cpu = "+".join(str(v) for v in row["cpu_ms_per_call"].values())
             fig = (
                 f"{row['calls_per_s']} calls/s = {row['ratio_to_floor']}x path floor, "
-                f"p50 {row['p50_ms']} ms = {row['ratio_p50_to_floor']}x path, cpu {cpu} ms"
+                f"p50 {row['p50_ms']} ms = {row['ratio_p50_to_floor']}x path"
             )
             goal = ">= 1000 calls/s"
         else:
@@ -368,8 +328,8 @@ async def main(args: argparse.Namespace) -> None:
         server = EmbeddedServer.start(Path(tmp))
         try:
             fl = await floor(server.url, args.calls, args.keys, args.per_key)
-            await w4(server.url, fl, args.calls, args.warmup, server_pid=server.pid)
-            await w4(server.url, fl, args.calls, args.warmup, separate=True, server_pid=server.pid)
+            await w4(server.url, fl, args.calls, args.warmup)
+            await w4(server.url, fl, args.calls, args.warmup, separate=True)
             await w4_keys(server.url, fl, args.keys, args.per_key)
         finally:
             server.stop()

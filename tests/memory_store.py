@@ -17,7 +17,7 @@ stored or after (stored, but the writer never heard back).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio.lowlevel
@@ -209,16 +209,6 @@ class MemoryStore:
 
     async def publish_core(self, subject: str, data: bytes) -> None:
         self.published.append((subject, data))
-
-    async def subscribe_calls(
-        self, eid: str, handler: Callable[[bytes, str], Awaitable[None]]
-    ) -> Callable[[], Awaitable[None]]:
-        """No caller hands calls over in memory: nothing ever arrives."""
-
-        async def unsubscribe() -> None:
-            return None
-
-        return unsubscribe
 
     # -- keyed objects --------------------------------------------------------------------
 

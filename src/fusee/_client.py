@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import secrets
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
@@ -86,46 +85,27 @@ class Replies:
         self.waiting.pop(subject, None)
         self.got.pop(subject, None)
 
-    def reset(self, subject: str) -> None:
-        """Wait again on ``subject`` (the answer that came was not the last)."""
-        if subject in self.waiting:
-            self.waiting[subject] = anyio.Event()
-            self.got.pop(subject, None)
-
 
 REMEMBERED = 10_000  # objects a connection keeps the last answer of (oldest go first)
 
 
-@dataclass(frozen=True)
-class Answer:
-    """An object's last answer to this connection: when (``time.monotonic()``), the
-    journal sequence of that answer (``at``), and the inbox sequence of an invocation
-    this connection stored that may still be queued (``pending``, 0: none)."""
-
-    when: float
-    at: int
-    pending: int = 0
-
-
 class Answered:
-    """Each object's last answer to this connection. An object that answered moments
-    ago still has its active marker (the next call need not ensure it), and its actor
-    is likely in memory (the next call may be handed to it directly, unless one this
-    connection stored may still be queued: the inbox runs in order). Bounded: the
-    oldest answers are forgotten first."""
+    """When (``time.monotonic()``) each object last answered this connection: an
+    object that answered moments ago still has its active marker, so the next call
+    need not ensure it. Bounded: the oldest answers are forgotten first."""
 
     def __init__(self, limit: int = REMEMBERED) -> None:
-        self._last: dict[str, Answer] = {}
+        self._at: dict[str, float] = {}
         self._limit = limit
 
-    def get(self, eid: str) -> Answer | None:
-        return self._last.get(eid)
+    def get(self, eid: str) -> float | None:
+        return self._at.get(eid)
 
-    def note(self, eid: str, answer: Answer) -> None:
-        self._last.pop(eid, None)  # to the end: the oldest answered is first
-        self._last[eid] = answer
-        if len(self._last) > self._limit:
-            del self._last[next(iter(self._last))]
+    def note(self, eid: str, at: float) -> None:
+        self._at.pop(eid, None)  # to the end: the oldest answered is first
+        self._at[eid] = at
+        if len(self._at) > self._limit:
+            del self._at[next(iter(self._at))]
 
 
 # The engine of the innermost ``async with await fusee.connect() as engine:`` block of

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from fusee._client import Answer, Client, current_client
+from fusee._client import Client, current_client
 from fusee._run import Run
 from fusee.actors.object_state import current_state, read_object
 from fusee.actors.registry import (
@@ -55,9 +55,6 @@ DurationLike = str | float | int
 # An object that answered this long ago still has its active marker: its actor lets it
 # go only after a second with nothing to do (``ActorCore.park_after``).
 STILL_ACTIVE = 0.5
-# How long a caller that handed a call to an actor in memory waits for its answer
-# before it stores the call in the inbox (the worker may have died with it).
-DIRECT_WAIT = 1.0
 
 
 @dataclass(frozen=True)
@@ -204,18 +201,9 @@ class ObjectKey:
             return await self._call_shared(handler, arg, limit, type)
         deadline = time.monotonic() + limit if limit is not None else float("inf")
         data = canonical(arg, f"the input of {self!r}.{handler}", limit=self.engine.store.max_value)
-        after, tried = 0, ""
-        # Handed over directly only with time to spare: a caller whose deadline passes
-        # must leave its invocation stored ("stays queued or running"), never only in
-        # an actor's memory.
-        if idempotency_key is None and deadline - time.monotonic() > 2 * DIRECT_WAIT:
-            answer, after, tried = await self._call_direct(handler, data)
-            if answer is not None:
-                self._saw(answer, stored=False)
-                return self._result(handler, answer, type)
-        with anyio.move_on_after(deadline - time.monotonic()) as storing:
+        with anyio.move_on_after(limit if limit is not None else math.inf) as storing:
             seq, subject, duplicate = await self._enqueue_raw(
-                handler, data, idempotency_key, reply=True, after=after, subject=tried
+                handler, data, idempotency_key, reply=True
             )
         if storing.cancelled_caught:
             raise Timeout(
@@ -284,29 +272,18 @@ class ObjectKey:
         return await self._enqueue_raw(handler, data, idempotency_key, reply=reply)
 
     async def _enqueue_raw(
-        self,
-        handler: str,
-        data: bytes,
-        idempotency_key: str | None,
-        *,
-        reply: bool,
-        after: int = 0,
-        subject: str = "",
+        self, handler: str, data: bytes, idempotency_key: str | None, *, reply: bool
     ) -> tuple[int, str, bool]:
         engine = self.engine
         msg_id = None
         if idempotency_key is not None:
             msg_id = f"{self.eid}:invoke:{validate_id(idempotency_key, 'idempotency key')}"
-        # ``subject`` given: a direct call whose caller heard nothing back, stored with
-        # its reply subject (which its first attempt's journal records name) and
-        # ``after``, the journal sequence they come after (see _call_direct)
-        if reply and not subject:
+        subject = ""
+        if reply:
             replies = engine.replies
             await replies.open()
             subject = replies.new()
-        body = encode_message(
-            Invoke(handler=handler, input=msgspec.Raw(data), reply=subject, after=after)
-        )
+        body = encode_message(Invoke(handler=handler, input=msgspec.Raw(data), reply=subject))
         store, p = engine.store, self._partition
         try:
             if msg_id is not None:
@@ -320,10 +297,6 @@ class ObjectKey:
             if subject:
                 engine.replies.drop(subject)
             raise
-        # stored in the inbox: this engine's next calls queue behind it, until it or
-        # one stored after it was answered (the inbox runs in order)
-        last = engine.answered.get(self.eid) or Answer(0.0, 0)
-        engine.answered.note(self.eid, Answer(last.when, last.at, max(last.pending, seq)))
         if not reply:
             await store.ensure_active(p, self.eid)  # a caller that waits does it meanwhile
         return seq, subject, duplicate
@@ -339,7 +312,7 @@ class ObjectKey:
         # until it has been idle for a second, and reads its inbox again after letting
         # it go. (The fallback after a second without a reply ensures it anyway.)
         answered = self.engine.answered.get(self.eid)
-        if answered is not None and time.monotonic() - answered.when < STILL_ACTIVE:
+        if answered is not None and time.monotonic() - answered < STILL_ACTIVE:
             return await self._await_outcome(seq, subject, duplicate, deadline)
         failed: list[FuseeError] = []
 
@@ -370,11 +343,9 @@ class ObjectKey:
             if left <= 0:
                 return None
             data = await replies.wait(subject, min(1.0, left))
-            if data:
+            if data is not None:
                 body: dict[str, Any] = msgspec.json.decode(data)
-                if not body.get("retry"):
-                    return body
-                replies.reset(subject)  # its direct attempt, turned away: this one runs
+                return body
             found, searched = await self._find_done(seq, searched)
             if found is not None:
                 return found
@@ -412,54 +383,11 @@ class ObjectKey:
                 return found, after
         return None, after
 
-    def _saw(self, body: dict[str, Any], *, stored: bool = True) -> None:
+    def _saw(self, body: dict[str, Any]) -> None:
         """Remember when the object answered this engine: it still has its active
-        marker for a while (``STILL_ACTIVE``), so the next call need not ensure it, and
-        may be handed over directly (``_call_direct``) unless an invocation this engine
-        stored in the inbox may still be queued: an answer to one stored at or after
-        it (``stored``: ``seq`` is its inbox sequence) says it is not."""
-        at, seq = body.get("at"), body.get("seq")
-        if not isinstance(at, int):
-            return
-        last = self.engine.answered.get(self.eid)
-        pending = last.pending if last is not None else 0
-        if stored and isinstance(seq, int) and seq >= pending:
-            pending = 0
-        self.engine.answered.note(self.eid, Answer(time.monotonic(), at, pending))
-
-    async def _call_direct(
-        self, handler: str, data: bytes
-    ) -> tuple[dict[str, Any] | None, int, str]:
-        """Hand the call to the object's actor in memory, if it answered this engine a
-        moment ago: it is journaled with its result in one write (nothing is stored
-        before it runs). ``(answer, 0, "")``; ``(None, 0, "")`` when no actor took it
-        (it is not in memory, or turned it away as it left): the caller stores it in the
-        inbox; ``(None, at, subject)`` when no answer came on ``subject`` within a second
-        (the worker may have died, or the handler is slow): the caller stores it in the
-        inbox with that reply subject and ``after: at``, the journal sequence the first
-        attempt's records come after, and the actor answers from them if it ran."""
-        last = self.engine.answered.get(self.eid)
-        if last is None or last.pending or time.monotonic() - last.when >= STILL_ACTIVE:
-            return None, 0, ""
-        replies = self.engine.replies
-        await replies.open()
-        subject = replies.new()
-        request = msgspec.json.encode({"handler": handler, "input": msgspec.Raw(data)})
-        try:
-            await self.engine.store.send_call(self.eid, request, subject)
-            got = await replies.wait(subject, DIRECT_WAIT)
-        except BaseException:
-            replies.drop(subject)
-            raise
-        if got is None:
-            return None, last.at, subject  # dropped by the caller, after its wait
-        replies.drop(subject)
-        if not got:  # no responders: no actor in memory
-            return None, 0, ""
-        body: dict[str, Any] = msgspec.json.decode(got)
-        if body.get("retry"):
-            return None, 0, ""
-        return body, 0, ""
+        marker for a while (``STILL_ACTIVE``), so the next call need not ensure it."""
+        if isinstance(body.get("at"), int):
+            self.engine.answered.note(self.eid, time.monotonic())
 
     def _result(self, handler: str, body: dict[str, Any], type: Any) -> Any:  # noqa: A002
         if "error_type" in body:

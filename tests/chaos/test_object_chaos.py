@@ -202,15 +202,6 @@ def _invocations(
             assert record.invoked is not msgspec.UNSET, where
         elif isinstance(record, StepCompleted):
             steps.append(record)
-        elif isinstance(record, ObjectDone) and record.repeats is not msgspec.UNSET:
-            # a call stored after its direct attempt went unanswered, where that attempt
-            # had ended: answered from it, nothing ran
-            assert not steps, ("a repeat that ran a step", *where)
-            assert any(
-                first.inbox_seq == record.repeats and first.direct and first.reply == invoked.reply
-                for first, _, _ in out
-            ), ("a repeat of no direct call", *where)
-            invoked = None
         elif isinstance(record, ObjectDone):
             assert record.inbox_seq == invoked.inbox_seq, where
             assert len(steps) == 1, ("the step is journaled once per invocation", *where)
@@ -345,19 +336,16 @@ async def test_sigkill_mid_handler_20_times(
             for pos, call_id in enumerate(seen, 1):
                 assert results[call_id]["count"] == pos, (context, key, call_id, seen)
 
-            # the journal: the invocations one after the other, those from the inbox in
-            # its order (a direct call is named by the journal's last sequence when it
-            # began, and arrives at the actor, not in the inbox), each once and all ok;
-            # each is its first record (which carries it), its one step and its obj.done
+            # the journal: the invocations one after the other, in arrival (inbox)
+            # order, each once and all ok; each is its first record (which carries it),
+            # its one step and its obj.done
             msgs = await engine.store.read_journal(obj.eid)
             journal = [(m.seq, decode_record(m.data)) for m in msgs]
             assert_chained(journal)
             invocations = _invocations([r for _, r in journal], context)
             assert len(invocations) == total, (context, key, len(invocations))
-            named = [done.inbox_seq for _, _, done in invocations]
-            assert len(set(named)) == len(named), (context, key, named)
-            inbox_seqs = [done.inbox_seq for _, _, done in invocations if not done.is_direct]
-            assert inbox_seqs == sorted(inbox_seqs), (context, key, inbox_seqs)
+            inbox_seqs = [done.inbox_seq for _, _, done in invocations]
+            assert inbox_seqs == sorted(set(inbox_seqs)), (context, key, inbox_seqs)
             for i, (invoked, step, done) in enumerate(invocations):
                 assert done.ok, (context, done)
                 result = msgspec.json.decode(bytes(done.result))  # type: ignore[arg-type]
@@ -373,13 +361,9 @@ async def test_sigkill_mid_handler_20_times(
         # the steps: a step that was journaled never ran again; an execution whose result
         # was not kept was cut short by a kill; no two executions of a key overlapped
         committed: dict[str, int] = {}
-        direct = repeated = 0
         for key in plan:
             for m in await engine.store.read_journal(engine.object("counter", key).eid):
                 record = decode_record(m.data)
-                if isinstance(record, ObjectDone):
-                    direct += record.is_direct
-                    repeated += record.repeats is not msgspec.UNSET
                 if isinstance(record, StepCompleted):
                     kept = msgspec.json.decode(bytes(record.result))
                     assert kept["key"] not in committed, (context, "step journaled twice", kept)
@@ -427,8 +411,7 @@ async def test_sigkill_mid_handler_20_times(
         print(
             f"{len(execs)} step executions for {len(committed)} steps ({again} again), "
             f"projections caught up: {caught_up}, went idle: {idle}, "
-            f"fenced workers: {len(fenced)}, direct calls: {direct} "
-            f"(answered again from the journal: {repeated}), "
+            f"fenced workers: {len(fenced)}, "
             f"{time.monotonic() - began:.1f}s"
         )
     finally:

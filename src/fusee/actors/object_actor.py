@@ -20,8 +20,6 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -62,7 +60,7 @@ from fusee.runtime.objects import (
     fold,
     untargeted_cancel,
 )
-from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted, decode_record
+from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted
 from fusee.runtime.waits import Idle, Park
 
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
@@ -93,9 +91,7 @@ class ObjectActor:
         self.state: State = {}
         self.cursor = 0  # inbox sequence of the last invocation that ended
         # invocations read, not begun, in arrival order
-        self.queue: collections.deque[tuple[int, Invoke | Unknown | DirectCall]] = (
-            collections.deque()
-        )
+        self.queue: collections.deque[tuple[int, Invoke | Unknown]] = collections.deque()
         self.cancels: dict[int, str] = {}  # a queued invocation's sequence: why it is off
         self.malformed: dict[int, str] = {}  # an invoke that does not fit: why
         self.projection_rev = 0  # its KV revision (compare-and-set), 0: none
@@ -110,9 +106,6 @@ class ObjectActor:
         self._projection_error: BaseException | None = None
         self._queue_changed = anyio.Event()  # set when an invocation or a cancel is read
         self._queued = 0  # how many reads queued something (or a cancel)
-        # invocations from the inbox that retry a direct call: inbox seq -> the journal
-        # sequence its caller last knew (its first attempt's records come after it)
-        self._retried: dict[int, int] = {}
 
     async def before_step(self) -> None:
         """An invocation is journaled before its first step runs, so it shows as
@@ -181,16 +174,12 @@ class ObjectActor:
         # the running one its signals and cancels) and the projection writes (see
         # _project_later: the reply goes out once obj.done landed). Leaving (idle,
         # parked, evicted) waits for the writes.
-        # While it serves, callers that wait may hand it calls directly (see
-        # _on_call); those not begun when it leaves are turned away, to the inbox.
         escaped: BaseException | None = None
         outcome: Outcome = "idle"
-        unsubscribe: Callable[[], Awaitable[None]] | None = None
         async with anyio.create_task_group() as background:
             self._background = background
             try:
                 await self._read_inbox()
-                unsubscribe = await self.core.store.subscribe_calls(self.core.eid, self._on_call)
                 background.start_soon(
                     functools.partial(self.core.watch_inbox, self._read_inbox, once=False)
                 )
@@ -204,10 +193,6 @@ class ObjectActor:
             finally:
                 self._background = None
                 background.cancel_scope.cancel()  # the watcher; the writes are shielded
-                with anyio.CancelScope(shield=True):
-                    if unsubscribe is not None:
-                        await unsubscribe()
-                    await self._turn_away_calls()
         self._raise_projection_error()
         if escaped is not None:
             raise escaped
@@ -256,12 +241,8 @@ class ObjectActor:
             return history.invocation  # begun before a crash or an eviction: resume it
         while self.queue:
             seq, msg = self.queue.popleft()
-            direct = isinstance(msg, DirectCall)
-            if seq <= self.cursor and not direct:
+            if seq <= self.cursor:
                 continue
-            if isinstance(msg, Invoke) and msg.after:
-                # a call first handed over directly, whose caller heard nothing back
-                self._retried[seq] = msg.after
             if isinstance(msg, Unknown):  # an invoke that does not fit: it fails alone
                 self.malformed[seq] = msg.why
                 return Invocation(
@@ -277,13 +258,10 @@ class ObjectActor:
             return Invocation(
                 handler=msg.handler,
                 input=msg.input,
-                # a direct call is named by the journal's last record: no other
-                # invocation has that sequence (each one journals its obj.done)
-                inbox_seq=self.core.fence if direct else seq,
+                inbox_seq=seq,
                 started_at=self.core.clock(),
                 timeout=timeout,
                 reply=msg.reply,
-                direct=direct,
             )
         return None
 
@@ -351,8 +329,6 @@ class ObjectActor:
         malformed = self.malformed.pop(inv.inbox_seq, None)  # (also when cancelled first)
         if self.cancel_reason is not None and history.generation_size == 0:
             fields = _error("fusee.Cancelled", self.cancel_reason)  # cancelled while queued
-        elif history.generation_size == 0 and (copied := await self._ran_directly(inv)):
-            fields = copied  # its first, direct, attempt ended: answered from the journal
         elif malformed is not None:
             fields = _error(
                 "fusee.InvalidInput",
@@ -383,8 +359,6 @@ class ObjectActor:
                 duration_ms=round((self.core.clock() - began) * 1000, 3),
                 **fields,
             )
-            if inv.direct:
-                done = msgspec.structs.replace(done, direct=True, cursor=self.cursor)
             try:
                 await self.core.commit(done)
                 break
@@ -406,8 +380,7 @@ class ObjectActor:
                 f"invocation {inv.inbox_seq} ({inv.handler}) of object {self.core.run_id!r} ended",
             )
         self.state = fold(self.state, done)
-        if not inv.direct:
-            self.cursor = inv.inbox_seq
+        self.cursor = inv.inbox_seq
         if done.ok:
             log.info("invocation.completed", handler=inv.handler, inbox_seq=inv.inbox_seq)
         else:
@@ -605,82 +578,6 @@ class ObjectActor:
         if not inv.reply:
             return
         await self.core.store.publish_core(inv.reply, reply_body(done, at))
-
-    # -- calls handed over directly ---------------------------------------------------
-
-    async def _on_call(self, data: bytes, reply: str) -> None:
-        """A caller that waits handed this actor a call (core NATS, not stored): it
-        runs in its turn and is journaled with its result, in one write. Until then
-        only the caller knows of it; if it hears nothing back, it stores the call in
-        the inbox, naming this one (see _ran_directly)."""
-        try:
-            call = _call_decoder.decode(data)
-        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
-            call = None
-        if (
-            call is None
-            or self._background is None  # leaving: to the inbox
-            or not self.core.fence  # (a caller goes direct only to a key that answered it)
-        ):
-            await self.core.store.publish_core(reply, TURNED_AWAY)
-            return
-        self.queue.append((0, DirectCall(handler=call.handler, input=call.input, reply=reply)))
-        self._queued += 1
-        self._queue_changed.set()
-        self._queue_changed = anyio.Event()
-
-    async def _turn_away_calls(self) -> None:
-        """Leaving memory: the direct calls not begun go back to their callers, who
-        store them in the inbox (nothing of them was journaled)."""
-        for _, msg in [e for e in self.queue if isinstance(e[1], DirectCall)]:
-            assert isinstance(msg, DirectCall)
-            await self.core.store.publish_core(msg.reply, TURNED_AWAY)
-        self.queue = collections.deque(e for e in self.queue if not isinstance(e[1], DirectCall))
-
-    async def _ran_directly(self, inv: Invocation) -> dict[str, Any] | None:
-        """For a call stored in the inbox after its caller heard nothing back from the
-        actor it had handed the call to: the outcome of that first attempt if it was
-        journaled (then it does not run again), else None. Its records are after the
-        journal sequence the caller last knew; a begun one has been resumed and ended
-        before this (the journal shows it begun, so it runs first)."""
-        after = self._retried.pop(inv.inbox_seq, None)
-        if after is None or not inv.reply:
-            return None
-        first: int | None = None
-        for msg in await self.core.store.read_journal(self.core.eid, after):
-            record = decode_record(msg.data)
-            invoked = record.invoked
-            if invoked and invoked.direct and invoked.reply == inv.reply:
-                first = invoked.inbox_seq
-            if isinstance(record, ObjectDone) and record.is_direct and record.inbox_seq == first:
-                log.info("invocation.answered_again", inbox_seq=inv.inbox_seq, first=first)
-                if record.ok:
-                    return {"result": record.result, "repeats": first}
-                return {**_error(str(record.error_type), str(record.message)), "repeats": first}
-        return None
-
-
-@dataclass(frozen=True)
-class DirectCall:
-    """A call handed to the actor in memory on core NATS (``_fusee.<ns>.call.<eid>``),
-    queued beside the inbox's invocations; ``reply``: where its caller waits."""
-
-    handler: str
-    input: msgspec.Raw
-    reply: str
-
-
-class _CallRequest(msgspec.Struct, frozen=True):
-    """What a caller sends on the direct call subject: ``{"handler", "input"}``."""
-
-    handler: str
-    input: msgspec.Raw = NULL
-
-
-_call_decoder = msgspec.json.Decoder(_CallRequest)
-
-# the answer to a direct call this actor will not run: the caller stores it in the inbox
-TURNED_AWAY = b'{"retry":true}'
 
 
 def _error(error_type: str, message: str) -> dict[str, Any]:

@@ -83,8 +83,7 @@ async def read_object(store: RunStore, object_type: str, key: str) -> ObjectSnap
         record = history.feed(msg.seq, msg.data, anchor=bool(anchor) and i == 0)
         snap.fence = msg.seq
         if isinstance(record, ObjectDone):
-            snap.last = record
-            snap.cursor = record.cursor_after
+            snap.cursor, snap.last = record.inbox_seq, record
             if msg.seq > anchor:
                 snap.state = fold(snap.state, record)
                 if history.invocation is not None:

@@ -145,14 +145,6 @@ class RunStore(Protocol):
         """Fire and forget on core NATS (a lost message is fine: nothing durable rides it)."""
         ...
 
-    # keyed objects: calls handed to the actor in memory (core NATS, not stored)
-    async def subscribe_calls(
-        self, eid: str, handler: Callable[[bytes, str], Awaitable[None]]
-    ) -> Callable[[], Awaitable[None]]:
-        """``handler(body, reply)`` for each call sent to actor ``eid`` while this
-        subscription lasts; returns the unsubscribe call."""
-        ...
-
     # keyed objects: the state projection in the objects bucket
     async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
         """``(state JSON, journal sequence it was made at, KV revision)``, or None."""

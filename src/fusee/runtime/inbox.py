@@ -105,10 +105,6 @@ class Invoke(Message, tag="invoke", frozen=True):
     handler: str
     input: msgspec.Raw = NULL
     reply: str = ""
-    # a call first handed to the actor in memory whose caller heard nothing back: the
-    # journal sequence of the caller's last answer (its first attempt's records, if
-    # any, come after it; the actor answers from them instead of running it again)
-    after: int = 0
 
 
 class Unknown(msgspec.Struct, frozen=True):

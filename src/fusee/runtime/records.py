@@ -84,10 +84,6 @@ class Invocation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     started_at: float
     timeout: float | None = None
     reply: str = ""  # the core NATS subject the caller waits on ("" for a send)
-    # A call handed to the actor in memory (core NATS), not stored in its inbox:
-    # ``inbox_seq`` is then the journal's last sequence when it began (unique, and
-    # known before it journals anything), and its end does not move the cursor.
-    direct: bool = False
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
@@ -248,28 +244,6 @@ class ObjectDone(Record, tag="obj.done", frozen=True):
     state_deleted: list[str] | msgspec.UnsetType = msgspec.UNSET
     state_cleared: bool = False
     duration_ms: float = 0.0
-    # A direct call's (``Invocation.direct``): ``inbox_seq`` names no inbox message,
-    # and ``cursor`` is the inbox sequence of the last invocation from the inbox that
-    # ended before it (the cursor it leaves as it was). Absent otherwise (UNSET, so
-    # older records keep their bytes).
-    direct: bool | msgspec.UnsetType = msgspec.UNSET
-    cursor: int | msgspec.UnsetType = msgspec.UNSET
-    # A call stored in the inbox after its direct attempt went unanswered, where that
-    # attempt had ended: the attempt's ``inbox_seq``, whose outcome this one repeats
-    # (nothing ran, nothing changed).
-    repeats: int | msgspec.UnsetType = msgspec.UNSET
-
-    @property
-    def is_direct(self) -> bool:
-        return self.direct is True
-
-    @property
-    def cursor_after(self) -> int:
-        """The inbox cursor this record leaves: its ``inbox_seq``, or a direct call's
-        ``cursor``."""
-        if self.direct is True:
-            return self.cursor if isinstance(self.cursor, int) else 0
-        return self.inbox_seq
 
     @property
     def ok(self) -> bool:

@@ -83,11 +83,6 @@ class Layout:
         # core NATS: where one client's callers wait for their invocations' replies
         return f"_fusee.{self.namespace}.reply.{token}"
 
-    def direct_calls(self, eid: str) -> str:
-        # core NATS: calls handed to the object's actor while it is in memory (its
-        # reply subject is the caller's); nobody subscribed means it is not
-        return f"_fusee.{self.namespace}.call.{eid}"
-
     def journal(self, eid: str) -> str:
         return f"{self.namespace}.run.{eid}.j"
 

@@ -899,26 +899,6 @@ class NatsStore:
 
         return unsubscribe
 
-    async def subscribe_calls(
-        self, eid: str, handler: Callable[[bytes, str], Awaitable[None]]
-    ) -> Callable[[], Awaitable[None]]:
-        """``handler(body, reply)`` for each call sent to actor ``eid`` in memory
-        (:meth:`send_call`); returns the unsubscribe call."""
-
-        async def on_call(_subject: str, data: bytes, reply: str | None) -> None:
-            if reply:
-                await handler(data, reply)
-
-        return await self.subscribe_core(self.layout.direct_calls(eid), on_call)
-
-    async def send_call(self, eid: str, data: bytes, reply: str) -> None:
-        """Hand a call to actor ``eid`` in memory; its answer comes on ``reply``: the
-        result, or an empty message (a ``503`` status) when no actor listens."""
-        subject = self.layout.direct_calls(eid)
-        self._check_fits(subject, data, {}, f"the call to {unescape(eid)!r}")
-        with lost_on_transient(f"a call to {unescape(eid)!r}"):
-            await self.nc.publish(subject, data, reply=reply)
-
     async def publish_core(self, subject: str, data: bytes) -> None:
         self._check_fits(subject, data, {}, f"the message on {subject}")
         with contextlib.suppress(*TRANSIENT):
