@@ -195,7 +195,8 @@ def test_a_determinism_error_cannot_be_caught_and_carried_on_from() -> None:
 def test_a_wait_that_rode_on_a_record_is_folded_as_if_journaled_at_its_sequence() -> None:
     """A wait's end carried by the next record (``waited``) replays like one journaled
     alone at that record's sequence: the wait returns it, its inbox message is taken,
-    and ``journal_size()`` there is what the run had journaled before the carrier."""
+    and it counts as a record of its own in ``journal_size()`` (as it does live while it
+    waits to ride, and once journaled alone)."""
     took = WaitDone(pos=1, name="approval", wait="signal", value=msgspec.Raw(b"7"), inbox_seq=15)
     history = load(
         journal(
@@ -207,7 +208,8 @@ def test_a_wait_that_rode_on_a_record_is_folded_as_if_journaled_at_its_sequence(
     assert history.waited[1] == took
     assert history.ends == {1: 30, 2: 30}
     assert history.consumed == {15}
-    assert history.size_at == {1: 2, 2: 3}
+    assert history.size_at == {1: 3, 2: 4}
+    assert history.generation_size == 4
     replayer = Replayer(history)
     assert replayer.begin_wait("approval", "signal", "agent.py:1") == took
     assert isinstance(replayer.begin_step("act", "agent.py:2"), Replayed)

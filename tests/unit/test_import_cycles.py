@@ -178,12 +178,18 @@ STDLIB_PRIVATE = frozenset({"_getframe"})
 
 def _private_defined(tree: ast.Module) -> set[str]:
     """The private attribute names a module defines: its methods and functions, the
-    attributes its code assigns on ``self``/``cls``, its classes' annotated fields."""
+    attributes its code assigns on ``self``/``cls`` (an assignment to another object's
+    private attribute is a reach too), its classes' annotated fields."""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("_"):
             names.add(node.name)
-        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
             names.add(node.attr)
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             names.add(node.target.id)

@@ -348,7 +348,9 @@ class Context:
         history, reached = self._replayer.history, self._replayer.next_pos
         if any(pos >= reached for pos in history.size_at):  # replaying: the journal is ahead
             return max((n for pos, n in history.size_at.items() if pos < reached), default=1)
-        return history.generation_size
+        # a wait's end not journaled yet (it rides on the next record) counts as one, as
+        # it does once journaled, alone or riding
+        return history.generation_size + len(history.resolved)
 
     def continue_as_new(self, arg: Any = None) -> NoReturn:
         """End this generation of the run and start its next one, under the same run ID,

@@ -171,10 +171,12 @@ class History:
         if isinstance(record.values, list):
             self.values.extend(record.values)
         if isinstance(record.waited, list):
-            # before the record that carries them, as if each were journaled at its
-            # sequence; journal_size() there is what the run had journaled before it
+            # before the record that carries them, as if each were a record of its own
+            # at that sequence: counted in the generation's size, so ``journal_size()``
+            # is the same whether a wait's end rode on a record or was journaled alone
             for done in record.waited:
                 self._wait_done(seq, done)
+                self.generation_size += 1
                 self.size_at[done.pos] = self.generation_size
         match record:
             case RunStarted():
