@@ -19,15 +19,19 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio.lowlevel
 
+from fusee.actors.core import ActorCore
 from fusee.actors.ports import RunStore, TokenSink
+from fusee.actors.registry import Registry
+from fusee.actors.run_actor import RunActor
 from fusee.errors import Fenced, JournalGap
 from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.records import ValueRef, decode_record
 
-__all__ = ("Crash", "MemoryStore", "Stored", "Timer")
+__all__ = ("Crash", "MemoryStore", "Stored", "Timer", "run_actor")
 
 
 class Crash(BaseException):  # a process dying, not an error (no Error suffix)
@@ -227,3 +231,16 @@ class MemoryStore:
 
 
 _: RunStore = MemoryStore()  # mypy proves it implements the whole port
+
+
+def run_actor(
+    store: MemoryStore, registry: Registry, *, clock: Callable[[], float], **core: Any
+) -> RunActor:
+    """The real run actor of run ``r`` (partition 0, namespace ``t``) over ``store``;
+    ``core``: more :class:`~fusee.actors.core.ActorCore` arguments."""
+    return RunActor(
+        registry=registry,
+        core=ActorCore(
+            store=store, namespace="t", eid="r", run_id="r", partition=0, clock=clock, **core
+        ),
+    )

@@ -18,11 +18,9 @@ import msgspec
 
 import fusee
 from fusee.actors import core as core_module
-from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
-from fusee.actors.run_actor import RunActor
 from fusee.runtime.records import RunStarted, encode_record
-from tests.memory_store import MemoryStore
+from tests.memory_store import MemoryStore, run_actor
 
 
 class HeldTimers(MemoryStore):
@@ -63,18 +61,7 @@ def test_a_branch_setting_its_timer_keeps_the_run_in_memory(monkeypatch: Any) ->
     store.seed("r", encode_record(started))
     registry = Registry()
     registry.add(Workflow("both", _both, Any, True))
-    actor = RunActor(
-        registry=registry,
-        core=ActorCore(
-            store=store,
-            namespace="t",
-            eid="r",
-            run_id="r",
-            partition=0,
-            clock=time.time,
-            park_after=0.05,
-        ),
-    )
+    actor = run_actor(store, registry, clock=time.time, park_after=0.05)
 
     async def go() -> str:
         kept = anyio.Event()

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -41,6 +41,7 @@ from fusee.runtime.records import WaitStarted
 from fusee.runtime.settle import BranchState, Ended
 from fusee.runtime.settle import may_park as settle_may_park
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Sleep, Wait, WaitCommand
+from tests.machines import machine_settings
 
 START = 1
 PARK_AFTER = 1.0
@@ -197,14 +198,7 @@ def _eager_idle() -> Iterator[None]:
         ASK[0] = _ask
 
 
-SETTINGS = settings(
-    max_examples=600,
-    stateful_step_count=25,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+SETTINGS = machine_settings(600, 25)
 
 
 def test_every_order_parks_only_when_it_may() -> None:

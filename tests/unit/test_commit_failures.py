@@ -10,12 +10,11 @@ import msgspec
 import pytest
 
 import fusee
-from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
 from fusee.runtime.history import History
 from fusee.runtime.records import RunCompleted, RunStarted, encode_record
-from tests.memory_store import MemoryStore
+from tests.memory_store import MemoryStore, run_actor
 
 
 class FailingStore(MemoryStore):
@@ -41,17 +40,7 @@ async def _careless(ctx: fusee.Context, _arg: Any) -> str:
 def _actor(store: MemoryStore) -> RunActor:
     registry = Registry()
     registry.add(Workflow("careless", _careless, Any, True))
-    return RunActor(
-        registry=registry,
-        core=ActorCore(
-            store=store,
-            namespace="t",
-            eid="r",
-            run_id="r",
-            partition=0,
-            clock=lambda: 1_800_000_000.0,
-        ),
-    )
+    return run_actor(store, registry, clock=lambda: 1_800_000_000.0)
 
 
 def test_a_failed_commit_is_not_an_error_the_workflow_sees() -> None:

@@ -43,7 +43,7 @@ from typing import Any, TypeVar, cast
 import nats.errors
 import nats.js.errors
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -67,6 +67,7 @@ from fusee.adapters.jetstream.commit import (
 )
 from fusee.errors import ConnectionLost, Fenced, StorageFull
 from fusee.runtime.commits import CommitQueue, Route
+from tests.machines import machine_settings
 
 T = TypeVar("T")
 WHO: contextvars.ContextVar[int] = contextvars.ContextVar("who")  # set by each appender
@@ -376,14 +377,7 @@ class CommitMachine(RuleBasedStateMachine):
             self.loop.close()
 
 
-SETTINGS = settings(
-    max_examples=300,
-    stateful_step_count=25,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+SETTINGS = machine_settings(300, 25)
 
 
 def test_every_order_keeps_the_invariants() -> None:

@@ -15,7 +15,6 @@ import msgspec
 import pytest
 
 import fusee
-from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.actors.run_actor import RunActor
 from fusee.errors import DeterminismError
@@ -29,7 +28,7 @@ from fusee.runtime.records import (
     decode_record,
     encode_record,
 )
-from tests.memory_store import MemoryStore
+from tests.memory_store import MemoryStore, run_actor
 from tests.unit.test_history import START, done, journal, load
 
 
@@ -101,18 +100,7 @@ def test_a_record_without_values_keeps_its_bytes_and_one_with_values_round_trips
 def _actor(store: MemoryStore, fn: Any, *, always_replay: bool, clock: Any) -> RunActor:
     registry = Registry()
     registry.add(Workflow("values", fn, Any, True))
-    return RunActor(
-        registry=registry,
-        core=ActorCore(
-            store=store,
-            namespace="t",
-            eid="r",
-            run_id="r",
-            partition=0,
-            clock=clock,
-            always_replay=always_replay,
-        ),
-    )
+    return run_actor(store, registry, clock=clock, always_replay=always_replay)
 
 
 def _store() -> MemoryStore:

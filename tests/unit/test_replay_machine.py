@@ -37,7 +37,6 @@ from hypothesis.stateful import (
 import fusee
 from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
-from fusee.actors.run_actor import RunActor
 from fusee.runtime.history import History
 from fusee.runtime.inbox import Signal, encode_message
 from fusee.runtime.records import (
@@ -47,7 +46,7 @@ from fusee.runtime.records import (
     decode_record,
     encode_record,
 )
-from tests.memory_store import Crash, MemoryStore
+from tests.memory_store import Crash, MemoryStore, run_actor
 
 
 class ReplayMachine(RuleBasedStateMachine):
@@ -127,18 +126,12 @@ class ReplayMachine(RuleBasedStateMachine):
         return None
 
     def _segment(self) -> None:
-        actor = RunActor(
-            registry=self.registry,
-            core=ActorCore(
-                store=self.store,
-                namespace="t",
-                eid="r",
-                run_id="r",
-                partition=0,
-                clock=self._clock,
-                always_replay=self.always_replay,
-                park_after=0.0,  # a wait without its signal parks the run at once
-            ),
+        actor = run_actor(
+            self.store,
+            self.registry,
+            clock=self._clock,
+            always_replay=self.always_replay,
+            park_after=0.0,  # a wait without its signal parks the run at once
         )
 
         async def go() -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
+from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -46,6 +46,7 @@ from fusee.runtime.inbox import InboxMessage, Signal, TimerFired
 from fusee.runtime.parking import ParkingLot
 from fusee.runtime.records import WaitDone, WaitStarted
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Sleep, Wait
+from tests.machines import machine_settings
 
 EID = "r-1"
 PARTITION = 0
@@ -551,15 +552,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[object]]] = {
     "a dropped wake-up forgotten": _drop_forgotten,
 }
 
-FIND = settings(
-    max_examples=1000,
-    phases=[Phase.generate],  # found is enough: no shrinking
-    stateful_step_count=15,
-    deadline=None,
-    database=None,
-    derandomize=True,
-    suppress_health_check=list(HealthCheck),
-)
+FIND = machine_settings(1000, 15, shrink=False)  # found is enough: no shrinking
 
 
 def test_every_order_keeps_the_invariants() -> None:
