@@ -43,7 +43,14 @@ from fusee.errors import (
 from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.durations import parse_duration
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
-from fusee.runtime.inbox import Cancel, Invoke, Signal, Unknown, decode_message, encode_message
+from fusee.runtime.inbox import (
+    Cancel,
+    Invoke,
+    Unknown,
+    decode_message,
+    encode_message,
+    signal_message,
+)
 from fusee.runtime.objects import EDIT, edit_changes, object_id, untargeted_cancel
 from fusee.runtime.records import ObjectDone, decode_record
 from fusee.runtime.tokens import invocation_stream
@@ -547,17 +554,11 @@ class ObjectKey:
     async def signal(self, name: str, payload: Any = None) -> None:
         """Send the running (or next) invocation's ``ctx.wait_for(name)`` a signal."""
         name = validate_name(name, "signal name")
-        body = encode_message(
-            Signal(
-                name=name,
-                payload=msgspec.Raw(
-                    canonical(
-                        payload,
-                        f"the payload of signal {name!r} to {self!r}",
-                        limit=self.engine.store.max_value,
-                    )
-                ),
-            )
+        body = signal_message(
+            name,
+            payload,
+            what=f"the payload of signal {name!r} to {self!r}",
+            limit=self.engine.store.max_value,
         )
         store, p = self.engine.store, self._partition
         await store.send_inbox(p, self.eid, "signal", body)

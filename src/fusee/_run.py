@@ -14,7 +14,6 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
-import msgspec
 
 from fusee._client import Client
 from fusee.adapters.jetstream.layout import StoredMsg
@@ -26,11 +25,11 @@ from fusee.errors import (
     RunNotFound,
     Timeout,
 )
-from fusee.runtime.codec import canonical, decode_value
+from fusee.runtime.codec import decode_value
 from fusee.runtime.durations import parse_duration
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
-from fusee.runtime.inbox import Cancel, Signal, encode_message
+from fusee.runtime.inbox import Cancel, encode_message, signal_message
 from fusee.runtime.index import RunInfo, decode_info, info_from_history
 from fusee.runtime.records import RunCancelled as RunCancelledRecord
 from fusee.runtime.records import RunCompleted, decode_record, unfold
@@ -115,17 +114,8 @@ class Run:
             ``await engine.run("refund-9").signal("approval", {"approved": True})``
         """
         name = validate_name(name, "signal name")
-        body = encode_message(
-            Signal(
-                name=name,
-                payload=msgspec.Raw(
-                    canonical(
-                        payload,
-                        f"the payload of signal {name!r}",
-                        limit=self.engine.store.max_value,
-                    )
-                ),
-            )
+        body = signal_message(
+            name, payload, what=f"the payload of signal {name!r}", limit=self.engine.store.max_value
         )
         msg_id = f"{self.eid}:signal:{validate_id(key, 'signal key')}" if key is not None else None
         return await self._send("signal", body, msg_id)

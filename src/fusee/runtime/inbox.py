@@ -20,6 +20,8 @@ from typing import Any, Final
 
 import msgspec
 
+from fusee.runtime.codec import canonical
+
 __all__ = (
     "Message",
     "Signal",
@@ -32,6 +34,7 @@ __all__ = (
     "InboxMessage",
     "decode_message",
     "encode_message",
+    "signal_message",
     "NULL",
     "KINDS",
 )
@@ -167,3 +170,15 @@ def _lenient(body: dict[str, Any], why: str) -> InboxMessage | Unknown:
 
 def encode_message(msg: InboxMessage) -> bytes:
     return _encoder.encode(msg)
+
+
+def signal_message(name: str, payload: Any, *, what: str, limit: int) -> bytes:
+    """The ``signal`` message for ``payload`` (canonical JSON, at most ``limit`` bytes;
+    ``what`` names it in the error).
+
+    Raises:
+        NotEncodable: the payload is not JSON-encodable, or too large.
+    """
+    return encode_message(
+        Signal(name=name, payload=msgspec.Raw(canonical(payload, what, limit=limit)))
+    )
