@@ -42,3 +42,31 @@ async def test_journal_size_is_the_same_live_and_replayed(
     assert result == [3, 6, 9, 12]
     for i, live, after in SEEN:
         assert after == live + 1, (i, SEEN)  # the step's own record, replayed or not
+
+
+OBJECT_SEEN: list[tuple[int, int, int, int]] = []
+
+
+async def _sizes(ctx: fusee.ObjectContext) -> list[int]:
+    first = ctx.journal_size()  # an invocation begins with no record of its own
+    a: int = await ctx.step("s1", lambda: first, type=int)
+    second = ctx.journal_size()
+    b: int = await ctx.step("s2", lambda: second, type=int)
+    OBJECT_SEEN.append((first, a, second, b))
+    return [a, b]
+
+
+sizes = fusee.object("journal_size_object", {"sizes": _sizes})
+
+
+@pytest.mark.parametrize("replay", [False, True], ids=["in memory", "replayed every step"])
+async def test_an_invocations_journal_size_is_the_same_live_and_replayed(
+    engine: fusee.Engine, replay: bool
+) -> None:
+    OBJECT_SEEN.clear()
+    key = sizes.key(f"k-{replay}", engine=engine)
+    async with engine.worker(config=WorkerConfig(always_replay=replay)):
+        # (its first step is preceded by obj.started, which carries the invocation)
+        assert await key.call("sizes", timeout=30) == [0, 2]
+    for first, a, second, b in OBJECT_SEEN:  # each pass of the handler, live or replayed
+        assert (first, second) == (a, b), OBJECT_SEEN

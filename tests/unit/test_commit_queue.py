@@ -210,6 +210,7 @@ class Wire:
                 "stale": nats.js.errors.BadRequestError(code=400, err_code=10071),
                 "api": nats.js.errors.APIError(code=503),
                 "timeout": nats.errors.TimeoutError(),
+                "no stream": nats.js.errors.NoStreamResponseError(),  # a 503: a leader election
             }[answer]
         )
 
@@ -291,7 +292,7 @@ class CommitMachine(RuleBasedStateMachine):
         self._settle()
 
     @precondition(lambda self: bool(self.wire.batches))
-    @rule(data=st.data(), answer=st.sampled_from(["ok", "stale", "api", "timeout"]))
+    @rule(data=st.data(), answer=st.sampled_from(["ok", "stale", "api", "timeout", "no stream"]))
     def a_batch_is_acked(self, data: st.DataObject, answer: str) -> None:
         self.wire.answer_batch(data.draw(st.sampled_from(self.wire.batches)), answer)
         self._settle()

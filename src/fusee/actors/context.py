@@ -347,7 +347,10 @@ class Context:
         when its code was at the same place, so the decision replays the same."""
         history, reached = self._replayer.history, self._replayer.next_pos
         if any(pos >= reached for pos in history.size_at):  # replaying: the journal is ahead
-            return max((n for pos, n in history.size_at.items() if pos < reached), default=1)
+            # before any position: what the generation begins with (a run's start record;
+            # an object's invocation begins with none)
+            start = 0 if history.invocation is not None else 1
+            return max((n for pos, n in history.size_at.items() if pos < reached), default=start)
         # a wait's end not journaled yet (it rides on the next record) counts as one, as
         # it does once journaled, alone or riding
         return history.generation_size + len(history.resolved)

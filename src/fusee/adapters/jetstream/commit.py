@@ -143,6 +143,7 @@ class GroupCommitter:
             nats.js.errors.APIError,
             nats.errors.TimeoutError,  # unknown: each record's own retry and read-back tell
             nats.errors.NoRespondersError,
+            nats.js.errors.NoStreamResponseError,  # a 503: JetStream (re)starting, a leader election
             nats.errors.ConnectionReconnectingError,
             nats.errors.ConnectionClosedError,
             nats.errors.OutboundBufferLimitError,
