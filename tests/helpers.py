@@ -6,12 +6,9 @@ Worker modules under ``tests/workers`` share their side-effect log writers in
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -55,18 +52,3 @@ def split_attempts(events: list[TokenEvent]) -> list[list[TokenEvent]]:
             out.append([])
         out[-1].append(e)
     return out
-
-
-def wait_for_line(log: Path, proc: subprocess.Popen[bytes], event: str) -> dict[str, Any]:
-    """The first JSON log line of ``event`` a process wrote to ``log`` (20 s at most;
-    it must not exit first)."""
-    deadline = time.monotonic() + 20
-    while True:
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("{") and f'"{event}"' in line:
-                found: dict[str, Any] = json.loads(line)
-                if found.get("event") == event:
-                    return found
-        assert proc.poll() is None, log.read_text()
-        assert time.monotonic() < deadline, f"no {event}:\n{log.read_text()}"
-        time.sleep(0.05)

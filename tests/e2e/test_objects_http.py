@@ -7,7 +7,6 @@ One API process and one worker serve the whole module (each test uses its own ke
 from __future__ import annotations
 
 import secrets
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,8 +18,7 @@ import httpx
 import pytest
 
 import fusee
-from tests.helpers import cli_cmd, cli_env, wait_for_line
-from tests.workers.procs import HERE, Workers
+from tests.workers.procs import HERE, Workers, api_server, started
 
 OBJECTS = HERE / "objects.py"
 
@@ -37,29 +35,14 @@ def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     tmp = tmp_path_factory.mktemp("objects-http")
     namespace = f"t{secrets.token_hex(4)}"
     workers = Workers(nats_server.url, namespace, tmp, module=OBJECTS)
-    log = tmp / "api.log"
-    out = log.open("wb")
-    server = subprocess.Popen(
-        cli_cmd("api", "--port", "0", "--nats", nats_server.url, "--namespace", namespace),
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=cli_env(),
-        cwd=tmp,
-    )
-    try:
-        worker = workers.spawn()
-        serving = wait_for_line(log, server, "api.serving")
-        wait_for_line(worker.log_path, worker.proc, "worker.started")
-        yield Api(serving["url"], nats_server.url, namespace)
-    finally:
-        workers.cleanup()
-        server.terminate()
+    with api_server(nats_server.url, namespace, tmp) as server:
         try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        out.close()
+            worker = workers.spawn()
+            serving = started(server, "api.serving")
+            started(worker, "worker.started")
+            yield Api(serving["url"], nats_server.url, namespace)
+        finally:
+            workers.cleanup()
 
 
 def _key(prefix: str) -> str:

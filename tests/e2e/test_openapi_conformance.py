@@ -7,7 +7,6 @@ short (``timeout`` is 0.2 s), so the run takes seconds."""
 from __future__ import annotations
 
 import secrets
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +15,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.core.result import Ok
 
-from tests.helpers import cli_cmd, cli_env, wait_for_line
-from tests.workers.procs import HERE, Workers
+from tests.workers.procs import HERE, Workers, api_server, started
 
 MAX_EXAMPLES = 10
 
@@ -27,22 +25,12 @@ def api_url(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Itera
     tmp = tmp_path_factory.mktemp("openapi")
     namespace = f"t{secrets.token_hex(4)}"
     workers = Workers(nats_server.url, namespace, tmp, module=HERE / "objects.py")
-    log = tmp / "api.log"
-    with log.open("wb") as out:
-        server = subprocess.Popen(
-            cli_cmd("api", "--port", "0", "--nats", nats_server.url, "--namespace", namespace),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=cli_env(),
-            cwd=tmp,
-        )
+    with api_server(nats_server.url, namespace, tmp) as server:
         try:
             workers.spawn()
-            yield str(wait_for_line(log, server, "api.serving")["url"])
+            yield str(started(server, "api.serving")["url"])
         finally:
             workers.cleanup()
-            server.terminate()
-            server.wait(timeout=10)
 
 
 def _checker(operation: Any, api_url: str) -> Any:

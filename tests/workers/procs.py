@@ -8,6 +8,8 @@ integration and chaos conftests) that kills whatever a test left running.
 from __future__ import annotations
 
 import collections
+import contextlib
+import functools
 import itertools
 import json
 import os
@@ -25,6 +27,7 @@ import pytest
 
 from fusee.actors.worker import owner_for
 from fusee.runtime.records import StepCompleted
+from tests.helpers import cli_cmd, cli_env
 
 HERE = Path(__file__).resolve().parent
 LAUNCH = HERE / "launch.py"
@@ -155,6 +158,33 @@ class Workers:
             if w.alive:
                 w.thaw()
                 w.kill()
+
+
+@contextlib.contextmanager
+def api_server(url: str, namespace: str, tmp_path: Path) -> Iterator[WorkerProc]:
+    """``fusee api`` on a free port, a process of its own (its log lines in
+    ``tmp_path/api.log``); stopped with SIGTERM, killed if it does not go in 10 s."""
+    log_path = tmp_path / "api.log"
+    cmd = cli_cmd("api", "--port", "0", "--nats", url, "--namespace", namespace)
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=cli_env(), cwd=tmp_path
+        )
+    server = WorkerProc("api", proc, log_path)
+    try:
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def started(proc: WorkerProc, event: str) -> dict[str, Any]:
+    """From a synchronous fixture: the first log line of ``event`` (20 s at most)."""
+    return anyio.run(functools.partial(proc.wait_for, event, timeout=20.0))
 
 
 @pytest.fixture
