@@ -19,7 +19,6 @@ import pytest
 from tests.unit.test_layering import SRC, imported_modules, module_name
 
 # Cycles known and being removed elsewhere, each with why; this must shrink to nothing.
-ALLOWED: dict[frozenset[str], str] = {}  # none: a cycle needs a reason written here
 
 ADAPTERS_THAT_USE_PUBLIC_NAMES = ("adapters/http", "adapters/cli")
 
@@ -106,14 +105,7 @@ def test_the_package_has_modules() -> None:
 
 def test_no_import_cycles() -> None:
     graph = import_graph()
-    new = [c for c in cycles(graph) if c not in ALLOWED]
-    assert [describe(graph, c) for c in new] == []
-
-
-def test_the_allowed_cycles_are_still_there() -> None:
-    # once one is gone, take it out of ALLOWED so it cannot come back
-    found = cycles(import_graph())
-    assert [sorted(c) for c in ALLOWED if c not in found] == []
+    assert [describe(graph, c) for c in cycles(graph)] == []
 
 
 def test_http_and_cli_import_only_public_names() -> None:

@@ -432,22 +432,12 @@ class ObjectActor:
         view: ReadOnlyState,
         inv: Invocation,
     ) -> dict[str, Any]:
-        """Run the handler under its timeout (the watcher cancels it on a cancel)."""
-        timeout = inv.timeout
+        """Run the handler under its timeout (the watcher cancels it on a cancel); the
+        fields of its ``obj.done``."""
         deadline = float("inf")
-        if timeout is not None:
-            deadline = anyio.current_time() + max(0.0, inv.started_at + timeout - self.core.clock())
-        return await self._call(handler, ctx, replayer, view, inv, deadline)
-
-    async def _call(
-        self,
-        handler: Handler,
-        ctx: ObjectContext,
-        replayer: Replayer,
-        view: ReadOnlyState,
-        inv: Invocation,
-        deadline: float,
-    ) -> dict[str, Any]:
+        if inv.timeout is not None:
+            left = inv.started_at + inv.timeout - self.core.clock()
+            deadline = anyio.current_time() + max(0.0, left)
         where = f"handler {inv.handler!r} of object {self.core.run_id!r}"
         with anyio.CancelScope(deadline=deadline) as scope:
             self.core.workflow_scope = scope

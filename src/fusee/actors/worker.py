@@ -708,9 +708,10 @@ class Worker:
         if held is not None and anyio.current_time() < held.until:
             return  # a message waits in its inbox; a reconcile after `until` brings it back
         if self._ended:
+            # oldest first (insertion order): forget those listed long enough
             now = anyio.current_time()
-            for gone in [e for e, at in self._ended.items() if now - at > ENDED_LISTED]:
-                del self._ended[gone]
+            while self._ended and now - next(iter(self._ended.values())) > ENDED_LISTED:
+                del self._ended[next(iter(self._ended))]
             if eid in self._ended:
                 return
         named = parse_object_id(unescape(eid))
@@ -783,6 +784,7 @@ class Worker:
                     self.guests.pop(eid, None)
                     await self.store.clear_active(p, eid)
                     if outcome == "ended":
+                        self._ended.pop(eid, None)  # (to the end: the order is by time)
                         self._ended[eid] = anyio.current_time()
         except Evicted:
             pass

@@ -125,14 +125,9 @@ class History:
 
     def begin(self, invocation: Invocation, partition: int = 0) -> None:
         """Start an object handler's invocation in memory: a new generation whose first
-        record (whatever it is) will carry ``invocation`` (see :meth:`take_invocation`)."""
+        record (whatever it is) will carry ``invocation`` (see :meth:`take_riders`)."""
         self._start_invocation(invocation, partition)
         self.pending_invocation = invocation
-
-    def take_invocation(self) -> Invocation | None:
-        """The invocation begun and not journaled yet, for the next record to carry."""
-        taken, self.pending_invocation = self.pending_invocation, None
-        return taken
 
     def _start_invocation(self, inv: Invocation, partition: int) -> None:
         self._new_generation(self.generation + 1)
@@ -232,8 +227,8 @@ class History:
         riders: dict[str, Any] = {}
         if pending := self.take_pending():
             riders["values"] = pending
-        if (invocation := self.take_invocation()) is not None:
-            riders["invoked"] = invocation
+        if self.pending_invocation is not None:
+            riders["invoked"], self.pending_invocation = self.pending_invocation, None
         if self.resolved:
             riders["waited"], self.resolved = self.resolved, []
         return riders
