@@ -10,7 +10,7 @@ import msgspec
 
 from fusee.actors.host import ActorHost
 from fusee.actors.ports import RunStore
-from fusee.actors.starts import start_or_attach
+from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.waits import start_wait
 from fusee.errors import FuseeError, RunExists
 from fusee.errors import RunCancelled as ChildCancelled
@@ -156,10 +156,12 @@ async def _check_existing(store: RunStore, eid: str, child_id: str, wanted: RunS
             f"{'a child of ' + repr(owner) if owner else 'a top-level run'}, "
             f"not as a child of {wanted.parent!r}"
         )
-    # A start whose marker write was lost (the parent died in between): restore it.
+    # A start whose marker is gone (the parent died before it, or a worker removed it
+    # as the run paused): written again unless the run ended.
     last = await store.last_in_journal(eid)
     if last is not None and not isinstance(decode_record(last.data), TERMINAL):
-        await store.mark_active(started.partition, eid)
+        marker = start_marker(child_id, first.data, now=started.started_at)
+        await store.mark_run_active(started.partition, eid, marker)
 
 
 def child_message(run_id: str, end: Any) -> bytes:
