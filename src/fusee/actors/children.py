@@ -133,7 +133,7 @@ async def start_child(
     async def attach() -> None:
         await _check_existing(store, escape(child_id), child_id, record)
 
-    if await start_or_attach(store, child_id, record, now=now, attach=attach, wake=True):
+    if await start_or_attach(store, child_id, record, now=now, attach=attach):
         log.info("child.started", child=child_id, workflow=workflow)
 
 

@@ -2,8 +2,9 @@
 
 Each entry is tagged with the journal record it was made from (``Fusee-Journal-Seq``)
 and written by compare-and-set, so a writer that read less of the journal (a frozen
-owner that wakes up and parks a run that ended elsewhere, a starter whose entry lands
-after the worker's) cannot overwrite what a writer that read more wrote.
+owner that wakes up and parks a run that ended elsewhere) cannot overwrite what a
+writer that read more wrote. An ended run's entry is final: it is written without
+comparing, with the removal of the run's active marker, and read before any other.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ async def project_index(
     """Write ``info`` (made from the journal up to ``journal_seq``) unless the index
     holds an entry made from more of it. True when written (or already there).
 
-    ``unmark``: the run's partition, when it leaves the active runs (it ended or
-    paused): its active marker is removed too, in the same write for an end."""
+    An ended run's entry goes with the removal of its active marker, in one write.
+    ``unmark``: the run's partition, when it leaves the active runs otherwise (it
+    paused): its active marker is removed too (also when nothing is written)."""
     while True:
         current = await store.get_index_entry(eid)
         last = 0
@@ -50,10 +52,12 @@ async def project_index(
                 # second it lingers): the entry says this already, nothing is written
                 await _unmark(store, eid, unmark)
                 return True
-        if unmark is not None and info.ended:
+        if info.ended:
             # made from the journal's end: no later record can make it wrong, so it is
-            # written without comparing (a writer that read less compares and loses)
-            await store.end_run(unmark, eid, encode_info(info), journal_seq=journal_seq)
+            # written without comparing (a writer that read less compares and loses),
+            # with the removal of the run's marker
+            partition = info.partition if unmark is None else unmark
+            await store.end_run(partition, eid, encode_info(info), journal_seq=journal_seq)
             return True
         written = await store.put_index(eid, encode_info(info), journal_seq=journal_seq, last=last)
         if written is not None:

@@ -33,7 +33,6 @@ async def start_or_attach(
     now: float,
     attach: Callable[[], Awaitable[None]],
     before_active: Callable[[History], Awaitable[None]] | None = None,
-    wake: bool = False,
 ) -> bool:
     """Append ``record`` as run ``run_id``'s first (fence 0): True when this started
     the run, False when it existed and ``attach()`` accepted it.
@@ -42,7 +41,7 @@ async def start_or_attach(
     run index has no entry for it until it parks, pauses or ends) rides the record's
     write. With ``before_active`` (which may append more records first: a regenerated
     run's copies) the marker is written alone after it, so no worker runs the run
-    before. Then a wake hint when ``wake``. ``attach`` checks the existing run against
+    before. Then a wake hint to its partition's owner. ``attach`` checks the existing run against
     this start (raising ``RunExists``) and restores what a starter that died may have
     left undone.
 
@@ -63,11 +62,11 @@ async def start_or_attach(
     except Fenced:
         await attach()
         return False
-    if before_active is not None:
-        history = History(run_id)
-        history.feed(seq, encoded)
-        await before_active(history)
-        await store.mark_run_active(record.partition, eid, marker)
-    if wake:
+    if before_active is None:
         await store.wake(record.partition, eid)
+        return True
+    history = History(run_id)
+    history.feed(seq, encoded)
+    await before_active(history)
+    await store.mark_run_active(record.partition, eid, marker)  # (and the wake hint)
     return True

@@ -800,14 +800,17 @@ class NatsStore:
     # -- run index and active markers ------------------------------------------------
 
     async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
-        """The run's index entry as stored: ``(value, journal sequence, revision)``. The
-        entry is in the journal stream (``Layout.index_entry``), its revision the
-        stream sequence; else the ``<ns>_runs`` bucket's (an older fusee's), with
-        revision 0: the next write creates the stream's. A delete marker has an empty
-        value; an entry without the journal tag has sequence 0."""
+        """The run's index entry as stored: ``(value, journal sequence, revision)``.
+
+        An ended run's entry is in the journal stream (``Layout.index_entry``, written
+        by :meth:`end_run`) and is final: it is returned (revision 0) whatever the
+        ``<ns>_runs`` bucket holds. Otherwise the bucket's entry (a parked or paused
+        run's, a note, a run of an older fusee), with its KV revision for the next
+        compare-and-set. A delete marker has an empty value; an entry without the
+        journal tag (written by an older fusee) has sequence 0."""
         msg = await self._direct_last(self.layout.index_entry(eid))
-        if msg is not None:
-            return msg.data, _journal_seq(msg.headers), msg.seq
+        if msg is not None and msg.data:
+            return msg.data, _journal_seq(msg.headers), 0
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             raw = await retrying(
@@ -817,18 +820,15 @@ class NatsStore:
             return None
         headers = dict(raw.headers or {})
         if headers.get("KV-Operation") in ("DEL", "PURGE"):
-            return b"", 0, 0
-        return raw.data or b"", _journal_seq(headers), 0
-
-    def _index_headers(self, journal_seq: int) -> dict[str, str]:
-        return {KIND: INDEX_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
+            return b"", 0, raw.seq or 0
+        return raw.data or b"", _journal_seq(headers), raw.seq or 0
 
     async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
-        """Write the run's index entry, compare-and-set on its revision ``last`` (0:
-        absent from the stream), tagged with the journal record it reflects. None: it
-        moved meanwhile."""
-        headers = {**self._index_headers(journal_seq), EXPECTED_SEQ: str(last)}
-        subject = self.layout.index_entry(eid)
+        """Write the run's index entry in the ``<ns>_runs`` bucket, compare-and-set on
+        its revision ``last`` (0: absent), tagged with the journal record it reflects.
+        None: it moved meanwhile. (An ended run's goes to the stream: :meth:`end_run`.)"""
+        headers = {JOURNAL_SEQ: str(journal_seq), EXPECTED_SEQ: str(last)}
+        subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             ack = await retrying(self.js.publish, subject, value, 5.0, None, headers)
         except nats.js.errors.BadRequestError as exc:
@@ -838,16 +838,18 @@ class NatsStore:
         return ack.seq
 
     async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
-        """An ended run's index entry and the removal of its active marker, in one write
-        (alone, or in a group commit's batch under load). Not compare-and-set: an
-        entry made from a journal's end is never wrong (no record comes after it), and
-        a writer that read less compares and sets, so it cannot replace this one."""
+        """An ended run's index entry, in the journal stream (``Layout.index_entry``), and
+        the removal of its active marker, in one write (alone, or in a group commit's
+        batch under load). Not compare-and-set: an entry made from a journal's end is
+        final (no record comes after it) and read before the bucket's, and a writer
+        that read less compares and sets there, so it cannot replace this one."""
         give_up = time.monotonic() + patience()
         tombstone = self._unmarked(partition, eid)
+        headers = {KIND: INDEX_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
         item = Pending(
             self.layout.index_entry(eid),
             value,
-            self._index_headers(journal_seq),
+            headers,
             eid,
             0,
             "",
@@ -863,8 +865,8 @@ class NatsStore:
         return (entry[0] or None) if entry is not None else None
 
     async def list_index(self) -> list[tuple[str, bytes]]:
-        """Every run's index entry, each run once: the journal stream's, and the
-        ``<ns>_runs`` bucket's (see :meth:`_kv_list`) for the runs it has none of."""
+        """Every run's index entry, each run once: an ended run's from the journal
+        stream, the others' from the ``<ns>_runs`` bucket (see :meth:`_kv_list`)."""
         found = await self._kv_list(self.layout.runs_bucket, self.runs, ">")
         out = {key: value for key, (_, value) in found.items()}
         prefix = len(self.layout.index_entry(""))
