@@ -197,6 +197,10 @@ class MemoryStore:
         self.run_markers.pop((partition, eid), None)
         self.active.pop((partition, eid), None)
 
+    async def clear_unstarted(self, partition: int, eid: str) -> None:
+        if not self.journals.get(eid):
+            await self.clear_run_active(partition, eid)
+
     async def mark_active(self, partition: int, eid: str) -> None:
         self.active[partition, eid] = b"{}"
         await self.wake(partition, eid)

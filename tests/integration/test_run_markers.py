@@ -162,3 +162,28 @@ async def test_a_parked_run_keeps_its_marker_and_is_resumed_by_another_worker(
         assert await run.signal("go", 7)
         assert await run.result(timeout=30) == 7
         await wait_until(lambda: _gone(engine, eid), timeout=10, what="the marker to go")
+
+
+async def test_a_marker_removed_for_want_of_a_journal_stays_when_the_run_started_meanwhile(
+    engine: fusee.Engine,
+) -> None:
+    """An actor poked by a message to a run that has not started finds no journal and
+    removes the run's marker; the run's start may land between its read and that
+    removal. The removal expects no journal, so the started run keeps its marker (an
+    unconditional one left it unmarked: found by test_children's early notice)."""
+    store, run_id = engine.store, "m-early"
+    eid, started = escape(run_id), _started(engine, run_id, "z")
+    await store.start_run(
+        eid,
+        "run.started",
+        encode_record(started),
+        partition=started.partition,
+        marker=b"{}",
+        msg_id=f"{eid}:s",
+    )
+    await store.clear_unstarted(started.partition, eid)  # the actor that read no journal
+    assert eid in await store.run_markers()  # (a removed one is listed for its second)
+    other = escape("m-never")
+    await store.mark_run_active(0, other, b"{}")  # a marker whose start never landed
+    await store.clear_unstarted(0, other)
+    await wait_until(lambda: _gone(engine, other), timeout=5, what="the lone marker to go")

@@ -126,6 +126,11 @@ class RunStore(Protocol):
         """Remove an ended or paused run's active marker."""
         ...
 
+    async def clear_unstarted(self, partition: int, eid: str) -> None:
+        """Remove the active marker of a run that has no journal, unless its journal
+        exists by the time the removal is stored (a start that landed meanwhile)."""
+        ...
+
     async def mark_active(self, partition: int, eid: str) -> None:
         """An object key's active marker (in the work bucket), then a hint to its owner."""
         ...

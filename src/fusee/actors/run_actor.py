@@ -87,8 +87,9 @@ class RunActor:
                     return "paused"
                 if self.core.history.started is None:
                     if await self.core.store.get_index(self.core.eid) is None:
-                        # a marker left by a start that never happened
-                        await self._unmark()
+                        # a marker left by a start that never happened, or a message to
+                        # a run that starts now: its marker goes unless it started
+                        await self.core.store.clear_unstarted(self.core.partition, self.core.eid)
                         return "ended"
                     # Indexed but no journal: it was purged or lost. Say so, loudly.
                     reason = (

@@ -914,6 +914,21 @@ class NatsStore:
         )
         await self._clear_old_marker(partition, eid)
 
+    async def clear_unstarted(self, partition: int, eid: str) -> None:
+        """Remove the active marker of a run that has no journal (an actor poked by a
+        message to a run not started yet), unless its journal exists by now: the
+        removal expects nothing under ``<ns>.run.<eid>.>``, so a start that landed
+        meanwhile (its marker rode it) keeps its marker."""
+        subject, data, headers = self._unmarked(partition, eid)
+        headers = {**headers, EXPECTED_SEQ: "0", EXPECTED_SUBJECT: self.layout.tree(eid)}
+        try:
+            await retrying(self.js.publish, subject, data, 5.0, None, headers)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            return  # it started: its marker stays
+        await self._clear_old_marker(partition, eid)
+
     def _unmarked(self, partition: int, eid: str) -> Message:
         headers = {KIND: UNMARKED_KIND, ROLLUP: "sub", TTL: "1"}
         return self.layout.marker(partition, eid), b"", headers
