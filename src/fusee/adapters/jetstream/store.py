@@ -808,7 +808,7 @@ class NatsStore:
         run's, a note, a run of an older fusee), with its KV revision for the next
         compare-and-set. A delete marker has an empty value; an entry without the
         journal tag (written by an older fusee) has sequence 0."""
-        msg = await self._direct_last(self.layout.index_entry(eid))
+        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
         if msg is not None and msg.data:
             return msg.data, _journal_seq(msg.headers), 0
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
