@@ -221,6 +221,10 @@ async def cancel_child(
     if not isinstance(started, RunStarted) or started.parent != parent:
         return  # not ours: ctx.child raised RunExists for it
     p = partition_of(child, partitions)
+    # Its marker first: a child whose start lost its marker (the parent died between
+    # the two) is found by no reconcile, and the cancel's push dies with a worker that
+    # dies before it acts on it (a new one's inbox consumer delivers only new messages).
+    await store.mark_active(started.partition, eid)
     body = encode_message(Cancel(reason=reason))
     await store.send_inbox(p, eid, "cancel", body, msg_id=f"{eid}:cancel:parent")
     await store.wake(p, eid)
