@@ -39,7 +39,7 @@ from fusee.actors.run_actor import RunActor
 from fusee.actors.starts import start_or_attach
 from fusee.errors import Evicted
 from fusee.runtime.ids import escape, partition_of, unescape
-from fusee.runtime.inbox import Cancel, encode_message
+from fusee.runtime.inbox import Cancel, encode_message, signal_message
 from fusee.runtime.index import decode_info
 from fusee.runtime.records import (
     TERMINAL,
@@ -58,54 +58,59 @@ PARENT = "parent"
 
 
 class DyingStore(MemoryStore):
-    """A store under a process that dies at chosen writes: write ``n`` (counting every
-    append, index entry, marker, inbox message and timer) raises :class:`Crash`
-    before it lands (``"before"``) or once it landed, unanswered (``"after"``)."""
+    """A store under a process that dies at chosen writes: the ``n``-th write of a
+    kind (``"run.started"`` and the other record kinds for appends, ``"index"``,
+    ``"mark"``, ``"clear"``, ``"inbox"``, ``"timer"``) raises :class:`Crash` before it
+    lands (``"before"``) or once it landed, unanswered (``"after"``)."""
 
-    deaths: dict[int, str]
-    writes: int
+    deaths: dict[tuple[str, int], str]
+    counts: dict[str, int]
     stored_steps: set[str]  # "<eid>:<step>" of every stored step.completed
     pushed: set[str]  # actors a message or a hint was sent to (the worker's pokes)
+    trace: list[str]  # each write and death, for a failure's report
 
-    def _write(self, when: str) -> None:
+    def _write(self, when: str, kind: str, what: str = "") -> None:
         if when == "before":
-            self.writes += 1
-        if self.deaths.get(self.writes) == when:
-            del self.deaths[self.writes]
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+            self.trace.append(f"{kind} #{self.counts[kind]}: {what}")
+        at = (kind, self.counts[kind])
+        if self.deaths.get(at) == when:
+            del self.deaths[at]
+            self.trace.append(f"   the process dies {when} it")
             raise Crash
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
-        self._write("before")
+        self._write("before", kind, f"append to {eid}")
         seq = await super().append(eid, kind, data, fence=fence, msg_id=msg_id)
         record = decode_record(data)
         if isinstance(record, StepCompleted):
             self.stored_steps.add(f"{eid}:{record.name}")
-        self._write("after")
+        self._write("after", kind)
         return seq
 
     async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
-        self._write("before")
+        self._write("before", "index", f"index {eid}: {decode_info(value).status}")
         revision = await super().put_index(eid, value, journal_seq=journal_seq, last=last)
-        self._write("after")
+        self._write("after", "index")
         return revision
 
     async def mark_active(self, partition: int, eid: str) -> None:
-        self._write("before")
+        self._write("before", "mark", f"mark {eid}")
         await super().mark_active(partition, eid)
-        self._write("after")
+        self._write("after", "mark")
 
     async def clear_active(self, partition: int, eid: str) -> None:
-        self._write("before")
+        self._write("before", "clear", f"clear {eid}")
         await super().clear_active(partition, eid)
-        self._write("after")
+        self._write("after", "clear")
 
     async def send_inbox(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
     ) -> int:
-        self._write("before")
+        self._write("before", "inbox", f"{kind} to {eid}'s inbox")
         seq = await super().send_inbox(partition, eid, kind, body, msg_id=msg_id)
         self.pushed.add(eid)  # the inbox consumer's push
-        self._write("after")
+        self._write("after", "inbox")
         return seq
 
     async def wake(self, partition: int, eid: str) -> None:
@@ -115,21 +120,24 @@ class DyingStore(MemoryStore):
     async def schedule_timer(
         self, eid: str, partition: int, pos: int, until: float, *, start: int = 0
     ) -> None:
-        self._write("before")
+        self._write("before", "timer", f"timer of {eid}")
         await super().schedule_timer(eid, partition, pos, until, start=start)
-        self._write("after")
+        self._write("after", "timer")
 
 
 class Life:
     """One scenario: the workflows, the store, the emulated worker, what was seen."""
 
-    def __init__(self, *, children: int, together: bool, always_replay: bool) -> None:
+    def __init__(
+        self, *, children: int, together: bool, always_replay: bool, kinds: list[str]
+    ) -> None:
         self.children = children
+        self.kinds = kinds  # what child i does before its step: "", "signal" or "sleep"
         self.together = together
         self.always_replay = always_replay
         self.store = DyingStore()
-        self.store.deaths, self.store.writes, self.store.stored_steps = {}, 0, set()
-        self.store.pushed = set()
+        self.store.deaths, self.store.counts, self.store.stored_steps = {}, {}, set()
+        self.store.pushed, self.store.trace = set(), []
         self.runs_after_stored: list[str] = []  # steps whose function ran once stored
         self.time = 1_800_000_000.0
         self.parked: dict[str, int] = {}  # the worker's parked actors: where each left
@@ -153,6 +161,10 @@ class Life:
         return results
 
     async def _child(self, ctx: fusee.Context, i: int) -> int:
+        if self.kinds[i] == "signal":
+            await ctx.wait_for("go")
+        elif self.kinds[i] == "sleep":
+            await ctx.sleep(60)
         return int(await ctx.step("work", lambda: self._ran(ctx.run_id, "work", i * 10)))
 
     def _ran(self, run_id: str, step: str, value: int) -> int:
@@ -180,6 +192,7 @@ class Life:
 
     async def activate(self, eid: str) -> None:
         """One activation, as ``Worker._actor_task`` performs it."""
+        self.store.trace.append(f"-- {unescape(eid)} activated")
         self.parked.pop(eid, None)
         self.store.pushed.discard(eid)
         run_id = unescape(eid)
@@ -238,6 +251,18 @@ class Life:
         body = encode_message(Cancel(reason="by the test"))
         await self.store.send_inbox(p, eid, "cancel", body, msg_id=f"{eid}:cancel:test")
 
+    async def signal_child(self, i: int) -> None:
+        child = f"c{i}"
+        p, eid = partition_of(child, PARTITIONS), escape(child)
+        body = signal_message("go", None, what="the signal", limit=1 << 20)
+        await self.store.send_inbox(p, eid, "signal", body, msg_id=f"{eid}:signal:test")
+
+    def fire_timers(self) -> None:
+        """Every timer set so far fires (the server's schedules: no worker needed)."""
+        for eid, pos in sorted(self.store.timers):
+            self.store.fire_timer(eid, pos)
+            self.store.pushed.add(eid)  # the inbox consumer's push
+
     # -- what must hold -----------------------------------------------------------------
 
     def end_of(self, run_id: str) -> Any:
@@ -277,10 +302,28 @@ class Life:
 
 @given(
     children=st.integers(min_value=1, max_value=3),
+    kinds=st.lists(st.sampled_from(["", "signal", "sleep"]), min_size=3, max_size=3),
     together=st.booleans(),
     always_replay=st.booleans(),
     deaths=st.dictionaries(
-        st.integers(min_value=1, max_value=40),
+        st.tuples(
+            st.sampled_from(
+                [
+                    "run.started",
+                    "wait.started",
+                    "wait.done",
+                    "step.completed",
+                    "run.completed",
+                    "run.cancelled",
+                    "index",
+                    "mark",
+                    "clear",
+                    "inbox",
+                    "timer",
+                ]
+            ),
+            st.integers(min_value=1, max_value=3),
+        ),
         st.sampled_from(["before", "after"]),
         max_size=3,
     ),
@@ -290,18 +333,20 @@ class Life:
 @machine_settings(examples=400, steps=1)
 def test_every_run_of_a_family_ends_whatever_dies_when(
     children: int,
+    kinds: list[str],
     together: bool,
     always_replay: bool,
-    deaths: dict[int, str],
+    deaths: dict[tuple[str, int], str],
     cancel_at: int | None,
     data: st.DataObject,
 ) -> None:
-    life = Life(children=children, together=together, always_replay=always_replay)
+    life = Life(children=children, together=together, always_replay=always_replay, kinds=kinds)
 
     async def scenario() -> None:
         await life.start_parent()
         life.store.deaths = dict(deaths)  # from here on the process may die
         turn = 0
+        signalled: set[int] = set()
         while True:
             if turn == cancel_at:
                 while True:  # a client's process dying: it tries again (same message ID)
@@ -311,13 +356,34 @@ def test_every_run_of_a_family_ends_whatever_dies_when(
                     except Crash:
                         continue
             runnable = life.runnable()
-            if not runnable:
+            waiting = [i for i in range(children) if kinds[i] == "signal" and i not in signalled]
+            actions = [f"run {eid}" for eid in runnable]
+            actions += [f"signal {i}" for i in waiting]
+            actions += ["timers"] if life.store.timers else []
+            if not actions:
                 break
-            assert turn < 200, f"no end after {turn} activations: {runnable} still runnable"
-            await life.activate(data.draw(st.sampled_from(runnable), label="activate"))
+            assert turn < 300, f"no end after {turn} turns: {actions} still to do"
+            action = data.draw(st.sampled_from(actions), label="next")
+            if action.startswith("run "):
+                await life.activate(action[4:])
+            elif action.startswith("signal "):
+                i = int(action[7:])
+                while True:
+                    try:
+                        await life.signal_child(i)
+                        break
+                    except Crash:
+                        continue
+                signalled.add(i)
+            else:
+                life.fire_timers()
             turn += 1
         if cancel_at is not None and turn < cancel_at:
             return  # everything ended before the cancel would have come
-        life.check_settled(cancelled=cancel_at is not None)
+        try:
+            life.check_settled(cancelled=cancel_at is not None)
+        except AssertionError as exc:
+            exc.add_note("\n".join(life.store.trace))
+            raise
 
     anyio.run(scenario)
