@@ -122,6 +122,9 @@ class MemoryStore:
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
+        return self._append(eid, data, fence=fence)
+
+    def _append(self, eid: str, data: bytes, *, fence: int) -> int:
         self.appends += 1
         if self.crash_before_append == self.appends:
             raise Crash
@@ -183,7 +186,8 @@ class MemoryStore:
     async def start_run(
         self, eid: str, kind: str, data: bytes, *, partition: int, marker: bytes, msg_id: str
     ) -> int:
-        seq = await self.append(eid, kind, data, fence=0, msg_id=msg_id)
+        await anyio.lowlevel.checkpoint()
+        seq = self._append(eid, data, fence=0)  # (a crash after it: the marker landed too)
         self._next(marker)  # the marker rides the same batch, after the record
         self.run_markers[partition, eid] = marker
         return seq

@@ -15,6 +15,7 @@ import anyio
 from fusee.actors.ports import RunStore, TokenSink
 from fusee.runtime.history import History
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted
+from fusee.runtime.waits import InboxView
 
 __all__ = ("ActorHost",)
 
@@ -51,6 +52,11 @@ class ActorHost(Protocol):
     @property
     def history(self) -> History:
         """The journal as folded so far (the current generation's)."""
+        ...
+
+    @property
+    def view(self) -> InboxView:
+        """What the actor has read of its inbox for its waits."""
         ...
 
     @property
