@@ -616,6 +616,7 @@ class Counter(EmulatedWorker):
         st.sampled_from(["before", "after"]),
         max_size=3,
     ),
+    kills=st.integers(min_value=0, max_value=2),
     data=st.data(),
 )
 @machine_settings(examples=1000, steps=1)
@@ -623,11 +624,13 @@ def test_every_call_to_a_key_ends_once_whatever_dies_when(
     always_replay: bool,
     calls: list[tuple[str, int, bool]],
     deaths: dict[tuple[str, int], str],
+    kills: int,
     data: st.DataObject,
 ) -> None:
     counter = Counter(always_replay=always_replay)
 
     async def scenario() -> None:
+        nonlocal kills
         counter.store.deaths = dict(deaths)
         made = 0
         turn = 0
@@ -645,9 +648,14 @@ def test_every_call_to_a_key_ends_once_whatever_dies_when(
             actions += ["expire"] if any(v != b"{}" for v in counter.store.active.values()) else []
             if not runnable and made == len(calls):
                 break
+            actions += ["kill"] if kills else []
             assert turn < 300, f"no end after {turn} turns: {actions} still to do"
             action = data.draw(st.sampled_from(actions), label="next")
-            if action.startswith("run "):
+            if action == "kill":
+                kills -= 1
+                counter.store.trace.append("   the worker is killed")
+                counter.died()
+            elif action.startswith("run "):
                 await counter.activate(action[4:])
             elif action == "call":
                 handler, n, ensure = calls[made]
