@@ -252,7 +252,8 @@ class Life(EmulatedWorker):
     ) -> None:
         super().__init__(always_replay=always_replay)
         self.children = children
-        self.kinds = kinds  # what child i does before its step: "", "signal" or "sleep"
+        # what child i does before its step: "", "signal", "sleep", "continue" (as new)
+        self.kinds = kinds
         self.together = together
         self.registry.add(Workflow("parent", self._parent, int, True))
         self.registry.add(Workflow("child", self._child, int, True))
@@ -269,11 +270,17 @@ class Life(EmulatedWorker):
         return results
 
     async def _child(self, ctx: fusee.Context, i: int) -> int:
-        if self.kinds[i] == "signal":
+        kind = self.kinds[i % 100]
+        if kind == "signal":
             await ctx.wait_for("go")
-        elif self.kinds[i] == "sleep":
+        elif kind == "sleep":
             await ctx.sleep(60)
-        return int(await ctx.step("work", lambda: self._ran(ctx.run_id, "work", i * 10)))
+        elif kind == "continue" and i < 100:  # its first generation: a step, then the next
+            await ctx.step("first", lambda: self._ran(ctx.run_id, "first", 0))
+            ctx.continue_as_new(i + 100)
+        step = "work" if i < 100 else "work-2"  # (step names are per run, not generation)
+        value = (i % 100) * 10
+        return int(await ctx.step(step, lambda: self._ran(ctx.run_id, step, value)))
 
     async def start_parent(self) -> None:
         record = RunStarted(
@@ -344,7 +351,7 @@ class Life(EmulatedWorker):
 
 @given(
     children=st.integers(min_value=1, max_value=3),
-    kinds=st.lists(st.sampled_from(["", "signal", "sleep"]), min_size=3, max_size=3),
+    kinds=st.lists(st.sampled_from(["", "signal", "sleep", "continue"]), min_size=3, max_size=3),
     together=st.booleans(),
     always_replay=st.booleans(),
     deaths=st.dictionaries(
