@@ -66,8 +66,8 @@ class StepInfo:
     key: str
     attempt: int
     name: str
-    # made when first read (most steps never read it: an Event costs about 2 µs), set
-    # at once if the step was stopped before
+    # made when first read (made for a step function that takes ``s``, before it runs;
+    # most take none: an Event costs about 2 µs), set at once if the step was stopped
     _signal: anyio.Event | None = field(default=None, init=False, repr=False)
     _stopped: bool = field(default=False, init=False, repr=False)
 
@@ -163,6 +163,9 @@ async def execute(
     try:
         while True:
             info = StepInfo(key=key, attempt=attempt, name=name)
+            if takes_info:
+                # made here, in the event loop: the function may read it in a thread
+                _ = info.signal
             log.debug("step.started", attempt=attempt)
             began = time.monotonic()  # (anyio.current_time(): the same clock, dearer)
             host.running_steps.add(info)  # a cancel of the run stops it
@@ -295,9 +298,6 @@ async def _invoke(fn: Callable[..., Any], info: StepInfo, takes_info: bool) -> A
     else:
         # A plain function may block (a sync HTTP client): it runs in a thread,
         # and a coroutine it returns (a lambda around an async call) is awaited here.
-        if takes_info:
-            _ = info.signal  # made here, in the event loop, not in the worker thread
-
         def call() -> Any:
             return fn(info) if takes_info else fn()
 
