@@ -114,9 +114,9 @@ def _time_flushes() -> None:
     writer = fusee.logs._LineWriter  # a bench's clock around a private method
     flush = writer.flush
 
-    def timed(self: Any) -> None:
+    def timed(self: Any, timeout: float = -1) -> None:
         began = time.process_time()
-        flush(self)
+        flush(self, timeout)
         FLUSHED[0] += time.process_time() - began
 
     setattr(writer, "flush", timed)  # noqa: B010 - a method

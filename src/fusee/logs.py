@@ -300,10 +300,15 @@ class _LineWriter:
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
 
-    def flush(self) -> None:
-        """Write every line taken."""
-        with self._lock:
+    def flush(self, timeout: float = -1) -> None:
+        """Write every line taken (unless another thread holds the writer past
+        ``timeout`` seconds; -1: wait as long as it takes)."""
+        if not self._lock.acquire(timeout=timeout):
+            return
+        try:
             self._write_waiting()
+        finally:
+            self._lock.release()
 
     def _next_turn(self, loop: asyncio.AbstractEventLoop) -> None:
         loop.call_soon(self._flush_soon)
@@ -349,7 +354,8 @@ def _use_writer(writer: _LineWriter) -> None:
 
 def _flush_at_exit() -> None:
     try:
-        _WRITER[0].flush()
+        # (a daemon thread stuck in a write, a full pipe say, must not hang the exit)
+        _WRITER[0].flush(timeout=5.0)
     except (OSError, ValueError):  # a stream closed or gone before the interpreter
         pass
 
