@@ -286,7 +286,8 @@ class Life(EmulatedWorker):
     ) -> None:
         super().__init__(always_replay=always_replay)
         self.children = children
-        self.kinds = kinds  # what child i does before its step: "", "signal" or "sleep"
+        # what child i does before its step: "", "signal", "sleep", "continue" (as new)
+        self.kinds = kinds
         self.together = together
         self.registry.add(Workflow("parent", self._parent, int, True))
         self.registry.add(Workflow("child", self._child, int, True))
@@ -303,11 +304,17 @@ class Life(EmulatedWorker):
         return results
 
     async def _child(self, ctx: fusee.Context, i: int) -> int:
-        if self.kinds[i] == "signal":
+        kind = self.kinds[i % 100]
+        if kind == "signal":
             await ctx.wait_for("go")
-        elif self.kinds[i] == "sleep":
+        elif kind == "sleep":
             await ctx.sleep(60)
-        return int(await ctx.step("work", lambda: self._ran(ctx.run_id, "work", i * 10)))
+        elif kind == "continue" and i < 100:  # its first generation: a step, then the next
+            await ctx.step("first", lambda: self._ran(ctx.run_id, "first", 0))
+            ctx.continue_as_new(i + 100)
+        step = "work" if i < 100 else "work-2"  # (step names are per run, not generation)
+        value = (i % 100) * 10
+        return int(await ctx.step(step, lambda: self._ran(ctx.run_id, step, value)))
 
     async def start_parent(self) -> None:
         record = RunStarted(
@@ -378,7 +385,7 @@ class Life(EmulatedWorker):
 
 @given(
     children=st.integers(min_value=1, max_value=3),
-    kinds=st.lists(st.sampled_from(["", "signal", "sleep"]), min_size=3, max_size=3),
+    kinds=st.lists(st.sampled_from(["", "signal", "sleep", "continue"]), min_size=3, max_size=3),
     together=st.booleans(),
     always_replay=st.booleans(),
     deaths=st.dictionaries(
@@ -650,6 +657,7 @@ class Counter(EmulatedWorker):
         st.sampled_from(["before", "after"]),
         max_size=3,
     ),
+    kills=st.integers(min_value=0, max_value=2),
     data=st.data(),
 )
 @machine_settings(examples=1000, steps=1)
@@ -657,11 +665,13 @@ def test_every_call_to_a_key_ends_once_whatever_dies_when(
     always_replay: bool,
     calls: list[tuple[str, int, bool]],
     deaths: dict[tuple[str, int], str],
+    kills: int,
     data: st.DataObject,
 ) -> None:
     counter = Counter(always_replay=always_replay)
 
     async def scenario() -> None:
+        nonlocal kills
         counter.store.deaths = dict(deaths)
         made = 0
         turn = 0
@@ -679,9 +689,14 @@ def test_every_call_to_a_key_ends_once_whatever_dies_when(
             actions += ["expire"] if any(v != b"{}" for v in counter.store.active.values()) else []
             if not runnable and made == len(calls):
                 break
+            actions += ["kill"] if kills else []
             assert turn < 300, f"no end after {turn} turns: {actions} still to do"
             action = data.draw(st.sampled_from(actions), label="next")
-            if action.startswith("run "):
+            if action == "kill":
+                kills -= 1
+                counter.store.trace.append("   the worker is killed")
+                counter.died()
+            elif action.startswith("run "):
                 await counter.activate(action[4:])
             elif action == "call":
                 handler, n, ensure = calls[made]
