@@ -101,6 +101,38 @@ class DyingStore(MemoryStore):
         self._write("after", "index")
         return revision
 
+    async def start_run(
+        self, eid: str, kind: str, data: bytes, *, partition: int, marker: bytes, msg_id: str
+    ) -> int:
+        # the record and its marker, one atomic batch: both land or neither
+        self._write("before", kind, f"start {eid} with its marker")
+        seq = await super().start_run(
+            eid, kind, data, partition=partition, marker=marker, msg_id=msg_id
+        )
+        self._write("after", kind)
+        return seq
+
+    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+        # the end's index entry and the marker's removal, one atomic batch
+        self._write("before", "index", f"index {eid}: {decode_info(value).status}, unmark")
+        await super().end_run(partition, eid, value, journal_seq=journal_seq)
+        self._write("after", "index")
+
+    async def mark_run_active(self, partition: int, eid: str, marker: bytes) -> None:
+        self._write("before", "mark", f"mark {eid}")
+        await super().mark_run_active(partition, eid, marker)
+        self._write("after", "mark")
+
+    async def clear_run_active(self, partition: int, eid: str) -> None:
+        self._write("before", "clear", f"clear {eid}")
+        await super().clear_run_active(partition, eid)
+        self._write("after", "clear")
+
+    async def clear_unstarted(self, partition: int, eid: str) -> None:
+        self._write("before", "clear", f"clear {eid} unless started")
+        await super().clear_unstarted(partition, eid)
+        self._write("after", "clear")
+
     async def mark_active(self, partition: int, eid: str) -> None:
         self._write("before", "mark", f"mark {eid}")
         await super().mark_active(partition, eid)
@@ -178,7 +210,7 @@ class EmulatedWorker:
         """What a worker would activate now: marked actors it has not parked, parked
         ones whose inbox holds something past where they left, and those it was poked
         for (a message pushed by the inbox consumer, a wake hint) since it started."""
-        marked = sorted(eid for (_, eid) in self.store.active)
+        marked = sorted({eid for (_, eid) in [*self.store.active, *self.store.run_markers]})
         out = sorted(self.store.pushed - set(marked))
         for eid in marked:
             seen = self.parked.get(eid)
@@ -229,6 +261,8 @@ class EmulatedWorker:
         if outcome in ("parked", "idle"):
             self.parked[eid] = core.left_at
         elif outcome in ("ended", "paused"):
+            if named is None:
+                return  # a run's driver removed its marker itself
             try:
                 await self.store.clear_active(p, eid)
             except Crash:
@@ -334,9 +368,9 @@ class Life(EmulatedWorker):
             status = decode_info(entry[0]).status
             expect = "completed" if isinstance(end, RunCompleted) else "cancelled"
             assert status == expect, f"{run_id}: indexed {status!r}, journal {expect!r}"
-            assert (partition_of(run_id, PARTITIONS), eid) not in self.store.active, (
-                f"ended run {run_id!r} kept its active marker"
-            )
+            at = (partition_of(run_id, PARTITIONS), eid)
+            assert at not in self.store.active, f"ended run {run_id!r} kept its active marker"
+            assert at not in self.store.run_markers, f"ended run {run_id!r} kept its marker"
         parent = self.end_of(PARENT)
         if isinstance(parent, RunCompleted):
             assert msgspec.json.decode(bytes(parent.result)) == [

@@ -10,7 +10,7 @@ import msgspec
 
 from fusee.actors.host import ActorHost
 from fusee.actors.ports import RunStore
-from fusee.actors.starts import start_or_attach
+from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.waits import start_wait
 from fusee.errors import FuseeError, RunExists
 from fusee.errors import RunCancelled as ChildCancelled
@@ -136,7 +136,7 @@ async def start_child(
     async def attach() -> None:
         await _check_existing(store, escape(child_id), child_id, record, noticed=noticed)
 
-    if await start_or_attach(store, child_id, record, now=now, attach=attach, wake=True):
+    if await start_or_attach(store, child_id, record, now=now, attach=attach):
         log.info("child.started", child=child_id, workflow=workflow)
 
 
@@ -166,14 +166,17 @@ async def _check_existing(
             f"{'a child of ' + repr(owner) if owner else 'a top-level run'}, "
             f"not as a child of {wanted.parent!r}"
         )
-    # A start whose marker write was lost (the parent died in between): restore it.
-    # Also for a child that ended without its parent hearing of it: such a child ran
-    # without a marker (a message to its inbox activated it), and what follows its end
-    # (the notice to the parent, its index entry) is redone only by an activation,
-    # which the marker brings (once: the ended run's marker is then cleared).
+    # A start whose marker is gone (a worker removed it as the run paused; before
+    # issue 11, a parent that died between the child's start and its marker): written
+    # again unless the run ended. Also for a child that ended without its parent
+    # hearing of it: such a child may have run without a marker (a message to its
+    # inbox activated it), and what follows its end (the notice to the parent, its
+    # index entry) is redone only by an activation, which the marker brings (once: the
+    # ended run's marker is then cleared).
     last = await store.last_in_journal(eid)
     if last is not None and not (isinstance(decode_record(last.data), TERMINAL) and noticed):
-        await store.mark_active(started.partition, eid)
+        marker = start_marker(child_id, first.data, now=started.started_at)
+        await store.mark_run_active(started.partition, eid, marker)
 
 
 def child_message(run_id: str, end: Any) -> bytes:
@@ -235,10 +238,13 @@ async def cancel_child(
     if not isinstance(started, RunStarted) or started.parent != parent:
         return  # not ours: ctx.child raised RunExists for it
     p = partition_of(child, partitions)
-    # Its marker first: a child whose start lost its marker (the parent died between
-    # the two) is found by no reconcile, and the cancel's push dies with a worker that
-    # dies before it acts on it (a new one's inbox consumer delivers only new messages).
-    await store.mark_active(started.partition, eid)
+    # Its marker first: a child whose start lost its marker (an older fusee's start,
+    # whose parent died between the two) is found by no reconcile, and the cancel's
+    # push dies with a worker that dies before it acts on it (a new one's inbox
+    # consumer delivers only new messages).
+    assert first is not None
+    marker = start_marker(child, first.data, now=started.started_at)
+    await store.mark_run_active(started.partition, eid, marker)
     body = encode_message(Cancel(reason=reason))
     await store.send_inbox(p, eid, "cancel", body, msg_id=f"{eid}:cancel:parent")
     await store.wake(p, eid)

@@ -83,11 +83,14 @@ class RunActor:
                 except JournalGap as gap:
                     # Nothing is appended after a broken chain: an operator looks first.
                     log.error("run.paused", reason=str(gap))
-                    await self._project(running=False, reason=str(gap), paused=True)
+                    await self._project(running=False, reason=str(gap), paused=True, leaving=True)
                     return "paused"
                 if self.core.history.started is None:
                     if await self.core.store.get_index(self.core.eid) is None:
-                        return "ended"  # a marker left by a start that never happened
+                        # a marker left by a start that never happened, or a message to
+                        # a run that starts now: its marker goes unless it started
+                        await self.core.store.clear_unstarted(self.core.partition, self.core.eid)
+                        return "ended"
                     # Indexed but no journal: it was purged or lost. Say so, loudly.
                     reason = (
                         f"the journal of run {self.core.run_id!r} is gone (purged or lost) "
@@ -95,13 +98,14 @@ class RunActor:
                     )
                     log.error("run.paused", reason=reason)
                     await self._mark_index_paused(reason)
+                    await self._unmark()
                     return "paused"
                 if self.core.history.ended:
                     await self._after_end()  # again: it may not have reached its parent
-                    await self._project(running=False)
+                    await self._project(running=False, leaving=True)
                     return "ended"
                 if self.core.history.paused is not None:
-                    await self._project(running=False)
+                    await self._project(running=False, leaving=True)
                     return "paused"
                 # A cancel (read now, or before an eviction) is carried out by replaying the
                 # workflow to where it stopped, to run its compensations.
@@ -124,7 +128,8 @@ class RunActor:
                         workflow=wf.name,
                         steps=len(self.core.history.outcomes),
                     )
-                    await self._project(running=True)
+                    # (no index entry: ``describe()`` says running while its
+                    # partition has an owner, see "Writes per run")
                     first = False
                 try:
                     outcome = await self._execute(wf)
@@ -267,7 +272,7 @@ class RunActor:
         await self.core.commit(record)
         log.info(f"run.{_END_STATUS[type(record)]}", **_end_fields(record))
         await self._after_end()
-        await self._project(running=False)
+        await self._project(running=False, leaving=True)
         return "ended"
 
     async def _after_end(self) -> None:
@@ -300,13 +305,12 @@ class RunActor:
             )
         await self.core.commit(record)
         log.info("run.continued", generation=record.generation)
-        await self._project(running=True)
         return "continued"
 
     async def _pause(self, reason: str) -> Outcome:
         log.error("run.paused", reason=reason)
         await self.core.commit(RunPaused(reason=reason))
-        await self._project(running=False)
+        await self._project(running=False, leaving=True)
         return "paused"
 
     async def _mark_index_paused(self, reason: str) -> None:
@@ -324,8 +328,13 @@ class RunActor:
         reason: str | None = None,
         paused: bool = False,
         waiting: bool = False,
+        leaving: bool = False,
     ) -> None:
+        """Write the run's index entry; ``leaving``: the run ends or pauses here, and
+        its active marker goes too (in the same write for an end)."""
         if self.core.history.started is None:
+            if leaving:
+                await self._unmark()
             return
         info = info_from_history(self.core.history, now=self.core.clock(), running=running)
         if reason is not None:
@@ -334,7 +343,11 @@ class RunActor:
             info.status = "paused"
         elif waiting and not info.ended:
             info.status = "waiting"
-        await project_index(self.core.store, self.core.eid, info, self.core.fence)
+        unmark = self.core.partition if leaving else None
+        await project_index(self.core.store, self.core.eid, info, self.core.fence, unmark=unmark)
+
+    async def _unmark(self) -> None:
+        await self.core.store.clear_run_active(self.core.partition, self.core.eid)
 
 
 _END_STATUS: dict[type, str] = {
