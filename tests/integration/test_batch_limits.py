@@ -12,6 +12,7 @@ import msgspec
 import nats
 import pytest
 
+from fusee.adapters.jetstream import commit
 from fusee.adapters.jetstream.commit import BATCH_COMMIT, BATCH_ID, BATCH_SEQ
 from fusee.adapters.jetstream.store import NatsStore, journal_stream_config
 from fusee.errors import ConnectionLost, Fenced
@@ -65,13 +66,26 @@ async def test_a_start_refused_for_batches_held_open_is_retried(
 
 
 async def test_a_failed_group_batch_falls_back_a_few_batches_at_a_time(
-    store: NatsStore,
+    store: NatsStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # one connection, more starts in one group batch than the stream takes batches in
     # flight; one of them is for a run that exists, so the group batch is refused
     # (10071) and its every start is sent alone: not all at once
     await _start(store, 0, attempt="earlier")
     store.committer.direct_limit = 0  # every start queues: one lot
+    sending, most = 0, 0
+    send = commit._publish_batch
+
+    async def counted(*args: Any) -> int:
+        nonlocal sending, most
+        sending += 1
+        most = max(most, sending)
+        try:
+            return await send(*args)
+        finally:
+            sending -= 1
+
+    monkeypatch.setattr(commit, "_publish_batch", counted)
     data = b'{"x":"' + b"a" * 20_000 + b'"}'
     seqs: dict[int, int] = {}
     refused: list[BaseException] = []
@@ -87,6 +101,7 @@ async def test_a_failed_group_batch_falls_back_a_few_batches_at_a_time(
             tg.start_soon(start, i)
     assert len(refused) == 1  # run-0's
     assert len(set(seqs.values())) == 299
+    assert most <= commit.BATCHES_IN_FLIGHT
 
 
 async def test_the_journal_stream_takes_rollups_without_schedules(
