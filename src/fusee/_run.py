@@ -90,8 +90,8 @@ class Run:
         elif noted is not None and entry is not None and entry[1] >= history.last_seq:
             # the worker's note (waiting, or why nobody runs it) on all of the journal
             info.status, info.reason = noted.status, noted.reason
-        elif await self.engine.store.get_owner(info.partition) is not None:
-            info.status = "running"  # its partition has an owner: it runs or will at once
+        elif await self.engine.store.owner_alive(info.partition):
+            info.status = "running"  # its partition's owner lives: it runs or will at once
         return info
 
     async def journal(self) -> list[tuple[int, Any]]:

@@ -1070,6 +1070,16 @@ class NatsStore:
             return None
         return msg.data
 
+    async def owner_alive(self, partition: int, *, timeout: float = 0.25) -> bool:
+        """Whether ``partition`` has an owner that answers its ping: a run there runs
+        (or will at once). An owner record outlives a worker killed outright (nothing
+        deletes it until another worker takes the partition), so the record alone says
+        nothing when every worker is gone."""
+        owner = await self.get_owner(partition)
+        if owner is None:
+            return False
+        return await self.ping(self.layout.ping(owner[0]), timeout) is not None
+
     async def ping(self, subject: str, timeout: float) -> bytes | None:
         """Request/reply on core NATS: the reply, or None when nobody listens (a worker
         whose connection is gone) or nobody answers in time (a stopped process)."""
