@@ -151,18 +151,29 @@ class RunActor:
             deadline = anyio.current_time() + max(0.0, remaining)
         record: AnyRecord
         escaped: BaseException | None = None
+        completed = False
         async with anyio.create_task_group() as watch:
             # A cancel in the run's inbox cancels the workflow where it is; the running
             # step sees its s.signal set and its task cancelled.
             watch.start_soon(functools.partial(self.core.watch_inbox, self._read_inbox, once=True))
             try:
                 record, paused = await self._run_workflow(wf, ctx, replayer, deadline)
+                if paused is None and isinstance(record, RunCompleted):
+                    # Committed before the watch is stopped: leaving the group waits
+                    # for the watch task to end (a trip through the event loop), and
+                    # that need not come before the result. A cancel read meanwhile
+                    # changes nothing: the workflow's scope is closed, and a completed
+                    # run stays completed (as below).
+                    await self.core.commit(record)
+                    completed = True
             except BaseException as exc:  # noqa: BLE001 - re-raised below, outside the group
                 # (Evicted, Fenced, cancellation) must leave ungrouped
                 escaped = exc
             watch.cancel_scope.cancel()
         if escaped is not None:
             raise escaped
+        if completed:
+            return await self._ended(record)
         if paused is not None:
             return await self._pause(paused)
         if self.cancel_reason is not None and not isinstance(record, RunCompleted | RunFailed):
@@ -265,6 +276,10 @@ class RunActor:
         if isinstance(record, RunContinued):
             return await self._continue(record)
         await self.core.commit(record)
+        return await self._ended(record)
+
+    async def _ended(self, record: AnyRecord) -> Outcome:
+        """After the end ``record`` landed."""
         log.info(f"run.{_END_STATUS[type(record)]}", **_end_fields(record))
         await self._after_end()
         await self._project(running=False)
