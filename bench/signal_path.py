@@ -1,8 +1,12 @@
-"""Where W3's time goes (signal sent -> result received): ``python -m bench.signal_path [n]``.
+"""Where W3's time goes (signal sent -> result received):
+
+    python -m bench.signal_path [rounds] [--parked]
+
 
 The in-process worker runs W3's workflow (one ``ctx.wait_for("go")``, then return), the
 client signals it and waits for its result, while a clock (``time.perf_counter_ns``) is
-read at each hop along the path. The clocks are patched in here, for the run of this
+read at each hop along the path (``--parked``: the run has left memory first, and
+the signal brings it back by replay). The clocks are patched in here, for the run of this
 script only: nothing of it is in the path. Each run prints nothing; at the end, each
 event's median time after ``signal()`` was called (µs), in the order they happen, and
 how often it was seen (an event seen in fewer rounds than ``n`` happens only sometimes).
@@ -122,6 +126,8 @@ def _patch() -> None:
     _around(ActorCore, "wait_out", "a.wait", "a.wait.done")
     _around(RunActor, "_end", "a.end", None)
     _around(RunActor, "_project", "a.project", "a.projected")
+    _around(RunActor, "_load", "a.load", "a.loaded")
+    _around(RunActor, "_execute", "a.execute", None)
     _around(JournalWatch, "_on_msg", "watch", "watch.done")
     _around(JournalWatch, "next", "watch.next", "watch.next.done")
     _around(fusee.Run, "_wait_end", "c.wait_end", "c.wait_end.done")
@@ -141,17 +147,19 @@ def _timeline(rounds: list[list[tuple[str, int]]]) -> list[tuple[str, float, int
     return sorted(rows, key=lambda r: r[1])
 
 
-async def main(url: str, n: int) -> None:
+async def main(url: str, n: int, parked: bool) -> None:
     engine = await fusee.connect(url, namespace="w3p")
     floor = await Floor.open(url, "FLOOR_SIG")
     before = statistics.median(await floor.block(500))
     rounds: list[list[tuple[str, int]]] = []
     totals: list[float] = []
-    async with engine.worker():
+    async with engine.worker() as worker:
         for r in range(n):
             run = await engine.start(wfs.wait_for_go, f"w3p-{time.time_ns()}-{r}", None)
             while not any(type(rec).__name__ == "WaitStarted" for _, rec in await run.journal()):
                 await anyio.sleep(0.005)
+            while parked and run.run_id not in worker.parked:
+                await anyio.sleep(0.05)
             done = anyio.Event()
 
             async def wait(run: fusee.Run = run, done: anyio.Event = done) -> None:
@@ -209,6 +217,7 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedServer.start(Path(tmp))
         try:
-            anyio.run(main, server.url, int(sys.argv[1]) if len(sys.argv) > 1 else 40)
+            rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 40
+            anyio.run(main, server.url, rounds, "--parked" in sys.argv)
         finally:
             server.stop()
