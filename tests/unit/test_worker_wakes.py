@@ -1,13 +1,14 @@
-"""The worker hands a wake-up (an inbox message, a hint) to its actor in the inbox
-consumer's callback when nothing is queued before it, and queues it behind what is: an
-actor's inbox must see its messages in stream order (it reads from the last sequence
-it saw: a message handed over after a later one would be skipped)."""
+"""The worker hands a wake-up (an inbox message, a hint) to its running actor in the
+inbox consumer's callback when nothing is queued before it, and queues it behind what
+is: an actor's inbox must see its messages in stream order (it reads from the last
+sequence it saw: a message handed over after a later one would be skipped). An actor to
+start, or to hand over, is the wake loop's (its tasks copy the loop's context)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import anyio
 from anyio import wait_all_tasks_blocked
@@ -48,14 +49,15 @@ async def test_a_wake_up_overtakes_nothing_queued_before_it() -> None:
 
 
 async def _in_order(worker: Worker, handed: list[int]) -> None:
-    # before the actors' task group exists, wake-ups are queued for the wake loop
+    running = cast(Any, object())  # (its slot: what _wake pokes, replaced here)
+    # an actor to start: queued for the wake loop, which starts its task
     assert worker._wake_now(0, "r", _msg(1))
     assert handed == []
+    worker.actors["r"] = running  # (it runs from now on)
+    # the first is still queued: the next one waits behind it, not handed at once
+    assert worker._wake_now(0, "r", _msg(2))
+    assert handed == []
     async with anyio.create_task_group() as tg:
-        worker._actors_tg = tg  # (the actors' group is there from now on)
-        # the first is still queued: the next one waits behind it, not handed at once
-        assert worker._wake_now(0, "r", _msg(2))
-        assert handed == []
         tg.start_soon(worker._wakes)
         await wait_all_tasks_blocked()
         assert handed == [1, 2]
@@ -63,21 +65,27 @@ async def _in_order(worker: Worker, handed: list[int]) -> None:
         assert worker._wake_now(0, "r", _msg(3))
         assert handed == [1, 2, 3]
         # one given to the waiting loop and not handled yet counts as queued
-        worker._actors_tg = None
+        del worker.actors["r"]
         assert worker._wake_now(0, "r", _msg(4))
-        worker._actors_tg = tg
+        worker.actors["r"] = running
         assert worker._wake_now(0, "r", _msg(5))
         assert handed == [1, 2, 3]
         await checkpoint()
         await wait_all_tasks_blocked()
         assert handed == [1, 2, 3, 4, 5]
+        # an actor handed over to another worker: from the wake loop too
+        worker.needs["r"] = (0, "workflow:w")
+        assert worker._wake_now(0, "r", _msg(6))
+        assert handed == [1, 2, 3, 4, 5]
+        await wait_all_tasks_blocked()
+        assert handed == [1, 2, 3, 4, 5, 6]
         tg.cancel_scope.cancel()
 
 
 async def test_a_full_queue_drops_the_wake_up() -> None:
     with _worker() as (worker, handed):
         sent = 0
-        while worker._wake_now(0, "r", _msg(sent + 1)):  # no actors' group: all queued
+        while sent < 20_000 and worker._wake_now(0, "r", _msg(sent + 1)):  # all queued
             sent += 1
         assert sent == 10_000
         assert handed == []

@@ -673,15 +673,19 @@ class Worker:
                     slot.actor.push_lost()
 
     def _wake_now(self, p: int, eid: str, msg: Stored | None) -> bool:
-        """Hand a wake-up (an inbox message, a hint) over at once when nothing is queued
-        before it, else queue it behind what is: False when the queue is full (dropped).
+        """Hand a wake-up (an inbox message, a hint) for a running actor over at once
+        when nothing is queued before it, else queue it behind what is: False when the
+        queue is full (dropped).
 
         At once, in the subscription's callback, is what the wake loop would do with it
         one trip through the event loop later (``_wake`` does not await), and in the
         same order: the loop takes one item at a time and handles it before it takes the
         next, so with nothing queued (``_queued`` counts what was sent and not handled
-        yet, an item in hand to the waiting loop too) nothing can be overtaken."""
-        if self._queued == 0 and self._actors_tg is not None:
+        yet, an item in hand to the waiting loop too) nothing can be overtaken. Only for
+        an actor that runs (a poke): one to start, or a hand-over, starts a task, and
+        that is done from the wake loop, whose context the worker's tasks copy (the
+        store's patience, the log's fields), not from a subscription's."""
+        if self._queued == 0 and eid in self.actors and eid not in self.needs:
             self._wake(p, eid, msg)
             return True
         try:
