@@ -224,6 +224,32 @@ async def w1_cli(url: str, floor_ms: float, steps: int = 100, rounds: int = 4) -
     )
 
 
+async def start(url: str, floor_ms: float, runs: int = 300) -> None:
+    """``engine.start`` one run at a time, no worker: what a caller waits for before its
+    run exists (issue 11's writes per run: the start's batch), over the floor measured
+    just before."""
+    engine = await fusee.connect(url, namespace="start")
+    probe = await Floor.open(url, "FLOOR_START")
+    near = await probe.block(NEAR)
+    lat = []
+    for i in range(runs):
+        t0 = time.perf_counter()
+        await engine.start(wfs.noop_steps, f"start-{time.time_ns()}-{i}", 0)
+        lat.append((time.perf_counter() - t0) * 1000)
+    await engine.close()
+    await probe.close()
+    lat.sort()
+    p50, near_p50 = statistics.median(lat), statistics.median(near)
+    emit(
+        "start",
+        runs=runs,
+        p50_ms=round(p50, 3),
+        p99_ms=round(lat[int(runs * 0.99)], 3),
+        near_floor_p50_ms=round(near_p50, 3),
+        ratio_to_near_floor=round(p50 / near_p50, 2),
+    )
+
+
 async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> None:
     engine = await fusee.connect(url, namespace="w2")
     async with engine.worker():
@@ -251,6 +277,7 @@ async def w2(url: str, floor_ms: float, runs: int = 200, steps: int = 10) -> Non
         seconds=round(elapsed, 3),
         steps_per_s=round(total / elapsed),
         starts_s=round(started, 3),
+        runs_per_s=round(runs / elapsed, 1),
         floor_commits_per_s=round(1000 / floor_ms),
         goal_steps_per_s=2000,
         group_commits=committer.batches,
@@ -406,6 +433,9 @@ def table() -> None:
                 f"(warning {row['ratio_to_near_floor_warning']}x)"
             )
             goal = "<= 1.3x"
+        elif name == "start":
+            fig = f"start p50 {row['p50_ms']} ms = {row['ratio_to_near_floor']}x floor"
+            goal = ""
         elif name == "w2":
             fig = f"{row['steps_per_s']} steps/s (floor {row['floor_commits_per_s']} commits/s)"
             goal = ">= 2000"
@@ -433,6 +463,8 @@ async def main(only: set[str]) -> None:
                 await w1(server.url, f)
             if "w1_cli" in only:
                 await w1_cli(server.url, f)
+            if "start" in only:
+                await start(server.url, f)
             if "w2" in only:
                 await w2(server.url, f)
             if "w3" in only:

@@ -74,7 +74,8 @@ class MemoryStore:
     values: dict[tuple[str, str], bytes] = field(default_factory=dict)
     index: dict[str, tuple[bytes, int, int]] = field(default_factory=dict)
     states: dict[tuple[str, str], tuple[bytes, int, int]] = field(default_factory=dict)
-    active: dict[tuple[int, str], bytes] = field(default_factory=dict)
+    active: dict[tuple[int, str], bytes] = field(default_factory=dict)  # keys' markers
+    run_markers: dict[tuple[int, str], bytes] = field(default_factory=dict)  # in the stream
     timers: dict[tuple[str, int], Timer] = field(default_factory=dict)
     published: list[tuple[str, bytes]] = field(default_factory=list)
     _inbox_ids: dict[str, int] = field(default_factory=dict, init=False)
@@ -121,6 +122,9 @@ class MemoryStore:
 
     async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
         await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
+        return self._append(eid, data, fence=fence)
+
+    def _append(self, eid: str, data: bytes, *, fence: int) -> int:
         self.appends += 1
         if self.crash_before_append == self.appends:
             raise Crash
@@ -171,9 +175,35 @@ class MemoryStore:
         self.index[eid] = (value, journal_seq, revision)
         return revision
 
+    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+        self.index[eid] = (value, journal_seq, self._rev())
+        await self.clear_run_active(partition, eid)
+
     async def get_index(self, eid: str) -> bytes | None:
         entry = self.index.get(eid)
         return (entry[0] or None) if entry else None
+
+    async def start_run(
+        self, eid: str, kind: str, data: bytes, *, partition: int, marker: bytes, msg_id: str
+    ) -> int:
+        await anyio.lowlevel.checkpoint()
+        seq = self._append(eid, data, fence=0)  # (a crash after it: the marker landed too)
+        self._next(marker)  # the marker rides the same batch, after the record
+        self.run_markers[partition, eid] = marker
+        return seq
+
+    async def mark_run_active(self, partition: int, eid: str, marker: bytes) -> None:
+        self._next(marker)
+        self.run_markers[partition, eid] = marker
+        await self.wake(partition, eid)
+
+    async def clear_run_active(self, partition: int, eid: str) -> None:
+        self.run_markers.pop((partition, eid), None)
+        self.active.pop((partition, eid), None)
+
+    async def clear_unstarted(self, partition: int, eid: str) -> None:
+        if not self.journals.get(eid):
+            await self.clear_run_active(partition, eid)
 
     async def mark_active(self, partition: int, eid: str) -> None:
         self.active[partition, eid] = b"{}"

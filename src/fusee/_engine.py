@@ -22,7 +22,7 @@ from fusee._run import ENDED, DurationLike, Run
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
 from fusee.actors.registry import REGISTRY, Registry, Workflow
-from fusee.actors.starts import start_or_attach
+from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
@@ -340,7 +340,13 @@ class Engine:
 
         now = time.time()
         if await start_or_attach(
-            self.store, run_id, record, now=now, attach=attach, before_active=copy
+            self.store,
+            run_id,
+            record,
+            now=now,
+            attach=attach,
+            # (a run of its own: its marker rides its first record)
+            before_active=copy if from_run is not None else None,
         ):
             log.debug("run.submitted", run_id=run_id, workflow=name)
         return Run(self, run_id, exists=True)
@@ -429,7 +435,8 @@ class Engine:
             # A start whose marker write was lost (the starter died): restore it.
             if isinstance(started.from_run, str):
                 await self._finish_copies(run_id, eid, upto)
-            await self.store.mark_active(started.partition, eid)
+            marker = start_marker(run_id, first.data, now=started.started_at)
+            await self.store.mark_run_active(started.partition, eid, marker)
         return Run(self, run_id, exists=True)
 
     def run(self, run_id: str) -> Run:
@@ -560,9 +567,24 @@ class Engine:
         return out
 
     async def list_runs(self) -> list[RunInfo]:
-        """Every run in the namespace, from the run index, newest first."""
-        infos = [decode_info(value) for _, value in await self.store.list_index()]
-        return sorted(infos, key=lambda i: i.created_at, reverse=True)
+        """Every run in the namespace, newest first: the run index, and the runs not in
+        it yet (started, never parked, not ended) from their active markers, ``running``
+        when their partition has an owner, else ``pending``."""
+        infos = {key: decode_info(value) for key, value in await self.store.list_index()}
+        owners: dict[int, bool] = {}
+        for eid, value in (await self.store.run_markers()).items():
+            if eid in infos:
+                continue
+            try:
+                info = decode_info(value)
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue  # not written by fusee: nothing to show
+            if info.partition not in owners:
+                owners[info.partition] = await self.store.get_owner(info.partition) is not None
+            if owners[info.partition]:
+                info.status = "running"
+            infos[eid] = info
+        return sorted(infos.values(), key=lambda i: i.created_at, reverse=True)
 
     # -- serving ------------------------------------------------------------------
 

@@ -80,14 +80,19 @@ class Run:
             info.status, info.reason = "paused", info.reason or str(gap)
             return info
         info = info_from_history(history, now=time.time())
-        indexed = await self.engine.store.get_index(self.eid)
-        if indexed is not None:
-            noted = decode_info(indexed)
+        entry = await self.engine.store.get_index_entry(self.eid)
+        noted = decode_info(entry[0]) if entry is not None and entry[0] else None
+        if noted is not None:
             info.updated_at = noted.updated_at
-            if not info.ended and info.status != "paused":
-                info.status, info.reason = noted.status, noted.reason
-                if noted.status in ("completed", "failed", "cancelled"):
-                    info.status = "running"  # the index is ahead of what was read: reread
+        if info.ended or info.status == "paused":
+            return info
+        if noted is not None and noted.ended:
+            info.status = "running"  # the index is ahead of what was read: reread
+        elif noted is not None and entry is not None and entry[1] >= history.last_seq:
+            # the worker's note (waiting, or why nobody runs it) on all of the journal
+            info.status, info.reason = noted.status, noted.reason
+        elif await self.engine.store.get_owner(info.partition) is not None:
+            info.status = "running"  # its partition has an owner: it runs or will at once
         return info
 
     async def journal(self) -> list[tuple[int, Any]]:

@@ -13,12 +13,15 @@ everything. Once structlog is configured, they go through that configuration.
 
 from __future__ import annotations
 
+import asyncio  # noqa: TID251 - a callback on the loop's next turn (anyio has none); elsewhere: at once
+import atexit
 import contextvars
 import json
 import logging
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
 import msgspec
@@ -35,16 +38,8 @@ LEVELS: tuple[str, ...] = ("debug", "info", "warning", "error")
 # ``add_log_level`` names them
 _LEVEL_NAMES = {"warn": "warning", "exception": "error"}
 
-# structlog.contextvars names the context variables it binds with this prefix
-_BOUND = structlog.contextvars.STRUCTLOG_KEY_PREFIX
-_BOUND_LEN = len(_BOUND)
-# ... and keeps them in this dict (prefixed name -> ContextVar). Reading those few is
-# about 10x faster than scanning every context variable of the task (anyio's, nats-py's,
-# fusee's: 9.8 against 0.8 µs with 34 of them), which is what the public
-# get_contextvars() does. A structlog without it gets the scan.
-_BOUND_VARS: dict[str, contextvars.ContextVar[Any]] | None = getattr(
-    structlog.contextvars, "_CONTEXT_VARS", None
-)
+# the methods fusee's modules call on their logger
+_METHODS = ("debug", "info", "warning", "error", "exception")
 
 
 class _Logger:
@@ -72,25 +67,56 @@ class _Logger:
 
     def use(self, logger: Any) -> None:
         self._built = logger
+        # Its level methods become attributes of this one (they shadow the methods
+        # below): no lookup on each call.
+        for name in _METHODS:
+            if logger is None:
+                self.__dict__.pop(name, None)
+            else:
+                setattr(self, name, getattr(logger, name))
 
-    def __getattr__(self, name: str) -> Any:
+    def _current(self) -> Any:
         if self._built is not None:
-            return getattr(self._built, name)
+            return self._built
         if not structlog.is_configured():
-            return getattr(self._stdlib, name)
+            return self._stdlib
         # Configured by the application (structlog.configure): built once per
         # configuration. structlog's lazy logger builds one on every call (about 10 µs a
         # line here, also for a line its level drops: two a step).
         config = structlog.get_config()
-        now = (
-            config["processors"],
-            config["wrapper_class"],
-            config["logger_factory"],
-            config["context_class"],
-        )
-        if any(a is not b for a, b in zip(now, self._config, strict=True)):
-            self._config, self._configured = now, structlog.get_logger("fusee").bind()
-        return getattr(self._configured, name)
+        processors, wrapper = config["processors"], config["wrapper_class"]
+        factory, context = config["logger_factory"], config["context_class"]
+        was = self._config
+        if (
+            processors is not was[0]
+            or wrapper is not was[1]
+            or factory is not was[2]
+            or context is not was[3]
+        ):
+            self._config = (processors, wrapper, factory, context)
+            self._configured = structlog.get_logger("fusee").bind()
+        return self._configured
+
+    # The methods fusee's modules call, defined: a name found only by ``__getattr__``
+    # costs a failed lookup first (an AttributeError made and dropped), 5-7 µs a call
+    # with the check above, also for a line the level drops (two or three a step).
+    def debug(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._current().debug(event, *args, **kw)
+
+    def info(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._current().info(event, *args, **kw)
+
+    def warning(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._current().warning(event, *args, **kw)
+
+    def error(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._current().error(event, *args, **kw)
+
+    def exception(self, event: str, *args: Any, **kw: Any) -> Any:
+        return self._current().exception(event, *args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._current(), name)
 
 
 _LOGGER = _Logger()
@@ -110,10 +136,15 @@ def configure_logging(
     """Send structlog's output to stderr, as readable lines or as one JSON object a line.
 
     Each entry has an ISO 8601 UTC ``timestamp``, its ``level``, the ``event`` name and
-    the context bound through :mod:`structlog.contextvars` (run, worker, step). Each
-    line is written (and flushed) when it is logged: a worker killed right after a
-    line has that line on its stderr. fusee's lines keep this configuration until the
-    next call, even if the application calls ``structlog.configure()`` in between.
+    the context bound through :mod:`structlog.contextvars` (run, worker, step). A
+    console line is written (and flushed) when it is logged. A JSON line at info or
+    debug logged in an event loop is rendered and written two turns of the loop later,
+    with the lines logged meanwhile (off the path of the step that logged it); a line
+    at warning or above, a line logged outside an event loop, configuring again and
+    the interpreter's exit write every line taken before at once. A process killed
+    outright (``SIGKILL``) may lack the info lines of its last two loop turns. fusee's
+    lines keep this configuration until the next call, even if the application calls
+    ``structlog.configure()`` in between.
 
     Raises:
         ValueError: ``format`` or ``level`` is not one of the known ones.
@@ -128,10 +159,13 @@ def configure_logging(
     out = stream if stream is not None else sys.stderr
     processors: list[structlog.typing.Processor]
     if format == "json":
-        # What a deployed worker writes (stderr is not a terminal): one processor does it
-        # all, since a worker logs a line per step (see "Logs" in docs/design.md).
-        processors = [_JsonLine()]
+        # What a deployed worker writes (stderr is not a terminal): a line per step, so
+        # the step's path only takes the entry down; it is rendered and written off it
+        # (see "Logs" in docs/design.md).
+        writer = _LineWriter(out, _JsonLine())
+        processors = [_take_entry]
     else:
+        writer = _LineWriter(out)
         processors = [
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
@@ -139,12 +173,13 @@ def configure_logging(
             structlog.processors.StackInfoRenderer(),
             structlog.dev.ConsoleRenderer(colors=_is_tty(out)),
         ]
+    _use_writer(writer)
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=_LineWriterFactory(out),
+        logger_factory=_LineWriterFactory(writer),
         cache_logger_on_first_use=False,  # a later configure() changes loggers already made
     )
     # fusee's own logger is built once, here (structlog's lazy logger builds one on every
@@ -160,8 +195,7 @@ class _UtcStamp:
         self._second = -1
         self._prefix = ""
 
-    def __call__(self) -> str:
-        now = time.time()  # noqa: TID251 - the wall time a log line shows, never replayed
+    def __call__(self, now: float) -> str:
         second = int(now)
         if second != self._second:
             self._second = second
@@ -169,35 +203,60 @@ class _UtcStamp:
         return f"{self._prefix}.{int((now - second) * 1_000_000):06d}Z"
 
 
+_Entry = tuple[float, str, EventDict, contextvars.Context]
+"""A JSON line as it was logged: its time, the logger method's name, the event dict,
+and the logging task's context (``copy_context()`` costs a reference: the bound
+variables are read out of it when the line is rendered)."""
+
+# structlog.contextvars binds each key in a context variable named with this prefix
+_BOUND = structlog.contextvars.STRUCTLOG_KEY_PREFIX
+_BOUND_LEN = len(_BOUND)
+
+_SOON = {"debug", "info"}  # the levels a line may wait at; the rest are written at once
+
+
+def _take_entry(logger: Any, method_name: str, event_dict: EventDict) -> Any:
+    """The last processor of ``configure_logging("json")``: the entry, for the writer
+    to render (a traceback is made now, while the exception is the one being handled)."""
+    if "exc_info" in event_dict or "stack_info" in event_dict:
+        event_dict = structlog.processors.StackInfoRenderer()(logger, method_name, event_dict)
+        event_dict = structlog.processors.format_exc_info(logger, method_name, event_dict)
+    now = time.time()  # noqa: TID251 - the wall time a log line shows, never replayed
+    # (args, kwargs) for the logger's method: structlog passes a tuple through as is
+    return ((now, method_name, event_dict, contextvars.copy_context()),), {}
+
+
 class _JsonLine:
-    """The JSON renderer of :func:`configure_logging`: the entry, the bound context, the
-    level and the timestamp in one pass, encoded by msgspec (a value JSON has no type
-    for is written as its ``repr``, as structlog's ``JSONRenderer`` does)."""
+    """Renders an entry: the timestamp, the level, the event, the bound context and the
+    event's own keys, encoded by msgspec (a value JSON has no type for is written as its
+    ``repr``, as structlog's ``JSONRenderer`` does)."""
 
     def __init__(self) -> None:
         self._stamp = _UtcStamp()
         self._encode = msgspec.json.Encoder(enc_hook=repr).encode
+        # Each context variable seen, and the key it binds (None: not structlog's). The
+        # scan of structlog's get_contextvars() over a worker's 34 variables costs 7.5
+        # µs; a lookup each, 3 µs.
+        self._keys: dict[contextvars.ContextVar[Any], str | None] = {}
 
-    def __call__(self, logger: Any, method_name: str, event_dict: EventDict) -> str:
-        if "exc_info" in event_dict or "stack_info" in event_dict:
-            event_dict = structlog.processors.StackInfoRenderer()(logger, method_name, event_dict)
-            event_dict = structlog.processors.format_exc_info(logger, method_name, event_dict)
+    def __call__(self, entry: _Entry) -> str:
+        when, method_name, event_dict, context = entry
         line = {
-            "timestamp": self._stamp(),
+            "timestamp": self._stamp(when),
             "level": _LEVEL_NAMES.get(method_name, method_name),
             "event": event_dict.get("event"),
         }
-        # what merge_contextvars does (an unbound variable holds Ellipsis)
-        if _BOUND_VARS is not None:
-            for name, var in tuple(_BOUND_VARS.items()):  # a thread may bind a new key
-                value = var.get(Ellipsis)
-                if value is not Ellipsis:
-                    line[name[_BOUND_LEN:]] = value
-        else:
-            for var, value in contextvars.copy_context().items():
+        # what merge_contextvars does, in the context the line was logged in
+        keys = self._keys
+        for var, value in context.items():
+            key = keys.get(var, False)  # (False: not seen yet)
+            if key is False:
+                if len(keys) > 4096:  # (context variables made and dropped by the thousand)
+                    keys.clear()
                 name = var.name
-                if name.startswith(_BOUND) and value is not Ellipsis:
-                    line[name[_BOUND_LEN:]] = value
+                key = keys[var] = name[_BOUND_LEN:] if name.startswith(_BOUND) else None
+            if isinstance(key, str) and value is not Ellipsis:  # (unbound: Ellipsis)
+                line[key] = value
         line.update(event_dict)  # a call's own keys win over bound ones
         try:
             return self._encode(line).decode()
@@ -206,27 +265,106 @@ class _JsonLine:
 
 
 class _LineWriter:
-    """Writes each line to its stream and flushes it (structlog's ``PrintLogger``
-    without ``print``)."""
+    """Writes lines to its stream, each with its newline, and flushes it: a rendered
+    line (a string) at once; a JSON entry of ``_SOON`` level logged in an event loop
+    two turns of that loop later, with every entry taken meanwhile, in one write.
 
-    def __init__(self, stream: TextIO) -> None:
+    Two turns: what the logging task made ready in its turn (the next commit's socket
+    write, for a step's line) runs in the next one, before the lines. Every write
+    writes what waits first, so lines keep the order they were logged in."""
+
+    def __init__(self, stream: TextIO, render: Callable[[_Entry], str] | None = None) -> None:
         self._stream = stream
+        self._render = render
         self._lock = threading.Lock()  # lines of several threads do not interleave
+        self._waiting: list[_Entry] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the write is scheduled
 
-    def msg(self, message: str) -> None:
+    def msg(self, message: str | _Entry) -> None:
+        if isinstance(message, str):
+            with self._lock:
+                self._write(message + "\n")
+            return
+        loop = _running_loop()
         with self._lock:
-            self._stream.write(message + "\n")
-            self._stream.flush()
+            self._waiting.append(message)
+            if loop is not None and message[1] in _SOON:
+                if self._loop is loop:
+                    return  # its write is scheduled
+                if self._loop is None or not self._loop.is_running():
+                    # (a loop that stopped before its write ran: this one takes over)
+                    self._loop = loop
+                    loop.call_soon(self._next_turn, loop)
+                    return
+            self._write_waiting()
 
     log = debug = info = warn = warning = error = critical = exception = fatal = msg
 
+    def flush(self, timeout: float = -1) -> None:
+        """Write every line taken (unless another thread holds the writer past
+        ``timeout`` seconds; -1: wait as long as it takes)."""
+        if not self._lock.acquire(timeout=timeout):
+            return
+        try:
+            self._write_waiting()
+        finally:
+            self._lock.release()
+
+    def _next_turn(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.call_soon(self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        try:
+            self.flush()
+        except (OSError, ValueError):  # the stream is closed or gone: nowhere to write
+            pass
+
+    def _write_waiting(self) -> None:
+        self._loop = None
+        if not self._waiting:
+            return
+        entries, self._waiting = self._waiting, []
+        assert self._render is not None  # (entries come from the JSON format only)
+        self._write("".join([self._render(e) + "\n" for e in entries]))
+
+    def _write(self, text: str) -> None:
+        self._stream.write(text)
+        self._stream.flush()
+
 
 class _LineWriterFactory:
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
+    def __init__(self, writer: _LineWriter) -> None:
+        self._writer = writer
 
     def __call__(self, *args: Any) -> _LineWriter:
-        return _LineWriter(self._stream)
+        return self._writer  # one writer: one order of lines, one lock
+
+
+_WRITER: list[_LineWriter] = []  # the writer of the last configure_logging
+
+
+def _use_writer(writer: _LineWriter) -> None:
+    if not _WRITER:
+        atexit.register(_flush_at_exit)
+    else:
+        _WRITER[0].flush()  # the lines of the earlier configuration go to its stream
+        _WRITER.clear()
+    _WRITER.append(writer)
+
+
+def _flush_at_exit() -> None:
+    try:
+        # (a daemon thread stuck in a write, a full pipe say, must not hang the exit)
+        _WRITER[0].flush(timeout=5.0)
+    except (OSError, ValueError):  # a stream closed or gone before the interpreter
+        pass
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # not in an event loop's thread: written at once
+        return None
 
 
 def _is_tty(stream: TextIO) -> bool:

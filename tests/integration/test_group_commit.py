@@ -115,3 +115,46 @@ async def test_an_appender_cancelled_while_its_record_is_queued_takes_no_one_wit
 async def _in_scope(scope: anyio.CancelScope, fn: Any, *args: Any) -> None:
     with scope:
         await fn(*args)
+
+
+async def test_starts_and_ends_share_batches_with_their_riders(store: NatsStore) -> None:
+    """A start is its record and its marker, an end's index entry the marker's removal:
+    in a batch with other records each keeps its messages together, gets its record's
+    sequence back, and the rider lands beside it."""
+    results: dict[str, int] = {}
+
+    async def start(i: int) -> None:
+        eid = f"s-{i}"
+        results[eid] = await store.start_run(
+            eid, "run.started", b'{"n":%d}' % i, partition=i % 4, marker=b"{}", msg_id=f"{eid}:1"
+        )
+
+    async def plain(i: int) -> None:
+        eid = f"p-{i}"
+        results[eid] = await store.append(eid, "test", b'{"n":%d}' % i, fence=0, msg_id=f"{eid}:1")
+
+    async with anyio.create_task_group() as tg:
+        for i in range(40):
+            tg.start_soon(start, i)
+            tg.start_soon(plain, i)
+    assert store.committer.batches >= 1
+    for eid, seq in results.items():
+        last = await store.last_in_journal(eid)
+        assert last is not None
+        assert last.seq == seq
+    markers = await store.run_markers()
+    assert sorted(markers) == sorted(f"s-{i}" for i in range(40))
+    batched = store.committer.batches
+
+    async def end(i: int) -> None:
+        await store.end_run(i % 4, f"s-{i}", b'{"status":"completed"}', journal_seq=1)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(40):
+            tg.start_soon(end, i)
+    assert store.committer.batches > batched
+    assert await store.run_markers() == {}
+    for i in range(40):
+        entry = await store.get_index_entry(f"s-{i}")
+        assert entry is not None
+        assert entry[0] == b'{"status":"completed"}'

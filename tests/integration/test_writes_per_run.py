@@ -4,16 +4,22 @@ Every stream of the namespace (the journal stream and the KV buckets' streams) i
 from its last sequence before the run to its last sequence once the run's writes are
 done, and each stored message is named by stream, key or record kind. The list is in
 docs/design.md ("Writes per run"); a change to it must change both.
+
+A write is one publish acknowledged by the server: a single message, or an atomic
+batch of several (stored together with one fsync, all or none). Messages are counted
+too, by stream sequence.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nats.js.errors
 
 import fusee
-from fusee.runtime.ids import escape
+from fusee.runtime.ids import escape, partition_of
 from tests.workers.procs import wait_until
 
 
@@ -61,10 +67,11 @@ async def _stored_since(js: Any, namespace: str, before: dict[str, int]) -> list
     return out
 
 
-async def test_a_run_stores_its_steps_and_seven_writes_besides(engine: fusee.Engine) -> None:
+async def test_a_run_stores_its_steps_and_three_writes_besides(engine: fusee.Engine) -> None:
     ns = engine.namespace
     js = engine.store.js
     eid = escape("wpr-1")
+    p = partition_of("wpr-1", engine.partitions)
     async with engine.worker():
         # warm-up: the worker owns its partitions, nothing of its start is counted
         await (await engine.start(three_steps, "wpr-warm")).result(timeout=30)
@@ -72,18 +79,20 @@ async def test_a_run_stores_its_steps_and_seven_writes_besides(engine: fusee.Eng
             lambda: _settled(engine, "wpr-warm"), timeout=10, what="the warm-up run to settle"
         )
         before = await _last_seqs(js, ns)
-        run = await engine.start(three_steps, "wpr-1")
-        assert await run.result(timeout=30) == 3
-        # the writes after the end record (index, marker) follow the result
-        await wait_until(lambda: _settled(engine, "wpr-1"), timeout=10, what="the run to settle")
-        # the marker is purged with a purge marker that expires after a second: both
-        # are gone then (and listed as removed), whenever this test reads them
-        work = f"KV_{ns}_work"
-        last = (await js.stream_info(work)).state.last_seq
+        async with _published(engine.store.nc, ns) as sent:
+            run = await engine.start(three_steps, "wpr-1")
+            assert await run.result(timeout=30) == 3
+            # the write after the end record (index, marker) follows the result
+            await wait_until(
+                lambda: _settled(engine, "wpr-1"), timeout=10, what="the run to settle"
+            )
+        # the marker is removed by a message that replaces it and expires after a
+        # second: both are gone then (and listed as removed), whenever this test reads them
+        last = (await js.stream_info(ns.upper())).state.last_seq
         await wait_until(
-            lambda: _removed(js, work, before[work], last),
+            lambda: _removed(js, ns.upper(), last - 1, last),
             timeout=10,
-            what="the purge marker to expire",
+            what="the marker's removal to expire",
         )
         stored = await _stored_since(js, ns, before)
     steps = [s for s in stored if s.endswith("(step.completed)")]
@@ -91,14 +100,57 @@ async def test_a_run_stores_its_steps_and_seven_writes_besides(engine: fusee.Eng
     assert len(steps) == 3
     assert besides == [
         f"{ns.upper()} {ns}.run.{eid}.j (run.started)",
+        f"{ns.upper()} (removed)",  # the active marker, <ns>.in.<p>.<eid>.a: replaced...
         f"{ns.upper()} {ns}.run.{eid}.end (run.completed)",
-        # the bucket keeps one value a key: the earlier entries are gone
-        f"KV_{ns}_runs (removed)",  # the starter's entry: pending
-        f"KV_{ns}_runs (removed)",  # the worker's at activation: running
-        f"KV_{ns}_runs {eid} (PUT)",  # the worker's at the end: completed
-        f"KV_{ns}_work (removed)",  # the starter's active marker, active.<p>.<eid>
-        f"KV_{ns}_work (removed)",  # its purge at the end (a purge marker, 1 s TTL)
+        f"{ns.upper()} {ns}.in.x.{eid} (run.index)",  # the index entry: completed
+        f"{ns.upper()} (removed)",  # ...by this, which expires a second later
     ], "\n".join(besides)
+    # The writes, as sent: an atomic batch is one write (one fsync, all or none).
+    writes = [w for w in _writes(sent) if w != ["step.completed"]]
+    assert writes == [
+        ["run.started", f"run.active {ns}.in.{p}.{eid}.a"],  # the start, one batch
+        ["run.completed"],  # the end record alone: a waiter is told at once
+        ["run.index", f"run.inactive {ns}.in.{p}.{eid}.a"],  # after it, one batch
+    ], writes
+
+
+@contextlib.asynccontextmanager
+async def _published(nc: Any, ns: str) -> AsyncIterator[list[tuple[str, dict[str, str]]]]:
+    """Every message published to the namespace's stored subjects while the block runs,
+    as ``(subject, headers)`` (a core subscription sees each as it is sent)."""
+    sent: list[tuple[str, dict[str, str]]] = []
+
+    async def got(msg: Any) -> None:
+        sent.append((msg.subject, dict(msg.headers or {})))
+
+    subs = [
+        await nc.subscribe(subject, cb=got)
+        for subject in (f"{ns}.>", f"$KV.{ns}_runs.>", f"$KV.{ns}_work.>", f"$KV.{ns}_objects.>")
+    ]
+    try:
+        yield sent
+        await nc.flush()
+    finally:
+        for sub in subs:
+            await sub.unsubscribe()
+
+
+def _writes(sent: list[tuple[str, dict[str, str]]]) -> list[list[str]]:
+    """The messages grouped into writes: those of one atomic batch together, in order."""
+    writes: list[list[str]] = []
+    batches: dict[str, list[str]] = {}
+    for subject, headers in sent:
+        kind = headers.get("Fusee-Kind") or headers.get("KV-Operation") or subject
+        what = kind if ".run." in subject or ".in.x." in subject else f"{kind} {subject}"
+        batch = headers.get("Nats-Batch-Id")
+        if batch is None:
+            writes.append([what])
+        elif batch in batches:
+            batches[batch].append(what)
+        else:
+            batches[batch] = [what]
+            writes.append(batches[batch])
+    return writes
 
 
 async def _removed(js: Any, stream: str, after: int, last: int) -> bool:

@@ -137,6 +137,19 @@ def test_validate_id_rejects_control_characters(char: str) -> None:
     assert repr(char) in str(info.value)
 
 
+def test_the_control_characters_refused_are_unicode_s_cc_category_exactly() -> None:
+    # every code point but the surrogates (refused earlier, as lone surrogates)
+    for code in (*range(0xD800), *range(0xE000, 0x110000)):
+        c = chr(code)
+        control = unicodedata.category(c) == "Cc"
+        refused = False
+        try:
+            validate_id(f"a{c}")
+        except InvalidId as exc:
+            refused = "control characters" in str(exc)
+        assert refused == control, (hex(code), unicodedata.category(c))
+
+
 def test_validate_id_rejects_lone_surrogate() -> None:
     with pytest.raises(InvalidId, match="lone surrogate"):
         validate_id("a\udc00")

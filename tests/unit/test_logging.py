@@ -1,11 +1,17 @@
 """The JSON lines of ``configure_logging`` (what ``fusee worker`` writes when stderr is not
-a terminal): one object a line, with the bound context, written as each line is logged."""
+a terminal): one object a line, with the bound context; in an event loop, an info line is
+written two turns of the loop later (off the path of the step that logged it), a warning
+at once with what waits before it, and nothing is lost on a clean exit."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import re
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -102,3 +108,76 @@ def test_an_application_s_own_configuration_is_followed_when_it_changes() -> Non
     configure("first")
     log.info("five")
     assert seen == {"first": ["one", "two", "five"], "second": ["three"]}
+
+
+@pytest.mark.usefixtures("restore_structlog")
+async def test_in_an_event_loop_an_info_line_waits_two_turns_and_a_warning_none() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = get_logger()
+    with structlog.contextvars.bound_contextvars(run_id="r1", step="s"):
+        log.info("step.completed", attempt=1)
+    log.debug("below.level")  # (not taken at info)
+    assert out.getvalue() == ""  # not rendered nor written on the logging task's path
+    await asyncio.sleep(0)  # the turn that made its socket write ready, say
+    assert out.getvalue() == ""
+    await asyncio.sleep(0)
+    (line,) = _lines(out)
+    assert (line["event"], line["run_id"], line["step"]) == ("step.completed", "r1", "s")
+    log.info("one")
+    log.info("two")
+    log.warning("three")  # written at once, after the lines that wait
+    assert [e["event"] for e in _lines(out)] == ["step.completed", "one", "two", "three"]
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # (the write scheduled for "one" finds nothing left)
+    assert len(_lines(out)) == 4
+
+
+@pytest.mark.usefixtures("restore_structlog")
+async def test_a_line_of_another_thread_is_written_at_once_after_those_waiting() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = get_logger()
+    log.info("in.the.loop")
+    thread = threading.Thread(target=log.info, args=("in.a.thread",))
+    thread.start()
+    thread.join()
+    assert [e["event"] for e in _lines(out)] == ["in.the.loop", "in.a.thread"]
+
+
+@pytest.mark.usefixtures("restore_structlog")
+def test_lines_a_stopped_loop_left_are_written_before_the_next() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = get_logger()
+
+    async def logs(event: str) -> None:
+        log.info(event)
+
+    for event in ("first", "second"):
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(logs(event))  # stops before the line's write runs
+        loop.close()
+        assert event not in out.getvalue()
+    log.info("outside")
+    assert [e["event"] for e in _lines(out)] == ["first", "second", "outside"]
+
+
+def test_a_line_still_waiting_at_exit_is_written() -> None:
+    program = """if True:
+        import asyncio
+        from fusee.logs import configure_logging, get_logger
+        configure_logging("json", "info")
+
+        async def main():
+            get_logger().info("the.last.line")
+
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(main())  # stops before the line's write runs
+        loop.close()
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=True
+    )
+    (line,) = [json.loads(text) for text in done.stderr.splitlines()]
+    assert line["event"] == "the.last.line"

@@ -10,7 +10,7 @@ import msgspec
 
 from fusee.actors.host import ActorHost
 from fusee.actors.ports import RunStore
-from fusee.actors.starts import start_or_attach
+from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.waits import start_wait
 from fusee.errors import FuseeError, RunExists
 from fusee.errors import RunCancelled as ChildCancelled
@@ -90,6 +90,7 @@ async def run_child(
                 data=data,
                 timeout=seconds,
                 now=now,
+                noticed=_noticed(host, child_id),
             )
         done = await host.wait_out(started)
     if done.timed_out:  # the parent's timeout passed (its scope is cancelled too)
@@ -113,9 +114,11 @@ async def start_child(
     data: bytes,
     timeout: float | None,
     now: float,
+    noticed: bool = False,
 ) -> None:
     """Start run ``child_id`` as a child of ``parent``, create-if-absent like
     ``Engine.start``: starting it again (a replay, a resumed parent) attaches.
+    ``noticed``: the parent has read the child's notice of its end.
 
     Raises:
         RunExists: a run with this ID exists with another workflow or input, or is not
@@ -131,13 +134,20 @@ async def start_child(
     )
 
     async def attach() -> None:
-        await _check_existing(store, escape(child_id), child_id, record)
+        await _check_existing(store, escape(child_id), child_id, record, noticed=noticed)
 
-    if await start_or_attach(store, child_id, record, now=now, attach=attach, wake=True):
+    if await start_or_attach(store, child_id, record, now=now, attach=attach):
         log.info("child.started", child=child_id, workflow=workflow)
 
 
-async def _check_existing(store: RunStore, eid: str, child_id: str, wanted: RunStarted) -> None:
+def _noticed(host: ActorHost, child_id: str) -> bool:
+    """Whether the parent has read child ``child_id``'s notice of its end."""
+    return any(isinstance(m, ChildEnded) and m.id == child_id for _, m in host.view.messages)
+
+
+async def _check_existing(
+    store: RunStore, eid: str, child_id: str, wanted: RunStarted, *, noticed: bool
+) -> None:
     first = await store.first_in_journal(eid)
     if first is None:  # pragma: no cover - the fence said there was one
         raise RunExists(f"run {child_id!r} exists but its journal cannot be read")
@@ -156,10 +166,17 @@ async def _check_existing(store: RunStore, eid: str, child_id: str, wanted: RunS
             f"{'a child of ' + repr(owner) if owner else 'a top-level run'}, "
             f"not as a child of {wanted.parent!r}"
         )
-    # A start whose marker write was lost (the parent died in between): restore it.
+    # A start whose marker is gone (a worker removed it as the run paused; before
+    # issue 11, a parent that died between the child's start and its marker): written
+    # again unless the run ended. Also for a child that ended without its parent
+    # hearing of it: such a child may have run without a marker (a message to its
+    # inbox activated it), and what follows its end (the notice to the parent, its
+    # index entry) is redone only by an activation, which the marker brings (once: the
+    # ended run's marker is then cleared).
     last = await store.last_in_journal(eid)
-    if last is not None and not isinstance(decode_record(last.data), TERMINAL):
-        await store.mark_active(started.partition, eid)
+    if last is not None and not (isinstance(decode_record(last.data), TERMINAL) and noticed):
+        marker = start_marker(child_id, first.data, now=started.started_at)
+        await store.mark_run_active(started.partition, eid, marker)
 
 
 def child_message(run_id: str, end: Any) -> bytes:
@@ -221,6 +238,13 @@ async def cancel_child(
     if not isinstance(started, RunStarted) or started.parent != parent:
         return  # not ours: ctx.child raised RunExists for it
     p = partition_of(child, partitions)
+    # Its marker first: a child whose start lost its marker (an older fusee's start,
+    # whose parent died between the two) is found by no reconcile, and the cancel's
+    # push dies with a worker that dies before it acts on it (a new one's inbox
+    # consumer delivers only new messages).
+    assert first is not None
+    marker = start_marker(child, first.data, now=started.started_at)
+    await store.mark_run_active(started.partition, eid, marker)
     body = encode_message(Cancel(reason=reason))
     await store.send_inbox(p, eid, "cancel", body, msg_id=f"{eid}:cancel:parent")
     await store.wake(p, eid)

@@ -15,7 +15,7 @@ import anyio.abc
 
 from fusee.actors.children import cancel_child
 from fusee.actors.host import ActorHost
-from fusee.actors.steps import BRANCH_STEPS
+from fusee.actors.steps import BRANCH_STEPS, StepInfo
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
 from fusee.runtime.history import History, ReplayedCancel, Replayer
@@ -45,7 +45,7 @@ class Branch:
     state: BranchState
     ready: anyio.Event = field(default_factory=anyio.Event)
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-    steps: set[anyio.Event] = field(default_factory=set)  # its running step's s.signal
+    steps: set[StepInfo] = field(default_factory=set)  # its running step
     sealed: bool = False  # started, and took its position(s)
     done: bool = False
     won: bool = False
@@ -125,8 +125,8 @@ async def combine(
             for b in branches:
                 if not b.done:
                     b.lost = True
-                    for signal in list(b.steps):
-                        signal.set()  # told first, so its cleanup knows why
+                    for step in list(b.steps):
+                        step.stop()  # told first (s.signal), so its cleanup knows why
                     b.scope.cancel()
     finally:
         host.combinators -= 1

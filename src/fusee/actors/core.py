@@ -21,6 +21,7 @@ import anyio
 import msgspec
 
 from fusee.actors.combinators import may_park
+from fusee.actors.host import Stoppable
 from fusee.actors.outcomes import Outcome
 from fusee.actors.ports import RunStore, Stored, TokenSink
 from fusee.errors import CommitFailed, Evicted, JournalGap, NotEncodable, Parked, Unreplayable
@@ -87,7 +88,7 @@ class ActorCore:
         # under the fence and the link the previous one left
         self._commit_lock = anyio.Lock()
         self.combinators = 0  # ctx.all / ctx.race running: always_replay waits for their end
-        self.running_steps: set[anyio.Event] = set()  # the running steps' s.signal
+        self.running_steps: set[Stoppable] = set()  # the running steps' StepInfo
         self.workflow_scope: anyio.CancelScope | None = None  # the code running now
         # the driver's: what happens before a step's function first runs
         self.on_step: Callable[[], Awaitable[None]] = _nothing
@@ -295,8 +296,8 @@ class ActorCore:
     def cancel_running(self) -> None:
         """Stop the code where it is: each running step's ``s.signal`` is set first (so
         its cleanup knows why it stops), then the code's scope is cancelled."""
-        for signal in list(self.running_steps):
-            signal.set()
+        for step in list(self.running_steps):
+            step.stop()
         if self.workflow_scope is not None:
             self.workflow_scope.cancel()
 

@@ -10,13 +10,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-import anyio
-
 from fusee.actors.ports import RunStore, TokenSink
 from fusee.runtime.history import History
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted
+from fusee.runtime.waits import InboxView
 
-__all__ = ("ActorHost",)
+__all__ = ("ActorHost", "Stoppable")
+
+
+class Stoppable(Protocol):
+    """A running step, as the actor stops it: :class:`fusee.actors.steps.StepInfo`."""
+
+    def stop(self) -> None:
+        """Set its ``s.signal``: it should stop."""
+        ...
 
 
 class ActorHost(Protocol):
@@ -54,6 +61,11 @@ class ActorHost(Protocol):
         ...
 
     @property
+    def view(self) -> InboxView:
+        """What the actor has read of its inbox for its waits."""
+        ...
+
+    @property
     def clock(self) -> Callable[[], float]:
         """The worker's clock (seconds since the epoch)."""
         ...
@@ -66,8 +78,8 @@ class ActorHost(Protocol):
     # ctx.all / ctx.race running: commits take turns, always_replay waits for their end
     combinators: int
 
-    # the running steps' ``s.signal``: a cancel of the run sets them
-    running_steps: set[anyio.Event]
+    # the running steps (their ``s``): a cancel of the run stops them
+    running_steps: set[Stoppable]
 
     async def commit(self, record: AnyRecord) -> int:
         """Append ``record`` under the actor's fence; its journal sequence."""

@@ -156,14 +156,15 @@ class ObjectActor:
                     continue  # replay from the journal, as a new worker would
 
     async def _catch_up(self) -> None:
-        """A projection behind the journal (its writer died between the two) is written
-        now, and the callers of the invocations it missed get their replies again."""
+        """The callers of the invocations a projection behind the journal missed (its
+        writer died between the two) get their replies again, then it is written."""
         if not self._unprojected:
             return
         log.info("object.projection_caught_up", invocations=len(self._unprojected))
-        await self._project_state(force=True)
+        # the replies first: once the projection has caught up, no activation sends them
         for inv, done, at in self._unprojected:
             await self._reply(inv, done, at)
+        await self._project_state(force=True)
         self._unprojected = []
 
     # -- the queue --------------------------------------------------------------------

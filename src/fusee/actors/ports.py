@@ -105,7 +105,35 @@ class RunStore(Protocol):
 
     async def get_index(self, eid: str) -> bytes | None: ...
 
-    async def mark_active(self, partition: int, eid: str) -> None: ...
+    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+        """An ended run's index entry (not compared: made from the journal's end) and
+        the removal of its active marker, in one write."""
+        ...
+
+    async def start_run(
+        self, eid: str, kind: str, data: bytes, *, partition: int, marker: bytes, msg_id: str
+    ) -> int:
+        """Append a run's first record (fence 0) and its active marker, holding
+        ``marker``, in one write: both or neither. Raises ``Fenced`` when the run exists."""
+        ...
+
+    async def mark_run_active(self, partition: int, eid: str, marker: bytes) -> None:
+        """Write a run's active marker alone (a start whose marker could not ride its
+        first record, or was left out by a starter that died), then hint its owner."""
+        ...
+
+    async def clear_run_active(self, partition: int, eid: str) -> None:
+        """Remove an ended or paused run's active marker."""
+        ...
+
+    async def clear_unstarted(self, partition: int, eid: str) -> None:
+        """Remove the active marker of a run that has no journal, unless its journal
+        exists by the time the removal is stored (a start that landed meanwhile)."""
+        ...
+
+    async def mark_active(self, partition: int, eid: str) -> None:
+        """An object key's active marker (in the work bucket), then a hint to its owner."""
+        ...
 
     async def clear_active(self, partition: int, eid: str) -> None: ...
 

@@ -61,11 +61,6 @@ class RunActor:
         self.core = core
         self.registry = registry
         self.cancel_reason: str | None = None
-        # the activation's tasks besides the workflow's: its first index entry, written
-        # while the run goes on (see _project_soon)
-        self._background: anyio.abc.TaskGroup
-        self._projecting: anyio.Event | None = None
-        self._projection_failed: Exception | None = None
 
     # -- activation ---------------------------------------------------------------
 
@@ -101,86 +96,74 @@ class RunActor:
     async def run(self) -> Outcome:
         """Activate, execute until the run ends or parks, and say how it left."""
         self.core.start()
-        escaped: BaseException | None = None
-        outcome: Outcome = "ended"
         with structlog.contextvars.bound_contextvars(run_id=self.core.run_id):
-            async with anyio.create_task_group() as background:
-                self._background = background
+            first = True
+            while True:
                 try:
-                    outcome = await self._activate()
-                    await self._projected()  # (the first one, when nothing came after it)
-                except BaseException as exc:  # noqa: BLE001 - re-raised below, outside the group
-                    # (Evicted, Fenced, cancellation) must leave ungrouped
-                    escaped = exc
-                    background.cancel_scope.cancel()
-        if escaped is not None:
-            raise escaped
-        return outcome
-
-    async def _activate(self) -> Outcome:
-        """Activate from the journal, execute until the run ends or parks."""
-        first = True
-        while True:
-            try:
-                await self._load_and_read()
-            except JournalGap as gap:
-                # Nothing is appended after a broken chain: an operator looks first.
-                log.error("run.paused", reason=str(gap))
-                await self._project(running=False, reason=str(gap), paused=True)
-                return "paused"
-            if self.core.history.started is None:
-                if await self.core.store.get_index(self.core.eid) is None:
-                    return "ended"  # a marker left by a start that never happened
-                # Indexed but no journal: it was purged or lost. Say so, loudly.
-                reason = (
-                    f"the journal of run {self.core.run_id!r} is gone (purged or lost) "
-                    f"while the run index still lists it"
-                )
-                log.error("run.paused", reason=reason)
-                await self._mark_index_paused(reason)
-                return "paused"
-            if self.core.history.ended:
-                await self._after_end()  # again: it may not have reached its parent
-                await self._project(running=False)
-                return "ended"
-            if self.core.history.paused is not None:
-                await self._project(running=False)
-                return "paused"
-            # A cancel (read with the journal, or before an eviction) is carried out by
-            # replaying the workflow to where it stopped, to run its compensations.
-            wf = self.registry.get(self.core.history.started.workflow)
-            if wf is None and self.cancel_reason is not None:
-                # nobody here can replay it: it ends without its compensations
-                return await self._end(RunCancelled(reason=self.cancel_reason))
-            if wf is None:
-                reason = (
-                    f"no workflow named {self.core.history.started.workflow!r} is registered at "
-                    f"this worker (it has: {', '.join(self.registry.names()) or 'none'})"
-                )
-                log.error("run.unrunnable", reason=reason)
-                await self._project(running=False, reason=reason)
-                return "unrunnable"
-            if first:
-                log.info(
-                    "run.resumed" if self.core.history.size > 1 else "run.started",
-                    workflow=wf.name,
-                    steps=len(self.core.history.outcomes),
-                )
-                self._project_soon()
-                first = False
-            try:
-                outcome = await self._execute(wf)
-                if outcome == "continued":
-                    continue  # its next generation, read back from the journal
-                return outcome
-            except Parked:
-                log.info("run.parked")
-                await self._project(running=False, waiting=True)
-                return "parked"
-            except Evicted:
-                if not self.core.always_replay:
-                    raise
-                continue  # replay from the journal, as a new worker would
+                    await self._load_and_read()
+                except JournalGap as gap:
+                    # Nothing is appended after a broken chain: an operator looks first.
+                    log.error("run.paused", reason=str(gap))
+                    await self._project(running=False, reason=str(gap), paused=True, leaving=True)
+                    return "paused"
+                if self.core.history.started is None:
+                    if await self.core.store.get_index(self.core.eid) is None:
+                        # a marker left by a start that never happened, or a message to
+                        # a run that starts now: its marker goes unless it started
+                        await self.core.store.clear_unstarted(self.core.partition, self.core.eid)
+                        return "ended"
+                    # Indexed but no journal: it was purged or lost. Say so, loudly.
+                    reason = (
+                        f"the journal of run {self.core.run_id!r} is gone (purged or lost) "
+                        f"while the run index still lists it"
+                    )
+                    log.error("run.paused", reason=reason)
+                    await self._mark_index_paused(reason)
+                    await self._unmark()
+                    return "paused"
+                if self.core.history.ended:
+                    await self._after_end()  # again: it may not have reached its parent
+                    await self._project(running=False, leaving=True)
+                    return "ended"
+                if self.core.history.paused is not None:
+                    await self._project(running=False, leaving=True)
+                    return "paused"
+                # A cancel (read with the journal, or before an eviction) is carried out by
+                # replaying the workflow to where it stopped, to run its compensations.
+                wf = self.registry.get(self.core.history.started.workflow)
+                if wf is None and self.cancel_reason is not None:
+                    # nobody here can replay it: it ends without its compensations
+                    return await self._end(RunCancelled(reason=self.cancel_reason))
+                if wf is None:
+                    reason = (
+                        f"no workflow named {self.core.history.started.workflow!r} is registered at "
+                        f"this worker (it has: {', '.join(self.registry.names()) or 'none'})"
+                    )
+                    log.error("run.unrunnable", reason=reason)
+                    await self._project(running=False, reason=reason)
+                    return "unrunnable"
+                if first:
+                    log.info(
+                        "run.resumed" if self.core.history.size > 1 else "run.started",
+                        workflow=wf.name,
+                        steps=len(self.core.history.outcomes),
+                    )
+                    # (no index entry: ``describe()`` says running while its
+                    # partition has an owner, see "Writes per run")
+                    first = False
+                try:
+                    outcome = await self._execute(wf)
+                    if outcome == "continued":
+                        continue  # its next generation, read back from the journal
+                    return outcome
+                except Parked:
+                    log.info("run.parked")
+                    await self._project(running=False, waiting=True)
+                    return "parked"
+                except Evicted:
+                    if not self.core.always_replay:
+                        raise
+                    continue  # replay from the journal, as a new worker would
 
     async def _execute(self, wf: Any) -> Outcome:
         started = self.core.history.started
@@ -324,7 +307,7 @@ class RunActor:
         """After the end ``record`` landed."""
         log.info(f"run.{_END_STATUS[type(record)]}", **_end_fields(record))
         await self._after_end()
-        await self._project(running=False)
+        await self._project(running=False, leaving=True)
         return "ended"
 
     async def _after_end(self) -> None:
@@ -357,13 +340,12 @@ class RunActor:
             )
         await self.core.commit(record)
         log.info("run.continued", generation=record.generation)
-        await self._project(running=True)
         return "continued"
 
     async def _pause(self, reason: str) -> Outcome:
         log.error("run.paused", reason=reason)
         await self.core.commit(RunPaused(reason=reason))
-        await self._project(running=False)
+        await self._project(running=False, leaving=True)
         return "paused"
 
     async def _mark_index_paused(self, reason: str) -> None:
@@ -374,40 +356,6 @@ class RunActor:
         info.status, info.reason, info.updated_at = "paused", reason, self.core.clock()
         await project_index(self.core.store, self.core.eid, info, current[1])
 
-    def _project_soon(self) -> None:
-        """The activation's first index entry ("running"), made from the journal as read,
-        written while the run goes on instead of before it: it is a KV read and an
-        fsync'd KV write, and a parked run a signal brings back would wait for both
-        before taking it. The next projection waits for this one first (an entry of as
-        much of the journal written after a later one could say "running" of a run that
-        parked again), and so does the activation's end. Its error is raised there."""
-        if self.core.history.started is None:
-            return
-        info = info_from_history(self.core.history, now=self.core.clock(), running=True)
-        fence = self.core.fence
-        done = anyio.Event()
-        self._projecting = done
-
-        async def project() -> None:
-            try:
-                await project_index(self.core.store, self.core.eid, info, fence)
-            except Exception as exc:  # noqa: BLE001 - raised by _projected, outside the group
-                self._projection_failed = exc
-            finally:
-                done.set()
-
-        self._background.start_soon(project)
-
-    async def _projected(self) -> None:
-        """Until the entry ``_project_soon`` writes is written; its error, if it failed."""
-        if self._projecting is None:
-            return
-        await self._projecting.wait()
-        self._projecting = None
-        failed, self._projection_failed = self._projection_failed, None
-        if failed is not None:
-            raise failed
-
     async def _project(
         self,
         *,
@@ -415,9 +363,13 @@ class RunActor:
         reason: str | None = None,
         paused: bool = False,
         waiting: bool = False,
+        leaving: bool = False,
     ) -> None:
-        await self._projected()  # entries go in the order they were made
+        """Write the run's index entry; ``leaving``: the run ends or pauses here, and
+        its active marker goes too (in the same write for an end)."""
         if self.core.history.started is None:
+            if leaving:
+                await self._unmark()
             return
         info = info_from_history(self.core.history, now=self.core.clock(), running=running)
         if reason is not None:
@@ -426,7 +378,11 @@ class RunActor:
             info.status = "paused"
         elif waiting and not info.ended:
             info.status = "waiting"
-        await project_index(self.core.store, self.core.eid, info, self.core.fence)
+        unmark = self.core.partition if leaving else None
+        await project_index(self.core.store, self.core.eid, info, self.core.fence, unmark=unmark)
+
+    async def _unmark(self) -> None:
+        await self.core.store.clear_run_active(self.core.partition, self.core.eid)
 
 
 _END_STATUS: dict[type, str] = {

@@ -2,8 +2,9 @@
 
 Each entry is tagged with the journal record it was made from (``Fusee-Journal-Seq``)
 and written by compare-and-set, so a writer that read less of the journal (a frozen
-owner that wakes up and parks a run that ended elsewhere, a starter whose entry lands
-after the worker's) cannot overwrite what a writer that read more wrote.
+owner that wakes up and parks a run that ended elsewhere) cannot overwrite what a
+writer that read more wrote. An ended run's entry is final: it is written without
+comparing, with the removal of the run's active marker, and read before any other.
 """
 
 from __future__ import annotations
@@ -23,9 +24,15 @@ def _same(old: RunInfo, new: RunInfo) -> bool:
     )
 
 
-async def project_index(store: RunStore, eid: str, info: RunInfo, journal_seq: int) -> bool:
+async def project_index(
+    store: RunStore, eid: str, info: RunInfo, journal_seq: int, *, unmark: int | None = None
+) -> bool:
     """Write ``info`` (made from the journal up to ``journal_seq``) unless the index
-    holds an entry made from more of it. True when written."""
+    holds an entry made from more of it. True when written (or already there).
+
+    An ended run's entry goes with the removal of its active marker, in one write.
+    ``unmark``: the run's partition, when it leaves the active runs otherwise (it
+    paused): its active marker is removed too (also when nothing is written)."""
     while True:
         current = await store.get_index_entry(eid)
         last = 0
@@ -38,11 +45,26 @@ async def project_index(store: RunStore, eid: str, info: RunInfo, journal_seq: i
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     old = None  # unreadable: replaced
             if old is not None and not supersedes(info, journal_seq, old, seq):
+                await _unmark(store, eid, unmark)
                 return False
             if old is not None and seq == journal_seq and _same(old, info):
                 # an ended run activated again (a reconcile listed its marker in the
                 # second it lingers): the entry says this already, nothing is written
+                await _unmark(store, eid, unmark)
                 return True
+        if info.ended:
+            # made from the journal's end: no later record can make it wrong, so it is
+            # written without comparing (a writer that read less compares and loses),
+            # with the removal of the run's marker
+            partition = info.partition if unmark is None else unmark
+            await store.end_run(partition, eid, encode_info(info), journal_seq=journal_seq)
+            return True
         written = await store.put_index(eid, encode_info(info), journal_seq=journal_seq, last=last)
         if written is not None:
+            await _unmark(store, eid, unmark)
             return True
+
+
+async def _unmark(store: RunStore, eid: str, partition: int | None) -> None:
+    if partition is not None:
+        await store.clear_run_active(partition, eid)

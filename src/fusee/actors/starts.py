@@ -8,14 +8,21 @@ import secrets
 from collections.abc import Awaitable, Callable
 
 from fusee.actors.ports import RunStore
-from fusee.actors.run_index import project_index
 from fusee.errors import Fenced
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape
-from fusee.runtime.index import info_from_history
+from fusee.runtime.index import encode_info, info_from_history
 from fusee.runtime.records import RunStarted, encode_record, kind_of
 
-__all__ = ("start_or_attach",)
+__all__ = ("start_or_attach", "start_marker")
+
+
+def start_marker(run_id: str, first: bytes, *, now: float) -> bytes:
+    """What a run's active marker holds: its index entry as its first record (``first``,
+    encoded) makes it, ``pending`` (``runs list`` shows it until the index has one)."""
+    started = History(run_id)
+    started.feed(1, first)  # (where it landed is not needed: the entry does not say)
+    return encode_info(info_from_history(started, now=now))
 
 
 async def start_or_attach(
@@ -26,34 +33,40 @@ async def start_or_attach(
     now: float,
     attach: Callable[[], Awaitable[None]],
     before_active: Callable[[History], Awaitable[None]] | None = None,
-    wake: bool = False,
 ) -> bool:
     """Append ``record`` as run ``run_id``'s first (fence 0): True when this started
     the run, False when it existed and ``attach()`` accepted it.
 
-    A new run gets its index entry, then its active marker (after ``before_active``,
-    which may append more records first), then a wake hint when ``wake``. ``attach``
-    checks the existing run against this start (raising ``RunExists``) and restores
-    what a starter that died may have left undone.
+    A new run's active marker (which holds its index entry as the start makes it: the
+    run index has no entry for it until it parks, pauses or ends) rides the record's
+    write. With ``before_active`` (which may append more records first: a regenerated
+    run's copies) the marker is written alone after it, so no worker runs the run
+    before. Then a wake hint to its partition's owner. ``attach`` checks the existing run against
+    this start (raising ``RunExists``) and restores what a starter that died may have
+    left undone.
 
     Raises:
         RunExists: from ``attach``.
     """
     eid = escape(run_id)
     encoded = encode_record(record)
+    kind, msg_id = kind_of(record), f"{eid}:start:{secrets.token_hex(6)}"
+    marker = start_marker(run_id, encoded, now=now)
     try:
-        seq = await store.append(
-            eid, kind_of(record), encoded, fence=0, msg_id=f"{eid}:start:{secrets.token_hex(6)}"
-        )
+        if before_active is None:
+            seq = await store.start_run(
+                eid, kind, encoded, partition=record.partition, marker=marker, msg_id=msg_id
+            )
+        else:
+            seq = await store.append(eid, kind, encoded, fence=0, msg_id=msg_id)
     except Fenced:
         await attach()
         return False
+    if before_active is None:
+        await store.wake(record.partition, eid)
+        return True
     history = History(run_id)
     history.feed(seq, encoded)
-    if before_active is not None:
-        await before_active(history)
-    await project_index(store, eid, info_from_history(history, now=now), seq)
-    await store.mark_active(record.partition, eid)
-    if wake:
-        await store.wake(record.partition, eid)
+    await before_active(history)
+    await store.mark_run_active(record.partition, eid, marker)  # (and the wake hint)
     return True

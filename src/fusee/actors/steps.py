@@ -66,12 +66,29 @@ class StepInfo:
     key: str
     attempt: int
     name: str
-    signal: anyio.Event = field(default_factory=anyio.Event)
+    # made when first read (made for a step function that takes ``s``, before it runs;
+    # most take none: an Event costs about 2 µs), set at once if the step was stopped
+    _signal: anyio.Event | None = field(default=None, init=False, repr=False)
+    _stopped: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def signal(self) -> anyio.Event:
+        if self._signal is None:
+            self._signal = anyio.Event()
+            if self._stopped:
+                self._signal.set()
+        return self._signal
+
+    def stop(self) -> None:
+        """Set :attr:`signal` (now, or as it is made)."""
+        self._stopped = True
+        if self._signal is not None:
+            self._signal.set()
 
 
-# The running steps' signals of the ctx.all / ctx.race branch this task runs in (set
-# by the combinator): a race the branch loses sets them.
-BRANCH_STEPS: ContextVar[set[anyio.Event] | None] = ContextVar("fusee_branch_steps", default=None)
+# The running steps of the ctx.all / ctx.race branch this task runs in (set by the
+# combinator): a race the branch loses stops them.
+BRANCH_STEPS: ContextVar[set[StepInfo] | None] = ContextVar("fusee_branch_steps", default=None)
 
 _TAKES_INFO: dict[object, bool] = {}
 
@@ -146,12 +163,15 @@ async def execute(
     try:
         while True:
             info = StepInfo(key=key, attempt=attempt, name=name)
+            if takes_info:
+                # made here, in the event loop: the function may read it in a thread
+                _ = info.signal
             log.debug("step.started", attempt=attempt)
             began = time.monotonic()  # (anyio.current_time(): the same clock, dearer)
-            host.running_steps.add(info.signal)  # a cancel of the run sets its signal
+            host.running_steps.add(info)  # a cancel of the run stops it
             branch = BRANCH_STEPS.get()
             if branch is not None:
-                branch.add(info.signal)  # a race it loses sets its signal
+                branch.add(info)  # a race it loses stops it
             try:
                 try:
                     # seen by the step's function, also in its worker thread (anyio
@@ -171,11 +191,11 @@ async def execute(
                             f"{host.store.max_value:,} bytes is stored out of line)",
                         )
                 finally:
-                    host.running_steps.discard(info.signal)
+                    host.running_steps.discard(info)
                     if branch is not None:
-                        branch.discard(info.signal)
+                        branch.discard(info)
             except (Evicted, anyio.get_cancelled_exc_class()):
-                info.signal.set()
+                info.stop()
                 raise
             except Exception as exc:  # noqa: BLE001 - journaled, raised as StepFailedError
                 elapsed = time.monotonic() - began
@@ -265,7 +285,7 @@ async def _call(
         return await _invoke(fn, info, takes_info)
     with anyio.CancelScope(deadline=anyio.current_time() + limit):
         return await _invoke(fn, info, takes_info)
-    info.signal.set()
+    info.stop()
     raise StepTimeout(
         f"step {info.name!r} attempt {info.attempt} ran past its timeout of "
         f"{format_duration(limit)}"

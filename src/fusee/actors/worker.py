@@ -53,6 +53,7 @@ from fusee.actors.registry import Registry
 from fusee.actors.run_actor import RunActor
 from fusee.actors.run_index import project_index
 from fusee.actors.shared import serve_shared_call
+from fusee.actors.starts import start_marker
 from fusee.errors import CommitFailed, ConnectionLost, Evicted, Fenced
 from fusee.logs import get_logger
 from fusee.runtime.ids import unescape
@@ -805,8 +806,10 @@ class Worker:
                             again_hand_over = True
                 else:
                     self.guests.pop(eid, None)
-                    await self.store.clear_active(p, eid)
-                    if outcome == "ended":
+                    if named is not None:  # (a run's driver removed its marker itself)
+                        await self.store.clear_active(p, eid)
+                    if outcome == "ended" and core.history.started is not None:
+                        # (one with no journal may start now: not held back)
                         self._ended.pop(eid, None)  # (to the end: the order is by time)
                         self._ended[eid] = anyio.current_time()
         except Evicted:
@@ -881,6 +884,8 @@ class Worker:
         if target is not None:
             body = json.dumps({"partition": p, "eid": eid, "from": self.id}).encode()
             await self.store.publish_core(self.store.layout.take(target), body)
+            if eid in self._unserved and kind == "workflow":
+                await self._note_index(eid, None)  # served now: the note goes
             if eid in self._unserved and kind == "object":
                 # served now: the note goes (unless the marker changed since, e.g. the
                 # guest already made it idle, which must keep its expiry)
@@ -989,22 +994,36 @@ class Worker:
         except Exception:  # for operators; the log has the reason too
             log.warning("actor.note_failed", run_id=unescape(eid), exc_info=True)
 
-    async def _note_index(self, eid: str, reason: str) -> None:
+    async def _note_index(self, eid: str, reason: str | None) -> None:
         """Set a run's index entry to ``pending`` with ``reason`` (unless it ended): why
-        nobody runs it, for ``runs show`` and ``runs list``. Objects have no entry."""
+        nobody runs it, for ``runs show`` and ``runs list``; None: a worker runs it now,
+        the note goes (``running``, written only over an entry with a reason). Objects
+        have no entry."""
         if parse_object_id(unescape(eid)) is not None:
             return
         try:
             with anyio.move_on_after(5.0):
-                current = await self.store.get_index_entry(eid)
-                if current is None or not current[0]:
+                last = await self.store.last_in_journal(eid)
+                if last is None:
                     return
-                info = decode_info(current[0])
+                current = await self.store.get_index_entry(eid)
+                if current is not None and current[0]:
+                    info = decode_info(current[0])
+                elif reason is None:
+                    return  # no entry, no note
+                else:  # not indexed yet (it never parked): made from its first record
+                    first = await self.store.first_in_journal(eid)
+                    if first is None:
+                        return
+                    info = decode_info(start_marker(unescape(eid), first.data, now=self.clock()))
+                if reason is None and info.reason is None:
+                    return
                 if not info.ended:
-                    info.status, info.reason = "pending", reason
+                    info.status, info.reason = ("pending", reason) if reason else ("running", None)
                     info.updated_at = self.clock()
-                    # made from the same journal as the entry it notes: an entry made
-                    # from more of it (the run went on elsewhere) is left alone
-                    await project_index(self.store, eid, info, current[1])
+                    # tagged with the journal's last record: an entry made from more of
+                    # it (the run went on elsewhere) is left alone, and ``describe()``
+                    # takes the note only while the journal has nothing newer
+                    await project_index(self.store, eid, info, last.seq)
         except Exception:  # for operators; the log has the reason too
             log.warning("run.index_note_failed", run_id=unescape(eid), exc_info=True)

@@ -32,7 +32,7 @@ from fusee.adapters.jetstream.direct import publish_acked
 from fusee.errors import Fenced, FuseeError
 from fusee.runtime.commits import CommitQueue, Route
 
-__all__ = ("GroupCommitter", "Pending", "CommitterClosed")
+__all__ = ("GroupCommitter", "Pending", "CommitterClosed", "Message", "publish_batch")
 
 
 class CommitterClosed(FuseeError):
@@ -46,6 +46,20 @@ BATCH_SEQ = "Nats-Batch-Sequence"
 BATCH_COMMIT = "Nats-Batch-Commit"
 
 
+Message = tuple[str, bytes, dict[str, str]]  # subject, data, headers
+
+
+async def publish_batch(nc: Client, messages: list[Message], timeout: float) -> int:
+    """Store ``messages`` as one atomic batch (all or none, one fsync); the stream
+    sequence of the last. Raises what :func:`publish_acked` raises for the commit."""
+    batch = secrets.token_hex(8)
+    for i, (subject, data, headers) in enumerate(messages[:-1], start=1):
+        await nc.publish(subject, data, headers={**headers, BATCH_ID: batch, BATCH_SEQ: str(i)})
+    subject, data, headers = messages[-1]
+    last = {**headers, BATCH_ID: batch, BATCH_SEQ: str(len(messages)), BATCH_COMMIT: "1"}
+    return await publish_acked(nc, subject, data, last, timeout)
+
+
 @dataclass
 class Pending:
     subject: str
@@ -56,6 +70,9 @@ class Pending:
     msg_id: str
     kind: str
     give_up: float  # when (time.monotonic()) its retries stop: math.inf for actors
+    # messages stored with the record, in the same batch, after it (a run's start: its
+    # active marker); its sequence stays the record's own
+    riders: tuple[Message, ...] = ()
     done: asyncio.Future[int] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -130,14 +147,14 @@ class GroupCommitter:
         if len(lot) == 1:
             await self._alone(lot[0])
             return
-        batch = secrets.token_hex(8)
+        messages: list[Message] = []
+        at: list[int] = []  # each record's place in the batch (riders follow theirs)
+        for item in lot:
+            at.append(len(messages))
+            messages.append((item.subject, item.data, item.headers))
+            messages.extend(item.riders)
         try:
-            for i, item in enumerate(lot[:-1], start=1):
-                headers = {**item.headers, BATCH_ID: batch, BATCH_SEQ: str(i)}
-                await self.nc.publish(item.subject, item.data, headers=headers)
-            last = lot[-1]
-            headers = {**last.headers, BATCH_ID: batch, BATCH_SEQ: str(len(lot)), BATCH_COMMIT: "1"}
-            seq = await publish_acked(self.nc, last.subject, last.data, headers, 5.0)
+            seq = await publish_batch(self.nc, messages, 5.0)
         except (
             nats.js.errors.BadRequestError,  # a stale fence, or a limit: nothing was stored
             nats.js.errors.APIError,
@@ -152,8 +169,8 @@ class GroupCommitter:
             return
         self.batches += 1
         self.batched += len(lot)
-        first = seq - len(lot) + 1  # a batch is stored contiguously
-        for i, item in enumerate(lot):
+        first = seq - len(messages) + 1  # a batch is stored contiguously
+        for i, item in zip(at, lot, strict=True):
             if not item.done.done():
                 item.done.set_result(first + i)
 

@@ -100,10 +100,29 @@ class Layout:
     def inbox(self, partition: int, eid: str) -> str:
         return f"{self.namespace}.in.{partition}.{eid}"
 
+    def marker(self, partition: int, eid: str) -> str:
+        # A run's active marker, in the journal stream (so it rides the start's batch):
+        # inside the inbox tree, which every stream binds, never read as an inbox message.
+        return f"{self.inbox(partition, eid)}.a"
+
+    @property
+    def markers(self) -> str:
+        # every run's active marker (a subject filter)
+        return f"{self.namespace}.in.*.*.a"
+
+    def index_entry(self, eid: str) -> str:
+        # A run's index entry, in the journal stream (so an end's rides the removal of
+        # the run's marker): inside the inbox tree, where "x" is no partition.
+        return f"{self.namespace}.in.x.{eid}"
+
+    @property
+    def index_entries(self) -> str:
+        return f"{self.namespace}.in.x.*"
+
     def wake(self, partition: int) -> str:
         # Core NATS, not stored: a hint that a partition has new work. The active
-        # markers in the work bucket are the durable truth; a lost hint is found by
-        # the owner's next reconcile.
+        # markers are the durable truth; a lost hint is found by the owner's next
+        # reconcile.
         return f"_fusee.{self.namespace}.wake.{partition}"
 
     def heartbeat(self, worker: str) -> str:

@@ -34,7 +34,7 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
-from fusee.adapters.jetstream.commit import GroupCommitter, Pending
+from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, publish_batch
 from fusee.adapters.jetstream.direct import (
     CLIENT_PATIENCE,
     direct_batch,
@@ -70,6 +70,11 @@ __all__ = (
 )
 
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
+ROLLUP = "Nats-Rollup"  # "sub": the message replaces every earlier one on its subject
+TTL = "Nats-TTL"  # seconds: the server removes the message then
+MARKER_KIND = "run.active"  # a run's active marker (Layout.marker)
+INDEX_KIND = "run.index"  # a run's index entry (Layout.index_entry)
+UNMARKED_KIND = "run.inactive"  # its removal: replaces it, then expires
 
 # Room kept in every message for what is not the value: the record's other fields
 # (links, name, the values ctx.now() took) and its headers. A value may be the
@@ -304,6 +309,24 @@ class NatsStore:
         item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up)
         return await self.committer.append(item)
 
+    async def start_run(
+        self, eid: str, kind: str, data: bytes, *, partition: int, marker: bytes, msg_id: str
+    ) -> int:
+        """Append a run's first record (fence 0: create-if-absent) and its active marker
+        (``Layout.marker``, holding ``marker``) in one atomic batch: the run exists with
+        its marker or not at all. Under load it shares a group commit's batch.
+
+        Raises:
+            Fenced: the run exists.
+        """
+        headers = self._fenced_headers(eid, kind, 0, msg_id)
+        subject = self.layout.record(eid, kind)
+        self._check_fits(subject, data, headers, lambda: _record_of(kind, eid))
+        rider = (self.layout.marker(partition, eid), marker, {KIND: MARKER_KIND, ROLLUP: "sub"})
+        give_up = time.monotonic() + patience()
+        item = Pending(subject, data, headers, eid, 0, msg_id, kind, give_up, riders=(rider,))
+        return await self.committer.append(item)
+
     # Store calls made in this context retry for this long (see ``direct.retrying_for``).
     retrying_for = staticmethod(retrying_for)
 
@@ -335,6 +358,18 @@ class NatsStore:
         try:
             # The server down or electing a leader: the same msg_id and fence again;
             # dedupe or the read-back below sorts it out.
+            if item.riders:  # with its riders, in one atomic batch: both or neither
+                messages: list[Message] = [(item.subject, item.data, item.headers)]
+                messages.extend(item.riders)
+                seq = await retrying(
+                    publish_batch,
+                    self.nc,
+                    messages,
+                    2.0,
+                    what=lambda: _record_of(item.kind, eid),
+                    give_up=give_up,
+                )
+                return seq - len(item.riders)
             seq = await retrying(
                 publish_acked,
                 self.nc,
@@ -546,9 +581,9 @@ class NatsStore:
 
         async def on_msg(msg: Msg) -> None:
             part, _, rest = msg.subject[len(prefix) :].partition(".")
-            eid, dot, _ = rest.partition(".")
-            if not part.isdigit() or not eid:
-                return
+            eid, dot, tail = rest.partition(".")
+            if not part.isdigit() or not eid or tail == "a":
+                return  # (a run's active marker: not a message, and its start woke the owner)
             stored = None
             if not dot:
                 seq = msg.metadata.sequence.stream
@@ -780,9 +815,17 @@ class NatsStore:
     # -- run index and active markers ------------------------------------------------
 
     async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
-        """The run's index entry as stored: ``(value, journal sequence, KV revision)``.
-        A delete marker has an empty value; an entry without the journal tag (written
-        by an older fusee) has sequence 0."""
+        """The run's index entry as stored: ``(value, journal sequence, revision)``.
+
+        An ended run's entry is in the journal stream (``Layout.index_entry``, written
+        by :meth:`end_run`) and is final: it is returned (revision 0) whatever the
+        ``<ns>_runs`` bucket holds. Otherwise the bucket's entry (a parked or paused
+        run's, a note, a run of an older fusee), with its KV revision for the next
+        compare-and-set. A delete marker has an empty value; an entry without the
+        journal tag (written by an older fusee) has sequence 0."""
+        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
+        if msg is not None and msg.data:
+            return msg.data, _journal_seq(msg.headers), 0
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             raw = await retrying(
@@ -793,15 +836,12 @@ class NatsStore:
         headers = dict(raw.headers or {})
         if headers.get("KV-Operation") in ("DEL", "PURGE"):
             return b"", 0, raw.seq or 0
-        try:
-            seq = int(headers.get(JOURNAL_SEQ, "0"))
-        except ValueError:
-            seq = 0
-        return raw.data or b"", seq, raw.seq or 0
+        return raw.data or b"", _journal_seq(headers), raw.seq or 0
 
     async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
-        """Write the run's index entry, compare-and-set on its revision ``last`` (0:
-        absent), tagged with the journal record it reflects. None: it moved meanwhile."""
+        """Write the run's index entry in the ``<ns>_runs`` bucket, compare-and-set on
+        its revision ``last`` (0: absent), tagged with the journal record it reflects.
+        None: it moved meanwhile. (An ended run's goes to the stream: :meth:`end_run`.)"""
         headers = {JOURNAL_SEQ: str(journal_seq), EXPECTED_SEQ: str(last)}
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
@@ -812,18 +852,45 @@ class NatsStore:
             return None
         return ack.seq
 
+    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+        """An ended run's index entry, in the journal stream (``Layout.index_entry``), and
+        the removal of its active marker, in one write (alone, or in a group commit's
+        batch under load). Not compare-and-set: an entry made from a journal's end is
+        final (no record comes after it) and read before the bucket's, and a writer
+        that read less compares and sets there, so it cannot replace this one."""
+        give_up = time.monotonic() + patience()
+        tombstone = self._unmarked(partition, eid)
+        headers = {KIND: INDEX_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
+        item = Pending(
+            self.layout.index_entry(eid),
+            value,
+            headers,
+            eid,
+            0,
+            "",
+            INDEX_KIND,
+            give_up,
+            riders=(tombstone,),
+        )
+        await self.committer.append(item)
+        await self._clear_old_marker(partition, eid)
+
     async def get_index(self, eid: str) -> bytes | None:
-        try:
-            with lost_on_transient("reading the run index"):
-                entry = await self.runs.get(eid)
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return entry.value or None
+        entry = await self.get_index_entry(eid)
+        return (entry[0] or None) if entry is not None else None
 
     async def list_index(self) -> list[tuple[str, bytes]]:
-        """Every run's index entry, each run once (see :meth:`_kv_list`)."""
+        """Every run's index entry, each run once: an ended run's from the journal
+        stream, the others' from the ``<ns>_runs`` bucket (see :meth:`_kv_list`)."""
         found = await self._kv_list(self.layout.runs_bucket, self.runs, ">")
-        return [(key, value) for key, (_, value) in found.items()]
+        out = {key: value for key, (_, value) in found.items()}
+        prefix = len(self.layout.index_entry(""))
+        with lost_on_transient("listing the run index"):
+            entries = await direct_batch(self.nc, self.layout.stream, self.layout.index_entries, 1)
+        for msg in entries:
+            if msg.data and msg.headers.get(KIND) == INDEX_KIND:
+                out[msg.subject[prefix:]] = msg.data
+        return list(out.items())
 
     async def mark_active(self, partition: int, eid: str) -> None:
         await retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
@@ -839,19 +906,102 @@ class NatsStore:
         # second later, so the list of active runs does not grow with finished ones.
         await retrying(self.work.purge, Layout.active_key(partition, eid), 1)
 
+    async def mark_run_active(self, partition: int, eid: str, marker: bytes) -> None:
+        """Write a run's active marker (``Layout.marker``, one message a subject) on its
+        own, then hint its owner: a start whose marker could not ride its first record
+        (a regenerated run's copies come first), or one a starter that died left out."""
+        headers = {KIND: MARKER_KIND, ROLLUP: "sub"}
+        subject = self.layout.marker(partition, eid)
+        await retrying(self.js.publish, subject, marker, 5.0, None, headers)
+        await self.wake(partition, eid)
+
+    async def clear_run_active(self, partition: int, eid: str) -> None:
+        """Remove a run's active marker: a message that replaces it (a rollup) and that
+        the server removes a second later (its TTL), so the subject leaves the stream
+        and the list of active runs does not grow with ended ones (:meth:`end_run`
+        does this with the end's index entry). Appended like a record: under load it
+        rides a group commit's batch. A marker in the work bucket (an older fusee's,
+        or a crash note) is purged too; without one nothing more is written."""
+        subject, data, headers = self._unmarked(partition, eid)
+        give_up = time.monotonic() + patience()
+        await self.committer.append(
+            Pending(subject, data, headers, eid, 0, "", UNMARKED_KIND, give_up)
+        )
+        await self._clear_old_marker(partition, eid)
+
+    async def clear_unstarted(self, partition: int, eid: str) -> None:
+        """Remove the active marker of a run that has no journal (an actor poked by a
+        message to a run not started yet), unless its journal exists by now: the
+        removal expects nothing under ``<ns>.run.<eid>.>``, so a start that landed
+        meanwhile (its marker rode it) keeps its marker."""
+        subject, data, headers = self._unmarked(partition, eid)
+        headers = {**headers, EXPECTED_SEQ: "0", EXPECTED_SUBJECT: self.layout.tree(eid)}
+        try:
+            await retrying(self.js.publish, subject, data, 5.0, None, headers)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            return  # it started: its marker stays
+        await self._clear_old_marker(partition, eid)
+
+    def _unmarked(self, partition: int, eid: str) -> Message:
+        headers = {KIND: UNMARKED_KIND, ROLLUP: "sub", TTL: "1"}
+        return self.layout.marker(partition, eid), b"", headers
+
+    async def _clear_old_marker(self, partition: int, eid: str) -> None:
+        key = Layout.active_key(partition, eid)
+        try:
+            with lost_on_transient("reading an active marker"):
+                await retrying(self.work.get, key)
+        except nats.js.errors.KeyNotFoundError:
+            return
+        await self.clear_active(partition, eid)
+
+    async def run_markers(self) -> dict[str, bytes]:
+        """Every run's active marker in the journal stream: escaped ID -> what it holds
+        (the run's index entry as its starter made it)."""
+        with lost_on_transient("reading the active markers"):
+            found = await direct_batch(self.nc, self.layout.stream, self.layout.markers, 1)
+        prefix = f"{self.layout.namespace}.in."
+        out: dict[str, bytes] = {}
+        for msg in found:
+            if msg.headers.get(KIND) == MARKER_KIND:
+                eid = msg.subject[len(prefix) :].partition(".")[2][: -len(".a")]
+                out[eid] = msg.data
+        return out
+
+    async def _marker_subjects(self) -> list[tuple[int, str, str]]:
+        """``(partition, eid, subject)`` of every run's active marker in the journal stream
+        (a removed one lingers for its second)."""
+        prefix = f"{self.layout.namespace}.in."
+        with lost_on_transient("listing the active runs"):
+            info = await retrying(self.js.stream_info, self.layout.stream, self.layout.markers)
+        out = []
+        for subject in info.state.subjects or {}:
+            part, _, rest = subject[len(prefix) :].partition(".")
+            eid = rest[: -len(".a")]
+            if part.isdigit() and eid:
+                out.append((int(part), eid, subject))
+        return out
+
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
-        """Active runs of ``partitions`` (a run ended less than a second ago may show)."""
+        """Active runs and keys of ``partitions``: the runs' markers in the journal stream
+        and the markers in the work bucket (keys, crash notes, runs of an older fusee).
+        A run ended less than a second ago may show."""
         prefix = f"$KV.{self.layout.work_bucket}.active."
         with lost_on_transient("listing the active runs"):
             info = await retrying(
                 self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
             )
-        out: list[tuple[int, str]] = []
+        out: dict[tuple[int, str], None] = {}
         for subject in info.state.subjects or {}:
             part, _, eid = subject[len(prefix) :].partition(".")
             if part.isdigit() and int(part) in partitions:
-                out.append((int(part), eid))
-        return out
+                out[int(part), eid] = None
+        for p, eid, _ in await self._marker_subjects():
+            if p in partitions:
+                out[p, eid] = None
+        return list(out)
 
     # -- partition owners -------------------------------------------------------------
 
@@ -943,6 +1093,13 @@ class NatsStore:
         except TRANSIENT:
             return None
         return msg.data
+
+
+def _journal_seq(headers: dict[str, str]) -> int:
+    try:
+        return int(headers.get(JOURNAL_SEQ, "0"))
+    except ValueError:
+        return 0
 
 
 def _record_of(kind: str, eid: str) -> str:
