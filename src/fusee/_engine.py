@@ -569,7 +569,7 @@ class Engine:
     async def list_runs(self) -> list[RunInfo]:
         """Every run in the namespace, newest first: the run index, and the runs not in
         it yet (started, never parked, not ended) from their active markers, ``running``
-        when their partition has an owner, else ``pending``."""
+        when their partition's owner answers its ping, else ``pending``."""
         infos = {key: decode_info(value) for key, value in await self.store.list_index()}
         owners: dict[int, bool] = {}
         for eid, value in (await self.store.run_markers()).items():
@@ -580,7 +580,7 @@ class Engine:
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue  # not written by fusee: nothing to show
             if info.partition not in owners:
-                owners[info.partition] = await self.store.get_owner(info.partition) is not None
+                owners[info.partition] = await self.store.owner_alive(info.partition)
             if owners[info.partition]:
                 info.status = "running"
             infos[eid] = info

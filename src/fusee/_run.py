@@ -54,6 +54,7 @@ class Run:
         # The run was seen to exist (started by this handle's engine, or its journal
         # read): a signal or cancel need not ask again, since a journal is never deleted.
         self._exists = exists
+        self._partition_of: int | None = None
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r})"
@@ -90,8 +91,8 @@ class Run:
         elif noted is not None and entry is not None and entry[1] >= history.last_seq:
             # the worker's note (waiting, or why nobody runs it) on all of the journal
             info.status, info.reason = noted.status, noted.reason
-        elif await self.engine.store.get_owner(info.partition) is not None:
-            info.status = "running"  # its partition has an owner: it runs or will at once
+        elif await self.engine.store.owner_alive(info.partition):
+            info.status = "running"  # its partition's owner lives: it runs or will at once
         return info
 
     async def journal(self) -> list[tuple[int, Any]]:
@@ -133,14 +134,19 @@ class Run:
         if not self._exists and not await self._live():
             return False
         store, partition = self.engine.store, self._partition()
-        if await store.send_unless_ended(partition, self.eid, kind, body, msg_id=msg_id) is None:
-            return False
-        # the owner's inbox consumer sees the message too; the hint is just faster
-        await store.wake(partition, self.eid)
-        return True
+        # No wake hint after it: every worker's inbox consumer is handed the stored
+        # message, the run's owner hands it to the actor (or brings the parked run
+        # back), and that comes before a hint would (a hint would cost the worker a
+        # second pass that reads nothing new; see "Inbox messages handed to the actor").
+        return (
+            await store.send_unless_ended(partition, self.eid, kind, body, msg_id=msg_id)
+            is not None
+        )
 
     def _partition(self) -> int:
-        return partition_of(self.run_id, self.engine.partitions)
+        if self._partition_of is None:  # (a hash of the ID: µs, on every signal)
+            self._partition_of = partition_of(self.run_id, self.engine.partitions)
+        return self._partition_of
 
     async def _live(self) -> bool:
         """Whether the run exists and has not ended (one read of its last record).

@@ -18,9 +18,11 @@ import atexit
 import contextvars
 import json
 import logging
+import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal, TextIO
 
@@ -137,13 +139,28 @@ def configure_logging(
 
     Each entry has an ISO 8601 UTC ``timestamp``, its ``level``, the ``event`` name and
     the context bound through :mod:`structlog.contextvars` (run, worker, step). A
-    console line is written (and flushed) when it is logged. A JSON line at info or
-    debug logged in an event loop is rendered and written two turns of the loop later,
-    with the lines logged meanwhile (off the path of the step that logged it); a line
-    at warning or above, a line logged outside an event loop, configuring again and
-    the interpreter's exit write every line taken before at once. A process killed
-    outright (``SIGKILL``) may lack the info lines of its last two loop turns. fusee's
-    lines keep this configuration until the next call, even if the application calls
+    console line is written (and flushed) when it is logged.
+
+    The JSON format applies to every structlog line of the process, fusee's and the
+    application's own (``structlog.get_logger().info(...)`` in a workflow, say). A JSON
+    line at info or debug logged in an event loop is written two turns of the loop
+    later, with the lines logged meanwhile (off the path of the step that logged it); a
+    line at warning or above, a line logged outside an event loop, configuring again
+    and the interpreter's normal exit (``atexit``) write every line taken before at
+    once, in order. A line shows its call's values as they were when it was logged: a
+    line whose values are all ``str``, ``int``, ``float``, ``bool`` or ``None`` is
+    rendered when it is written, any other (a dict, a list, an object) at once. The
+    bound context's values are read when the line is rendered: a mutable value bound
+    with ``bind_contextvars`` and changed within those two turns shows the change. A
+    value that cannot be rendered (a circular list, a ``__repr__`` that raises) makes
+    its line ``{"timestamp", "level", "event", "log_error": "RecursionError: ..."}``;
+    no call raises for it and the other lines are written. A forked child does not
+    write its parent's waiting lines (the parent does). What a process that does not
+    exit normally may lack: the info and debug lines of its last two loop turns, when
+    it is killed (``SIGKILL``, the OOM killer), or dies on a signal it does not handle
+    (``SIGTERM`` in an application that sets no handler; ``fusee worker`` handles
+    SIGTERM and SIGINT and exits normally), or ends with ``os._exit``. fusee's lines
+    keep this configuration until the next call, even if the application calls
     ``structlog.configure()`` in between.
 
     Raises:
@@ -214,6 +231,10 @@ _BOUND_LEN = len(_BOUND)
 
 _SOON = {"debug", "info"}  # the levels a line may wait at; the rest are written at once
 
+# The types of a call's values that may wait unrendered: nothing can change them before
+# the line is rendered (a container or another object is rendered when it is logged).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
 
 def _take_entry(logger: Any, method_name: str, event_dict: EventDict) -> Any:
     """The last processor of ``configure_logging("json")``: the entry, for the writer
@@ -263,6 +284,20 @@ class _JsonLine:
         except (TypeError, ValueError, msgspec.EncodeError):  # e.g. a dict keyed by tuples
             return json.dumps(line, default=repr)
 
+    def failed(self, entry: _Entry, error: Exception) -> str:
+        """The line written for an entry that could not be rendered (a circular list, a
+        ``__repr__`` that raises): its time, level and event, and the error."""
+        when, method_name, event_dict, _ = entry
+        event = event_dict.get("event")
+        return json.dumps(
+            {
+                "timestamp": self._stamp(when),
+                "level": _LEVEL_NAMES.get(method_name, method_name),
+                "event": event if isinstance(event, str) else _described(event),
+                "log_error": f"{type(error).__name__}: {_described(error, str)}",
+            }
+        )
+
 
 class _LineWriter:
     """Writes lines to its stream, each with its newline, and flushes it: a rendered
@@ -271,14 +306,21 @@ class _LineWriter:
 
     Two turns: what the logging task made ready in its turn (the next commit's socket
     write, for a step's line) runs in the next one, before the lines. Every write
-    writes what waits first, so lines keep the order they were logged in."""
+    writes what waits first, so lines keep the order they were logged in.
 
-    def __init__(self, stream: TextIO, render: Callable[[_Entry], str] | None = None) -> None:
+    An entry with a value of its call that is not a plain ``str``, ``int``, ``float``,
+    ``bool`` or ``None`` is rendered when it is logged (a list or a dict changed after
+    the call must not change the line) and waits rendered. Each entry is rendered on
+    its own: one that fails is written as a line saying so (``_JsonLine.failed``), and
+    the others as they are."""
+
+    def __init__(self, stream: TextIO, render: _JsonLine | None = None) -> None:
         self._stream = stream
         self._render = render
         self._lock = threading.Lock()  # lines of several threads do not interleave
-        self._waiting: list[_Entry] = []
+        self._waiting: list[str | _Entry] = []  # (a string: an entry rendered when logged)
         self._loop: asyncio.AbstractEventLoop | None = None  # where the write is scheduled
+        _WRITERS.add(self)
 
     def msg(self, message: str | _Entry) -> None:
         if isinstance(message, str):
@@ -286,8 +328,13 @@ class _LineWriter:
                 self._write(message + "\n")
             return
         loop = _running_loop()
+        plain = True
+        for value in message[2].values():
+            if type(value) not in _PLAIN:
+                plain = False
+                break
         with self._lock:
-            self._waiting.append(message)
+            self._waiting.append(message if plain else self._rendered(message))
             if loop is not None and message[1] in _SOON:
                 if self._loop is loop:
                     return  # its write is scheduled
@@ -324,8 +371,23 @@ class _LineWriter:
         if not self._waiting:
             return
         entries, self._waiting = self._waiting, []
-        assert self._render is not None  # (entries come from the JSON format only)
-        self._write("".join([self._render(e) + "\n" for e in entries]))
+        rendered = self._rendered
+        self._write("".join([(e if isinstance(e, str) else rendered(e)) + "\n" for e in entries]))
+
+    def _rendered(self, entry: _Entry) -> str:
+        render = self._render
+        assert render is not None  # (entries come from the JSON format only)
+        try:
+            return render(entry)
+        except Exception as error:  # noqa: BLE001 - any value's failure: a line saying so
+            return render.failed(entry, error)
+
+    def forget_waiting(self) -> None:
+        """In a forked child: drop the parent's lines (the parent writes them) and its
+        lock (a thread of the parent may have held it at the fork)."""
+        self._lock = threading.Lock()
+        self._waiting = []
+        self._loop = None
 
     def _write(self, text: str) -> None:
         self._stream.write(text)
@@ -341,6 +403,17 @@ class _LineWriterFactory:
 
 
 _WRITER: list[_LineWriter] = []  # the writer of the last configure_logging
+# every writer alive (a logger an application bound earlier keeps its configuration's)
+_WRITERS: weakref.WeakSet[_LineWriter] = weakref.WeakSet()
+
+
+def _forget_waiting_in_child() -> None:
+    for writer in list(_WRITERS):
+        writer.forget_waiting()
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows, which has no fork)
+    os.register_at_fork(after_in_child=_forget_waiting_in_child)
 
 
 def _use_writer(writer: _LineWriter) -> None:
@@ -365,6 +438,13 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:  # not in an event loop's thread: written at once
         return None
+
+
+def _described(value: object, describe: Callable[[object], str] = repr) -> str:
+    try:
+        return describe(value)
+    except Exception:  # noqa: BLE001 - its own __repr__ or __str__ fails
+        return f"<{type(value).__qualname__} object>"
 
 
 def _is_tty(stream: TextIO) -> bool:

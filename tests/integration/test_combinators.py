@@ -324,8 +324,9 @@ async def test_killed_after_a_race_the_replay_keeps_its_winner(
         return "after" in [name for name, _, _ in execution_lines(log)]
 
     await wait_until(in_after, timeout=15, what="the step after the race to begin")
+    # (its line written before the kill: an info line waits up to two loop turns)
+    await first.wait_for("call.cancelled", run_id="r-crash", timeout=10)
     first.kill()  # during the step after the race: it cannot end before `release`
-    assert first.find("call.cancelled", run_id="r-crash")
     release.touch()
     await workers.start()
     assert await run.result(timeout=30) == ["fast answer", "after"]

@@ -205,6 +205,7 @@ async def test_a_crash_during_compensation_resumes_it(
     arg = trip_input(log, "fail", undo_hold={"name": "cancel-hotel", "until": str(release)})
     run = await engine.start("trip", "trip-crash", arg)
     await first.wait_for("step.completed", run_id="trip-crash", step=UNDO_STEPS[0], timeout=20)
+    await first.wait_for("run.compensating", run_id="trip-crash", timeout=10)
     first.kill()
     assert "cancel-hotel" not in effects(log)
     release.touch()

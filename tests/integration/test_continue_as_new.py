@@ -132,6 +132,9 @@ async def test_a_crash_across_the_continue_resumes_the_next_generation(
         return any(isinstance(r, RunContinued) for _, r in await run.journal())
 
     await wait_until(continued, timeout=30, what="the first run.continued")
+    # its log line too, before the kill: the line is written after the commit returns
+    # (and an info line up to two loop turns later), and a SIGKILL loses what waits
+    await first.wait_for("run.continued", run_id="chat-crash", timeout=10)
     first.kill()  # inside the second generation, before its first model call returned
     assert [c for c, _ in calls(log)] == [f"model:{t}" for t in TURNS[:3]]
     release.touch()
@@ -140,7 +143,6 @@ async def test_a_crash_across_the_continue_resumes_the_next_generation(
     assert result == {"summary": SUMMARY, "turns": 7}
     # nothing finished ran again: one returned call per turn
     assert [c for c, _ in calls(log)] == [f"model:{t}" for t in TURNS]
-    assert first.find("run.continued", run_id="chat-crash")
     await second.wait_for("run.completed", run_id="chat-crash", timeout=10)
 
 

@@ -95,6 +95,8 @@ async def test_a_resumed_run_does_not_log_its_past_again(
         return "s3" in [name for name, _, _ in execution_lines(effects)]
 
     await wait_until(in_step_3, timeout=10, what="step 3 to begin")
+    # s2's line before the kill (an info line is written up to two loop turns later)
+    await first.wait_for("step.completed", run_id="r-crash", step="s2", timeout=10)
     first.kill()  # SIGKILL in the middle of step 3
     release.touch()
 

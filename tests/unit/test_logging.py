@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -181,3 +182,89 @@ def test_a_line_still_waiting_at_exit_is_written() -> None:
     )
     (line,) = [json.loads(text) for text in done.stderr.splitlines()]
     assert line["event"] == "the.last.line"
+
+
+class _BadRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.usefixtures("restore_structlog")
+async def test_a_line_that_cannot_be_rendered_says_so_and_the_others_are_written() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = get_logger()
+    circular: list[object] = []
+    circular.append(circular)
+    log.info("before")
+    log.info("circular", value=circular)  # (msgspec raises RecursionError)
+    with structlog.contextvars.bound_contextvars(thing=_BadRepr()):
+        log.info("bound.bad.repr")  # (a bound value: rendered two turns later)
+    log.info("after")
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # the scheduled write: not one line lost
+    log.warning("unrelated", value=_BadRepr())  # neither raises nor fails the others
+    lines = _lines(out)
+    assert [e["event"] for e in lines] == [
+        "before",
+        "circular",
+        "bound.bad.repr",
+        "after",
+        "unrelated",
+    ]
+    assert [e.get("log_error") for e in lines] == [
+        None,
+        "RecursionError: maximum recursion depth exceeded while serializing an object",
+        "RuntimeError: no repr",
+        None,
+        "RuntimeError: no repr",
+    ]
+    assert lines[1]["level"] == "info"
+    assert lines[4]["level"] == "warning"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", str(lines[1]["timestamp"]))
+
+
+@pytest.mark.usefixtures("restore_structlog")
+async def test_a_line_shows_its_values_as_they_were_logged() -> None:
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    log = get_logger()
+    counts = {"n": 1}
+    names = ["a"]
+    log.info("counted", counts=counts, names=names, n=1)
+    counts["n"] = 2
+    names.append("b")
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    (line,) = _lines(out)
+    assert (line["counts"], line["names"], line["n"]) == ({"n": 1}, ["a"], 1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_does_not_write_its_parent_s_waiting_lines() -> None:
+    program = """if True:
+        import asyncio, os
+        from fusee.logs import configure_logging, get_logger
+        configure_logging("json", "info")
+
+        async def main():
+            get_logger().info("the.parent.s.line")  # waits two turns
+            pid = os.fork()
+            if pid == 0:
+                get_logger().warning("the.child.s.line")  # writes what waits in the child
+                os._exit(0)
+            os.waitpid(pid, 0)
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        asyncio.run(main())
+    """
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore::DeprecationWarning", "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    events = [json.loads(text)["event"] for text in done.stderr.splitlines()]
+    assert sorted(events) == ["the.child.s.line", "the.parent.s.line"]

@@ -72,6 +72,27 @@ class RunActor:
             self.core.fence = msg.seq
             self.core.history.feed(msg.seq, msg.data)
 
+    async def _load_and_read(self) -> None:
+        """The journal and the inbox, read at once: an activation's two round trips go
+        out together, not one after the other (a parked run a signal brings back waits
+        for both). The journal's error comes first (a broken chain pauses the run)."""
+        failed: list[Exception] = []
+
+        async def inbox() -> None:
+            try:
+                await self._read_inbox()
+            except Exception as exc:  # noqa: BLE001 - raised below, outside the group
+                failed.append(exc)
+
+        async with anyio.create_task_group() as reads:
+            reads.start_soon(inbox)
+            try:
+                await self._load()
+            except Exception as exc:  # noqa: BLE001 - raised below, outside the group
+                failed.insert(0, exc)
+        if failed:
+            raise failed[0]
+
     async def run(self) -> Outcome:
         """Activate, execute until the run ends or parks, and say how it left."""
         self.core.start()
@@ -79,7 +100,7 @@ class RunActor:
             first = True
             while True:
                 try:
-                    await self._load()
+                    await self._load_and_read()
                 except JournalGap as gap:
                     # Nothing is appended after a broken chain: an operator looks first.
                     log.error("run.paused", reason=str(gap))
@@ -107,9 +128,8 @@ class RunActor:
                 if self.core.history.paused is not None:
                     await self._project(running=False, leaving=True)
                     return "paused"
-                # A cancel (read now, or before an eviction) is carried out by replaying the
-                # workflow to where it stopped, to run its compensations.
-                await self._read_inbox()
+                # A cancel (read with the journal, or before an eviction) is carried out by
+                # replaying the workflow to where it stopped, to run its compensations.
                 wf = self.registry.get(self.core.history.started.workflow)
                 if wf is None and self.cancel_reason is not None:
                     # nobody here can replay it: it ends without its compensations
@@ -156,18 +176,29 @@ class RunActor:
             deadline = anyio.current_time() + max(0.0, remaining)
         record: AnyRecord
         escaped: BaseException | None = None
+        completed = False
         async with anyio.create_task_group() as watch:
             # A cancel in the run's inbox cancels the workflow where it is; the running
             # step sees its s.signal set and its task cancelled.
             watch.start_soon(functools.partial(self.core.watch_inbox, self._read_inbox, once=True))
             try:
                 record, paused = await self._run_workflow(wf, ctx, replayer, deadline)
+                if paused is None and isinstance(record, RunCompleted):
+                    # Committed before the watch is stopped: leaving the group waits
+                    # for the watch task to end (a trip through the event loop), and
+                    # that need not come before the result. A cancel read meanwhile
+                    # changes nothing: the workflow's scope is closed, and a completed
+                    # run stays completed (as below).
+                    await self.core.commit(record)
+                    completed = True
             except BaseException as exc:  # noqa: BLE001 - re-raised below, outside the group
                 # (Evicted, Fenced, cancellation) must leave ungrouped
                 escaped = exc
             watch.cancel_scope.cancel()
         if escaped is not None:
             raise escaped
+        if completed:
+            return await self._ended(record)
         if paused is not None:
             return await self._pause(paused)
         if self.cancel_reason is not None and not isinstance(record, RunCompleted | RunFailed):
@@ -270,6 +301,10 @@ class RunActor:
         if isinstance(record, RunContinued):
             return await self._continue(record)
         await self.core.commit(record)
+        return await self._ended(record)
+
+    async def _ended(self, record: AnyRecord) -> Outcome:
+        """After the end ``record`` landed."""
         log.info(f"run.{_END_STATUS[type(record)]}", **_end_fields(record))
         await self._after_end()
         await self._project(running=False, leaving=True)

@@ -226,6 +226,7 @@ class Worker:
         self._outage_since: float | None = None
         send, receive = anyio.create_memory_object_stream[tuple[int, str, Stored | None]](10_000)
         self._wakes_in, self._wakes_out = send, receive
+        self._queued = 0  # wake-ups sent to the wake loop and not handled yet
 
     @property
     def parked(self) -> dict[str, tuple[int, int]]:
@@ -653,11 +654,8 @@ class Worker:
 
     async def _on_wake(self, subject: str, data: bytes, _reply: str | None) -> None:
         part = subject.rsplit(".", 1)[-1]
-        if part.isdigit():
-            try:
-                self._wakes_in.send_nowait((int(part), data.decode(), None))
-            except anyio.WouldBlock:
-                self.lot.dropped()  # the next reconcile finds it, parked or not
+        if part.isdigit() and not self._wake_now(int(part), data.decode(), None):
+            self.lot.dropped()  # the next reconcile finds it, parked or not
 
     async def _on_shared(self, _subject: str, data: bytes, reply: str | None) -> None:
         # a shared handler call: answered concurrently, off the subscription's task
@@ -667,9 +665,7 @@ class Worker:
     async def _on_inbox(self, partition: int, eid: str, msg: Stored | None) -> None:
         # a message was stored in a run's inbox (a signal, a cancel, a fired timer),
         # handed to its actor with the poke (None: a timer's schedule, not a message)
-        try:
-            self._wakes_in.send_nowait((partition, eid, msg))
-        except anyio.WouldBlock:
+        if not self._wake_now(partition, eid, msg):
             # a running actor may have missed this one, so every actor asks the server
             # at its next read; a parked one is looked at by the next reconcile
             self.lot.dropped()
@@ -677,21 +673,48 @@ class Worker:
                 if slot.actor is not None:
                     slot.actor.push_lost()
 
+    def _wake_now(self, p: int, eid: str, msg: Stored | None) -> bool:
+        """Hand a wake-up (an inbox message, a hint) for a running actor over at once
+        when nothing is queued before it, else queue it behind what is: False when the
+        queue is full (dropped).
+
+        At once, in the subscription's callback, is what the wake loop would do with it
+        one trip through the event loop later (``_wake`` does not await), and in the
+        same order: the loop takes one item at a time and handles it before it takes the
+        next, so with nothing queued (``_queued`` counts what was sent and not handled
+        yet, an item in hand to the waiting loop too) nothing can be overtaken. Only for
+        an actor that runs (a poke): one to start, or a hand-over, starts a task, and
+        that is done from the wake loop, whose context the worker's tasks copy (the
+        store's patience, the log's fields), not from a subscription's."""
+        if self._queued == 0 and eid in self.actors and eid not in self.needs:
+            self._wake(p, eid, msg)
+            return True
+        try:
+            self._wakes_in.send_nowait((p, eid, msg))
+        except anyio.WouldBlock:
+            return False
+        self._queued += 1
+        return True
+
     async def _wake_loop(self) -> None:
         with self._wakes_out:  # closed when the loop ends (its send side closed)
             await self._wakes()
 
     async def _wakes(self) -> None:
         async for p, eid, msg in self._wakes_out:
-            # a hint: something was sent to the run (a start, a cancel); a run this
-            # worker could not run is handed on to a worker that can, else it gets
-            # another look, since the message may end it
-            if eid in self.needs and self._capable(eid) is not None:
-                self._hand_over_soon(eid)
-                continue
-            self.unrunnable.discard(eid)
-            self.lot.wake(eid)
-            self._ensure_actor(p, eid, poke=True, msg=msg)
+            self._queued -= 1
+            self._wake(p, eid, msg)
+
+    def _wake(self, p: int, eid: str, msg: Stored | None) -> None:
+        # a hint: something was sent to the run (a start, a cancel); a run this
+        # worker could not run is handed on to a worker that can, else it gets
+        # another look, since the message may end it
+        if eid in self.needs and self._capable(eid) is not None:
+            self._hand_over_soon(eid)
+            return
+        self.unrunnable.discard(eid)
+        self.lot.wake(eid)
+        self._ensure_actor(p, eid, poke=True, msg=msg)
 
     def _ensure_actor(
         self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None

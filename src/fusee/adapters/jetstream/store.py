@@ -461,14 +461,15 @@ class NatsStore:
     ) -> int:
         """Store a message in the run's inbox (outside its fence); returns its sequence.
         A ``msg_id`` makes a retry within the dedupe window (2 min) store nothing new."""
-        return (await self._publish_inbox(partition, eid, kind, body, msg_id)).seq
+        return await self._publish_inbox(partition, eid, kind, body, msg_id)
 
     async def send_inbox_once(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str
     ) -> tuple[int, bool]:
         """Like :meth:`send_inbox`, and says whether the server took it for a duplicate of
         an earlier message with ``msg_id`` (then the sequence is the earlier one's)."""
-        ack = await self._publish_inbox(partition, eid, kind, body, msg_id)
+        subject, headers, what = self._inbox_message(partition, eid, kind, body, msg_id)
+        ack: PubAck = await retrying(self.js.publish, subject, body, 5.0, None, headers, what=what)
         return ack.seq, bool(ack.duplicate)
 
     async def send_unless_ended(
@@ -480,12 +481,36 @@ class NatsStore:
         run had ended (nothing stored). A journal of an earlier version has its end
         record on ``.j``, which this does not see."""
         try:
-            ack = await self._publish_inbox(partition, eid, kind, body, msg_id, unless_ended=True)
+            return await self._publish_inbox(partition, eid, kind, body, msg_id, unless_ended=True)
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
             return None
-        return ack.seq
+
+    def _inbox_message(
+        self,
+        partition: int,
+        eid: str,
+        kind: str,
+        body: bytes,
+        msg_id: str | None,
+        *,
+        unless_ended: bool = False,
+    ) -> tuple[str, dict[str, str], Callable[[], str]]:
+        """The subject, headers and description of a message to the run's inbox (the
+        description made only for an error: unescaping an ID costs µs)."""
+        headers = {KIND: kind}
+        if msg_id is not None:
+            headers[MSG_ID] = msg_id
+        if unless_ended:
+            headers[EXPECTED_SEQ], headers[EXPECTED_SUBJECT] = "0", self.layout.ends(eid)
+        subject = self.layout.inbox(partition, eid)
+
+        def what() -> str:
+            return f"the {kind} message to {unescape(eid)!r}"
+
+        self._check_fits(subject, body, headers, what)
+        return subject, headers, what
 
     async def _publish_inbox(
         self,
@@ -496,23 +521,13 @@ class NatsStore:
         msg_id: str | None,
         *,
         unless_ended: bool = False,
-    ) -> PubAck:
-        headers = {KIND: kind}
-        if msg_id is not None:
-            headers[MSG_ID] = msg_id
-        if unless_ended:
-            headers[EXPECTED_SEQ], headers[EXPECTED_SUBJECT] = "0", self.layout.ends(eid)
-        subject = self.layout.inbox(partition, eid)
-        self._check_fits(subject, body, headers, f"the {kind} message to {unescape(eid)!r}")
-        return await retrying(
-            self.js.publish,
-            subject,
-            body,
-            5.0,
-            None,
-            headers,
-            what=f"the {kind} message to {unescape(eid)!r}",
+    ) -> int:
+        # the ack comes on the connection's reply subscription (``publish_acked``), as a
+        # step commit's does: a signal's own path costs a loop trip and a PubAck less
+        subject, headers, what = self._inbox_message(
+            partition, eid, kind, body, msg_id, unless_ended=unless_ended
         )
+        return await retrying(publish_acked, self.nc, subject, body, headers, 5.0, what=what)
 
     async def init_config(self, key: str, value: bytes) -> bytes:
         """The namespace setting ``key`` (in the work bucket), stored as ``value`` by the
@@ -1090,6 +1105,16 @@ class NatsStore:
         except nats.errors.TimeoutError:
             return None
         return msg.data
+
+    async def owner_alive(self, partition: int, *, timeout: float = 0.25) -> bool:
+        """Whether ``partition`` has an owner that answers its ping: a run there runs
+        (or will at once). An owner record outlives a worker killed outright (nothing
+        deletes it until another worker takes the partition), so the record alone says
+        nothing when every worker is gone."""
+        owner = await self.get_owner(partition)
+        if owner is None:
+            return False
+        return await self.ping(self.layout.ping(owner[0]), timeout) is not None
 
     async def ping(self, subject: str, timeout: float) -> bytes | None:
         """Request/reply on core NATS: the reply, or None when nobody listens (a worker
