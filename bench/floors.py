@@ -49,8 +49,9 @@ FUSEE = {
     "allow_atomic": True,
     "allow_msg_schedules": True,
     "allow_msg_ttl": True,
+    "allow_rollup_hdrs": True,
     "deny_delete": True,
-    "deny_purge": True,
+    "deny_purge": False,  # as the journal stream (and as 2.15 stored it before)
     "duplicate_window": 120.0,
 }
 

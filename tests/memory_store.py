@@ -73,6 +73,9 @@ class MemoryStore:
     inboxes: dict[tuple[int, str], list[Stored]] = field(default_factory=dict)
     values: dict[tuple[str, str], bytes] = field(default_factory=dict)
     index: dict[str, tuple[bytes, int, int]] = field(default_factory=dict)
+    # ended runs' entries, apart from the others as the real store keeps them in the
+    # journal stream: final, read first, revision 0 (no compare-and-set replaces them)
+    ended: dict[str, tuple[bytes, int]] = field(default_factory=dict)
     states: dict[tuple[str, str], tuple[bytes, int, int]] = field(default_factory=dict)
     active: dict[tuple[int, str], bytes] = field(default_factory=dict)  # keys' markers
     run_markers: dict[tuple[int, str], bytes] = field(default_factory=dict)  # in the stream
@@ -164,8 +167,14 @@ class MemoryStore:
 
     # -- the run index and the active markers -------------------------------------------
 
-    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+    def index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+        """What :meth:`get_index_entry` returns, for a test's checks."""
+        if (final := self.ended.get(eid)) is not None and final[0]:
+            return final[0], final[1], 0
         return self.index.get(eid)
+
+    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+        return self.index_entry(eid)
 
     async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
         current = self.index.get(eid)
@@ -176,11 +185,12 @@ class MemoryStore:
         return revision
 
     async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
-        self.index[eid] = (value, journal_seq, self._rev())
+        self._rev()  # (the stream's sequence moves)
+        self.ended[eid] = (value, journal_seq)
         await self.clear_run_active(partition, eid)
 
     async def get_index(self, eid: str) -> bytes | None:
-        entry = self.index.get(eid)
+        entry = await self.get_index_entry(eid)
         return (entry[0] or None) if entry else None
 
     async def start_run(

@@ -362,7 +362,7 @@ class Life(EmulatedWorker):
             assert end is not None, f"run {run_id!r} never ended ({self.store.journals})"
             assert isinstance(end, RunCompleted | RunCancelled), f"{run_id}: {end}"
             eid = escape(run_id)
-            entry = self.store.index.get(eid)
+            entry = self.store.index_entry(eid)
             assert entry is not None, f"run {run_id!r} has no index entry"
             assert entry[0], f"run {run_id!r} has an empty index entry"
             status = decode_info(entry[0]).status

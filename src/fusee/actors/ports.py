@@ -97,7 +97,11 @@ class RunStore(Protocol):
         """
         ...
 
-    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None: ...
+    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+        """``(value, journal sequence, revision)``: revision 0 for an ended run's final
+        entry (written by ``end_run``, which no compare-and-set replaces), else the
+        revision ``put_index`` compares with."""
+        ...
 
     async def put_index(
         self, eid: str, value: bytes, *, journal_seq: int, last: int

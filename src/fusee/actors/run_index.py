@@ -12,9 +12,15 @@ from __future__ import annotations
 import msgspec
 
 from fusee.actors.ports import RunStore
+from fusee.errors import FuseeError
+from fusee.runtime.ids import unescape
 from fusee.runtime.index import RunInfo, decode_info, encode_info, supersedes
 
-__all__ = ("project_index",)
+__all__ = ("project_index", "MAX_REFUSALS")
+
+# Compare-and-sets refused in a row before giving up: each refusal means another writer
+# wrote in between (a run has one owner at a time, so a few at most), never this many.
+MAX_REFUSALS = 100
 
 
 def _same(old: RunInfo, new: RunInfo) -> bool:
@@ -32,8 +38,12 @@ async def project_index(
 
     An ended run's entry goes with the removal of its active marker, in one write.
     ``unmark``: the run's partition, when it leaves the active runs otherwise (it
-    paused): its active marker is removed too (also when nothing is written)."""
-    while True:
+    paused): its active marker is removed too (also when nothing is written).
+
+    Raises:
+        FuseeError: the entry's compare-and-set was refused ``MAX_REFUSALS`` times in
+            a row (the store and its reads disagree: nothing else loops here)."""
+    for _ in range(MAX_REFUSALS):
         current = await store.get_index_entry(eid)
         last = 0
         if current is not None:
@@ -43,7 +53,14 @@ async def project_index(
                 try:
                     old = decode_info(raw)
                 except (msgspec.DecodeError, msgspec.ValidationError):
-                    old = None  # unreadable: replaced
+                    old = None  # unreadable (corrupt, another SDK's): replaced
+            if raw and last == 0 and not info.ended:
+                # an ended run's final entry (revision 0), readable or not: readers take
+                # it before the bucket's, no compare-and-set replaces it, and nothing a
+                # run does after its end makes it wrong (an unreadable one is replaced
+                # by the next ended write, the end_run below)
+                await _unmark(store, eid, unmark)
+                return False
             if old is not None and not supersedes(info, journal_seq, old, seq):
                 await _unmark(store, eid, unmark)
                 return False
@@ -63,6 +80,10 @@ async def project_index(
         if written is not None:
             await _unmark(store, eid, unmark)
             return True
+    raise FuseeError(
+        f"the index entry of run {unescape(eid)!r} was not written: its compare-and-set was refused "
+        f"{MAX_REFUSALS} times in a row"
+    )
 
 
 async def _unmark(store: RunStore, eid: str, partition: int | None) -> None:

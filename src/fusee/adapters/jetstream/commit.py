@@ -32,7 +32,14 @@ from fusee.adapters.jetstream.direct import publish_acked
 from fusee.errors import Fenced, FuseeError
 from fusee.runtime.commits import CommitQueue, Route
 
-__all__ = ("GroupCommitter", "Pending", "CommitterClosed", "Message", "publish_batch")
+__all__ = (
+    "BATCHES_IN_FLIGHT",
+    "GroupCommitter",
+    "Pending",
+    "CommitterClosed",
+    "Message",
+    "publish_batch",
+)
 
 
 class CommitterClosed(FuseeError):
@@ -49,10 +56,32 @@ BATCH_COMMIT = "Nats-Batch-Commit"
 Message = tuple[str, bytes, dict[str, str]]  # subject, data, headers
 
 
-async def publish_batch(nc: Client, messages: list[Message], timeout: float) -> int:
+# Batches one connection keeps in flight at most (from its first message to the
+# commit's ack). The server takes 50 per stream and 1,000 per server (ADR-50) and
+# refuses a batch past them with 10176; several workers share a stream, so each
+# stays well under.
+BATCHES_IN_FLIGHT = 8
+
+
+async def publish_batch(
+    nc: Client,
+    messages: list[Message],
+    timeout: float,
+    in_flight: asyncio.Semaphore | None = None,
+) -> int:
     """Store ``messages`` as one atomic batch (all or none, one fsync); the stream
-    sequence of the last. Raises what :func:`publish_acked` raises for the commit."""
-    batch = secrets.token_hex(8)
+    sequence of the last. Raises what :func:`publish_acked` raises for the commit.
+
+    ``in_flight``: the connection's bound on batches in flight (shared by every batch
+    it sends), held from the first message until the commit is answered."""
+    if in_flight is None:
+        return await _publish_batch(nc, messages, timeout)
+    async with in_flight:
+        return await _publish_batch(nc, messages, timeout)
+
+
+async def _publish_batch(nc: Client, messages: list[Message], timeout: float) -> int:
+    batch = secrets.token_hex(8)  # a new id for every try: a refused one is gone
     for i, (subject, data, headers) in enumerate(messages[:-1], start=1):
         await nc.publish(subject, data, headers={**headers, BATCH_ID: batch, BATCH_SEQ: str(i)})
     subject, data, headers = messages[-1]
@@ -85,6 +114,10 @@ class GroupCommitter:
     def __init__(self, nc: Client, direct: Direct, *, direct_limit: int = 4) -> None:
         self.nc = nc
         self.direct = direct  # append one record alone, with retries and read-back
+        # the connection's batches in flight: the group's and every record's sent alone
+        # with riders (``direct`` passes it to ``publish_batch``), so a failed group's
+        # fallback sends its lot's batches a few at a time, not all at once
+        self.in_flight = asyncio.Semaphore(BATCHES_IN_FLIGHT)
         self.plan: CommitQueue[Pending] = CommitQueue(direct_limit=direct_limit)
         self._committer: asyncio.Task[None] | None = None
         self.batches = 0  # for benchmarks: how many batches went out
@@ -154,7 +187,7 @@ class GroupCommitter:
             messages.append((item.subject, item.data, item.headers))
             messages.extend(item.riders)
         try:
-            seq = await publish_batch(self.nc, messages, 5.0)
+            seq = await publish_batch(self.nc, messages, 5.0, self.in_flight)
         except (
             nats.js.errors.BadRequestError,  # a stale fence, or a limit: nothing was stored
             nats.js.errors.APIError,

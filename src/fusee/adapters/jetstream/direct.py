@@ -70,7 +70,22 @@ def storage_full(exc: BaseException, what: str) -> StorageFull | None:
     )
 
 
+# Batch refusals that stored nothing and pass (ADR-50, nats-server 2.15
+# server/jetstream_batching.go): 10176 "atomic publish batch is incomplete" is also
+# what a batch gets when the stream (50) or the server (1,000) already holds as many
+# batches in flight as it takes, or when the server dropped it as abandoned. It is
+# retried like a lost reply: with a new batch id, the same Msg-Id and the same fences.
+BATCH_INCOMPLETE = 10176
+REFUSED_FOR_NOW = frozenset({BATCH_INCOMPLETE})
+
+
 def _gave_up(what: str, patience: float, exc: BaseException) -> ConnectionLost:
+    if (code := getattr(exc, "err_code", None)) in REFUSED_FOR_NOW:
+        return ConnectionLost(
+            f"NATS refused the batch for {patience:g}s ({what}: err_code {code}, "
+            f"{getattr(exc, 'description', '')}: too many batches in flight on the stream); "
+            f"nothing was stored"
+        )
     return ConnectionLost(
         f"NATS did not answer for {patience:g}s ({what}: {type(exc).__name__}); "
         f"the operation may or may not have happened"
@@ -109,9 +124,13 @@ async def retrying(
     (``retrying_for``; ``CLIENT_PATIENCE`` by default). ``what`` names the call in
     errors; a callable is called only for one (a step commit's name costs µs to make).
 
+    An atomic batch refused for the batches in flight (``REFUSED_FOR_NOW``: nothing
+    was stored) is tried again the same way.
+
     Raises:
         StorageFull: a write the server refused for want of storage (not retried).
-        ConnectionLost: no answer in time, or the connection is closed.
+        ConnectionLost: no answer in time (or a batch refused until then), or the
+            connection is closed.
     """
     started, delay = time.monotonic(), 0.05
     if give_up is None:
@@ -122,9 +141,13 @@ async def retrying(
         except nats.js.errors.APIError as exc:
             if (full := storage_full(exc, _named(what, fn, args))) is not None:
                 raise full from None
-            if not isinstance(exc, nats.js.errors.ServiceUnavailableError):
+            if not isinstance(exc, nats.js.errors.ServiceUnavailableError) and (
+                getattr(exc, "err_code", None) not in REFUSED_FOR_NOW
+            ):
                 raise
-            failed: BaseException = exc  # JetStream not ready (a restart, an election)
+            # JetStream not ready (a restart, an election), or a batch refused for the
+            # batches in flight: nothing was stored, it is tried again
+            failed: BaseException = exc
         except _NO_ANSWER as exc:
             failed = exc
         except nats.errors.ConnectionClosedError:

@@ -109,6 +109,28 @@ def lost_on_transient(what: str) -> Iterator[None]:
         raise ConnectionLost(f"{what}: NATS did not answer ({type(exc).__name__})") from None
 
 
+def journal_stream_config(layout: Layout, replicas: int) -> StreamConfig:
+    """The journal stream's configuration, as :meth:`NatsStore.ensure_layout` creates it."""
+    return StreamConfig(
+        name=layout.stream,
+        subjects=[f"{layout.namespace}.run.>", f"{layout.namespace}.in.>"],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        allow_direct=True,
+        allow_atomic=True,
+        allow_msg_schedules=True,
+        allow_msg_ttl=True,
+        # markers, their removals and ended runs' index entries carry Nats-Rollup: sub;
+        # without this a stream refuses them (10111). A rollup is a purge, so a stream
+        # that allows it cannot deny purges (10052): nats-server 2.15 turns rollups on
+        # and deny_purge off by itself for a stream with schedules, and says so nowhere
+        allow_rollup_hdrs=True,
+        deny_delete=True,
+        deny_purge=False,
+        duplicate_window=120.0,
+    )
+
+
 class NobodyListens(FuseeError):
     """A core NATS request found no subscriber."""
 
@@ -231,19 +253,7 @@ class NatsStore:
     async def ensure_layout(self) -> None:
         """Create the stream and buckets if they are missing (idempotent)."""
         lay = self.layout
-        config = StreamConfig(
-            name=lay.stream,
-            subjects=[f"{lay.namespace}.run.>", f"{lay.namespace}.in.>"],
-            storage=StorageType.FILE,
-            num_replicas=self.replicas,
-            allow_direct=True,
-            allow_atomic=True,
-            allow_msg_schedules=True,
-            allow_msg_ttl=True,
-            deny_delete=True,
-            deny_purge=True,
-            duplicate_window=120.0,
-        )
+        config = journal_stream_config(lay, self.replicas)
         try:
             await self.js.stream_info(lay.stream)
         except nats.js.errors.NotFoundError:
@@ -348,11 +358,16 @@ class NatsStore:
         last record tells whether this write landed or another writer's did. Retries
         stop at ``give_up`` (a ``time.monotonic()`` instant; ``math.inf``: never).
 
+        A batch refused for the batches in flight (10176: nothing stored) is tried
+        again like a lost reply, with a new batch id and the same ``msg_id`` and fence.
+
         Raises:
             Fenced: another writer appended since ``fence``.
             StorageFull: the server has no storage left (nothing was stored).
             ConnectionLost: NATS did not answer until ``give_up`` (the record may have
-                landed: a retry with the same ``msg_id`` and fence finds out).
+                landed: a retry with the same ``msg_id`` and fence finds out), or
+                refused the batch for the batches in flight until then (nothing stored).
+            FuseeError: NATS refused the write for another reason (nothing stored).
         """
         eid, fence, msg_id, give_up = item.eid, item.fence, item.msg_id, item.give_up
         try:
@@ -366,6 +381,7 @@ class NatsStore:
                     self.nc,
                     messages,
                     2.0,
+                    self.committer.in_flight,
                     what=lambda: _record_of(item.kind, eid),
                     give_up=give_up,
                 )
@@ -380,9 +396,14 @@ class NatsStore:
                 what=lambda: _record_of(item.kind, eid),
                 give_up=give_up,
             )
-        except nats.js.errors.BadRequestError as exc:
+        except nats.js.errors.APIError as exc:
             if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
-                raise
+                # not a fence, not for now (``retrying`` retries those): a refusal
+                # that stored nothing, named as fusee's
+                raise FuseeError(
+                    f"NATS refused {_record_of(item.kind, eid)}: err_code {exc.err_code} "
+                    f"{exc.description or type(exc).__name__}; nothing was stored"
+                ) from exc
             with self.retrying_for(max(0.0, give_up - time.monotonic())):
                 last = await self.last_in_journal(eid)  # as patient as the append
             if last is not None and last.headers.get(MSG_ID) == msg_id:
