@@ -552,7 +552,7 @@ MUTANTS: dict[str, Callable[[], contextlib.AbstractContextManager[object]]] = {
     "a dropped wake-up forgotten": _drop_forgotten,
 }
 
-FIND = machine_settings(1000, 15, shrink=False)  # found is enough: no shrinking
+FIND = machine_settings(2000, 15, shrink=False)  # found is enough: no shrinking
 
 
 def test_every_order_keeps_the_invariants() -> None:
