@@ -571,7 +571,7 @@ class Engine:
         it yet (started, never parked, not ended) from their active markers, ``running``
         when their partition's owner answers its ping, else ``pending``."""
         infos = {key: decode_info(value) for key, value in await self.store.list_index()}
-        owners: dict[int, bool] = {}
+        unindexed: list[RunInfo] = []
         for eid, value in (await self.store.run_markers()).items():
             if eid in infos:
                 continue
@@ -579,11 +579,15 @@ class Engine:
                 info = decode_info(value)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue  # not written by fusee: nothing to show
-            if info.partition not in owners:
-                owners[info.partition] = await self.store.owner_alive(info.partition)
-            if owners[info.partition]:
-                info.status = "running"
             infos[eid] = info
+            unindexed.append(info)
+        if unindexed:
+            # each partition's owner record read, and each owner pinged once, all at once
+            # (a frozen owner costs one ping's patience, not one per partition)
+            live = await self.store.live_partitions({i.partition for i in unindexed})
+            for info in unindexed:
+                if info.partition in live:
+                    info.status = "running"
         return sorted(infos.values(), key=lambda i: i.created_at, reverse=True)
 
     # -- serving ------------------------------------------------------------------

@@ -134,14 +134,15 @@ class Run:
         if not self._exists and not await self._live():
             return False
         store, partition = self.engine.store, self._partition()
-        # No wake hint after it: every worker's inbox consumer is handed the stored
-        # message, the run's owner hands it to the actor (or brings the parked run
-        # back), and that comes before a hint would (a hint would cost the worker a
-        # second pass that reads nothing new; see "Inbox messages handed to the actor").
-        return (
-            await store.send_unless_ended(partition, self.eid, kind, body, msg_id=msg_id)
-            is not None
-        )
+        if await store.send_unless_ended(partition, self.eid, kind, body, msg_id=msg_id) is None:
+            return False
+        # The owner's inbox consumer is handed the stored message, usually before this
+        # hint arrives (the hint then costs the worker a read that finds nothing new).
+        # The hint is what remains when the consumer does not deliver: after a server
+        # restart nats-py recreates it only once two heartbeats are missed (10-17 s
+        # measured), and nothing else brings a parked run back meanwhile.
+        await store.wake(partition, self.eid)
+        return True
 
     def _partition(self) -> int:
         if self._partition_of is None:  # (a hash of the ID: µs, on every signal)

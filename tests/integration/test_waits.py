@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 import fusee
+from fusee.actors.worker import Worker
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.runtime.ids import partition_of
 from fusee.runtime.records import StepCompleted, WaitDone, WaitStarted
@@ -81,50 +82,31 @@ async def test_a_parked_run_holds_no_actor_and_a_signal_brings_it_back(
         await engine.run("no-such-run").signal("approval", 1)
 
 
-async def test_a_signal_and_a_cancel_send_no_wake_hint(engine: fusee.Engine) -> None:
-    """The worker's inbox consumer hands the stored message over; a wake hint after it
-    would only cost the worker a second pass that reads nothing new. Both runs (one in
-    memory, one parked) are reached without one."""
+async def test_a_signal_reaches_a_parked_run_its_worker_s_inbox_consumer_missed(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's inbox consumer usually hands the stored signal over first, but it
+    is not the only way: after a server restart nats-py recreates it only once two of
+    its heartbeats are missed (10-17 s measured), and a parked run has no other reader.
+    The signal's wake hint brings it back. Here the consumer delivers nothing."""
 
     async def twice(ctx: fusee.Context, _arg: Any) -> Any:
         return [await ctx.wait_for("go"), await ctx.wait_for("go")]
 
-    wakes = engine.store.layout.wake(0).rpartition(".")[0]
-    hinted: list[str] = []
-    marks = {b"1": anyio.Event(), b"2": anyio.Event()}
+    async def deaf(_self: Worker, _partition: int, _eid: str, _msg: Any) -> None:
+        return None
 
-    async def on_hint(subject: str, data: bytes, _reply: str | None) -> None:
-        if subject == f"{wakes}.mark":  # (no partition: the worker leaves it alone)
-            marks[data].set()
-        else:
-            hinted.append(data.decode())
+    monkeypatch.setattr(Worker, "_on_inbox", deaf)
+    async with engine.worker(registry=_registry(twice, "twice")) as worker:
+        cold = await engine.start("twice", "r-cold", None)
 
-    # a hint sent before a mark, on the engine's connection, comes before the mark
-    unsubscribe = await engine.store.subscribe_core(f"{wakes}.*", on_hint)
-    try:
-        async with engine.worker(registry=_registry(twice, "twice")) as worker:
-            hot = await engine.start("twice", "r-hot", None)
-            cold = await engine.start("twice", "r-cold", None)
+        async def parked() -> bool:
+            return "r-cold" in worker.parked
 
-            async def parked() -> bool:
-                return "r-cold" in worker.parked
-
-            await wait_until(parked, timeout=20, what="r-cold to leave memory")
-            await engine.store.publish_core(f"{wakes}.mark", b"1")
-            await marks[b"1"].wait()
-            hinted.clear()  # (the starts' hints)
-            assert await hot.signal("go", 1)
-            assert await cold.signal("go", 2)
-            assert await cold.signal("go", 3)
-            assert await hot.cancel("enough")
-            with pytest.raises(fusee.RunCancelled):
-                await hot.result(timeout=20)
-            assert await cold.result(timeout=20) == [2, 3]
-            await engine.store.publish_core(f"{wakes}.mark", b"2")
-            await marks[b"2"].wait()
-    finally:
-        await unsubscribe()
-    assert hinted == []
+        await wait_until(parked, timeout=20, what="r-cold to leave memory")
+        assert await cold.signal("go", 2)
+        assert await cold.signal("go", 3)
+        assert await cold.result(timeout=10) == [2, 3]
 
 
 async def test_a_renamed_wait_is_a_determinism_error(engine: fusee.Engine) -> None:

@@ -127,7 +127,7 @@ class WorkerConfig:
     partitions: int = 16
     heartbeat: float = 0.2  # seconds between heartbeats
     suspect_after: float = 0.7  # silence after which a worker is pinged
-    ping_timeout: float = 0.5  # no answer in this long: taken as dead
+    ping_timeout: float = 0.5  # no answer in this long: taken as dead (PING_TIMEOUT too)
     verify_every: float = 2.0  # re-read partition owners and active runs this often
     drain_timeout: float = 5.0  # a released partition's steps get this long to commit
     # FUSEE_ALWAYS_REPLAY=1: evict every actor after each step (replay tests)

@@ -83,7 +83,8 @@ def _gave_up(what: str, patience: float, exc: BaseException) -> ConnectionLost:
     if (code := getattr(exc, "err_code", None)) in REFUSED_FOR_NOW:
         return ConnectionLost(
             f"NATS refused the batch for {patience:g}s ({what}: err_code {code}, "
-            f"{getattr(exc, 'description', '')}: too many batches in flight on the stream); "
+            f"{getattr(exc, 'description', '')}: too many batches in flight on the stream, "
+            f"or one abandoned or cut short); "
             f"nothing was stored"
         )
     return ConnectionLost(

@@ -70,6 +70,9 @@ __all__ = (
 )
 
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
+# How long a client waits for a worker's ping answer before it counts the worker as
+# gone: a worker's own patience with its peers (``WorkerConfig.ping_timeout``).
+PING_TIMEOUT = 0.5
 ROLLUP = "Nats-Rollup"  # "sub": the message replaces every earlier one on its subject
 TTL = "Nats-TTL"  # seconds: the server removes the message then
 MARKER_KIND = "run.active"  # a run's active marker (Layout.marker)
@@ -1106,15 +1109,38 @@ class NatsStore:
             return None
         return msg.data
 
-    async def owner_alive(self, partition: int, *, timeout: float = 0.25) -> bool:
+    async def owner_alive(self, partition: int, *, timeout: float = PING_TIMEOUT) -> bool:
         """Whether ``partition`` has an owner that answers its ping: a run there runs
         (or will at once). An owner record outlives a worker killed outright (nothing
         deletes it until another worker takes the partition), so the record alone says
-        nothing when every worker is gone."""
-        owner = await self.get_owner(partition)
-        if owner is None:
-            return False
-        return await self.ping(self.layout.ping(owner[0]), timeout) is not None
+        nothing when every worker is gone. ``timeout``: a worker's own patience with a
+        peer's ping, so a worker its peers count as alive is alive here too."""
+        return partition in await self.live_partitions({partition}, timeout=timeout)
+
+    async def live_partitions(
+        self, partitions: set[int], *, timeout: float = PING_TIMEOUT
+    ) -> set[int]:
+        """Those of ``partitions`` whose owner answers its ping (see :meth:`owner_alive`):
+        the owner records read and each distinct owner pinged once, concurrently."""
+        owners: dict[int, str] = {}
+
+        async def read(p: int) -> None:
+            found = await self.get_owner(p)
+            if found is not None:
+                owners[p] = found[0]
+
+        async with anyio.create_task_group() as tg:
+            for p in partitions:
+                tg.start_soon(read, p)
+        alive: dict[str, bool] = {}
+
+        async def ping(worker: str) -> None:
+            alive[worker] = await self.ping(self.layout.ping(worker), timeout) is not None
+
+        async with anyio.create_task_group() as tg:
+            for worker in set(owners.values()):
+                tg.start_soon(ping, worker)
+        return {p for p, worker in owners.items() if alive[worker]}
 
     async def ping(self, subject: str, timeout: float) -> bytes | None:
         """Request/reply on core NATS: the reply, or None when nobody listens (a worker
