@@ -1123,15 +1123,22 @@ class NatsStore:
         """Those of ``partitions`` whose owner answers its ping (see :meth:`owner_alive`):
         the owner records read and each distinct owner pinged once, concurrently."""
         owners: dict[int, str] = {}
+        lost: list[ConnectionLost] = []  # raised as itself, not in an ExceptionGroup
 
         async def read(p: int) -> None:
-            found = await self.get_owner(p)
+            try:
+                found = await self.get_owner(p)
+            except ConnectionLost as exc:
+                lost.append(exc)
+                return
             if found is not None:
                 owners[p] = found[0]
 
         async with anyio.create_task_group() as tg:
             for p in partitions:
                 tg.start_soon(read, p)
+        if lost:
+            raise lost[0]
         alive: dict[str, bool] = {}
 
         async def ping(worker: str) -> None:
