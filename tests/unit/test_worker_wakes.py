@@ -89,3 +89,17 @@ async def test_a_full_queue_drops_the_wake_up() -> None:
             sent += 1
         assert sent == 10_000
         assert handed == []
+
+
+async def test_a_message_to_another_worker_s_partition_takes_no_place_in_the_queue() -> None:
+    """Every worker's inbox consumer sees every inbox of the namespace; those of the
+    partitions other workers own must not fill its queue (a full queue makes every
+    running actor read from the server and every parked inbox be looked at again)."""
+    with _worker() as (worker, handed):
+        worker.owned = {0: 1}  # (partition: its owner record's revision)
+        for seq in range(1, 5):
+            await worker._on_inbox(1, "theirs", _msg(seq))
+        assert worker._queued == 0
+        assert handed == []
+        await worker._on_inbox(0, "mine", _msg(5))  # its own partition's: queued
+        assert worker._queued == 1

@@ -664,7 +664,11 @@ class Worker:
 
     async def _on_inbox(self, partition: int, eid: str, msg: Stored | None) -> None:
         # a message was stored in a run's inbox (a signal, a cancel, a fired timer),
-        # handed to its actor with the poke (None: a timer's schedule, not a message)
+        # handed to its actor with the poke (None: a timer's schedule, not a message).
+        # Every worker follows every inbox: another worker's partition is its owner's
+        # (the wake loop would drop it too, after it took a slot of the queue).
+        if partition not in self.owned and eid not in self.guests and eid not in self.needs:
+            return
         if not self._wake_now(partition, eid, msg):
             # a running actor may have missed this one, so every actor asks the server
             # at its next read; a parked one is looked at by the next reconcile
