@@ -36,7 +36,6 @@ from typing import Any
 
 import anyio
 import structlog
-from nats.aio import transport
 from nats.aio.client import Client
 
 import bench.workflows as wfs
@@ -45,43 +44,13 @@ import fusee.adapters.jetstream.commit as commit
 import fusee.adapters.jetstream.direct as direct
 import fusee.adapters.jetstream.store as store
 from bench.__main__ import Floor
+from bench.clocks import EVENTS, ON, around, around_sync, tag, time_socket_writes
 from fusee.actors.core import ActorCore
 from fusee.actors.run_actor import RunActor
 from fusee.actors.worker import Worker
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.runtime.history import History
-
-EVENTS: list[tuple[str, int]] = []
-ON = [False]
-
-
-def _tag(name: str) -> None:
-    if ON[0]:
-        EVENTS.append((name, time.perf_counter_ns()))
-
-
-def _around(owner: Any, attr: str, before: str, after: str | None) -> None:
-    inner: Callable[..., Any] = getattr(owner, attr)
-
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        _tag(before)
-        result = await inner(*args, **kwargs)
-        if after is not None:
-            _tag(after)
-        return result
-
-    setattr(owner, attr, timed)
-
-
-def _around_sync(owner: Any, attr: str, before: str) -> None:
-    inner: Callable[..., Any] = getattr(owner, attr)
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        _tag(before)
-        return inner(*args, **kwargs)
-
-    setattr(owner, attr, timed)
 
 
 def _what(raw: bytes) -> str:
@@ -98,39 +67,33 @@ def _what(raw: bytes) -> str:
 
 
 def _patch() -> None:
-    writelines: Callable[..., Any] = transport.TcpTransport.writelines
-
-    def timed_writelines(self: Any, payload: Any) -> Any:
-        _tag("write")
-        return writelines(self, payload)
-
-    setattr(transport.TcpTransport, "writelines", timed_writelines)  # noqa: B010 - a method
+    time_socket_writes()
     process: Callable[..., Any] = Client._process_msg
 
     async def timed_process(self: Any, sid: int, subject: bytes, *args: Any, **kw: Any) -> Any:
-        _tag(f"recv:{_what(subject)}")
+        tag(f"recv:{_what(subject)}")
         return await process(self, sid, subject, *args, **kw)
 
     setattr(Client, "_process_msg", timed_process)  # noqa: B010 - a method
-    _around(store.NatsStore, "_publish_inbox", "sig.pub", "sig.acked")
-    _around(store.NatsStore, "wake", "wake.sent", None)
+    around(store.NatsStore, "_publish_inbox", "sig.pub", "sig.acked")
+    around(store.NatsStore, "wake", "wake.sent", None)
     for module in (store, commit, direct):
         if hasattr(module, "publish_acked"):
-            _around(module, "publish_acked", "pub", "pub.acked")
-    _around(Worker, "_on_inbox", "w.inbox", None)
-    _around(Worker, "_on_wake", "w.wake", None)
-    _around_sync(Worker, "_ensure_actor", "w.ensure")
-    _around(RunActor, "_read_inbox", "a.read", "a.read.done")
-    _around_sync(History, "resolve", "a.resolve")
-    _around(ActorCore, "commit", "a.commit", "a.committed")
-    _around(ActorCore, "wait_out", "a.wait", "a.wait.done")
-    _around(RunActor, "_end", "a.end", None)
-    _around(RunActor, "_project", "a.project", "a.projected")
-    _around(RunActor, "_load", "a.load", "a.loaded")
-    _around(RunActor, "_execute", "a.execute", None)
-    _around(JournalWatch, "_on_msg", "watch", "watch.done")
-    _around(JournalWatch, "next", "watch.next", "watch.next.done")
-    _around(fusee.Run, "_wait_end", "c.wait_end", "c.wait_end.done")
+            around(module, "publish_acked", "pub", "pub.acked")
+    around(Worker, "_on_inbox", "w.inbox", None)
+    around(Worker, "_on_wake", "w.wake", None)
+    around_sync(Worker, "_ensure_actor", "w.ensure")
+    around(RunActor, "_read_inbox", "a.read", "a.read.done")
+    around_sync(History, "resolve", "a.resolve")
+    around(ActorCore, "commit", "a.commit", "a.committed")
+    around(ActorCore, "wait_out", "a.wait", "a.wait.done")
+    around(RunActor, "_end", "a.end", None)
+    around(RunActor, "_project", "a.project", "a.projected")
+    around(RunActor, "_load", "a.load", "a.loaded")
+    around(RunActor, "_execute", "a.execute", None)
+    around(JournalWatch, "_on_msg", "watch", "watch.done")
+    around(JournalWatch, "next", "watch.next", "watch.next.done")
+    around(fusee.Run, "_wait_end", "c.wait_end", "c.wait_end.done")
 
 
 def _timeline(rounds: list[list[tuple[str, int]]]) -> list[tuple[str, float, int]]:
@@ -164,7 +127,7 @@ async def main(url: str, n: int, parked: bool) -> None:
 
             async def wait(run: fusee.Run = run, done: anyio.Event = done) -> None:
                 await run.result(timeout=30)
-                _tag("result")
+                tag("result")
                 done.set()
 
             async with anyio.create_task_group() as tg:
@@ -172,9 +135,9 @@ async def main(url: str, n: int, parked: bool) -> None:
                 await anyio.sleep(0.05)  # the result() waiter is registered
                 EVENTS.clear()
                 ON[0] = True
-                _tag("signal")
+                tag("signal")
                 await run.signal("go", r)
-                _tag("signal.returned")
+                tag("signal.returned")
                 await done.wait()
                 await anyio.sleep(0.01)  # what the worker does after the end
                 ON[0] = False

@@ -27,13 +27,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import structlog
-from nats.aio import transport
 from nats.aio.client import Client
 from nats.js.client import JetStreamContext
 
@@ -42,46 +40,19 @@ import fusee
 import fusee.actors.steps as steps
 import fusee.adapters.jetstream.store as store
 from bench.__main__ import Floor
+from bench.clocks import EVENTS, ON, around, time_socket_writes
 from fusee.actors.core import ActorCore
 from fusee.adapters.jetstream.server import EmbeddedServer
 
-EVENTS: list[tuple[str, int]] = []
-ON = [False]
-
-
-def _tag(name: str) -> None:
-    if ON[0]:
-        EVENTS.append((name, time.perf_counter_ns()))
-
-
-def _around(owner: Any, attr: str, before: str, after: str | None) -> None:
-    """Wrap the coroutine function ``owner.attr`` with a clock read on each side."""
-    inner: Callable[..., Any] = getattr(owner, attr)
-
-    async def timed(*args: Any, **kwargs: Any) -> Any:
-        _tag(before)
-        result = await inner(*args, **kwargs)
-        if after is not None:
-            _tag(after)
-        return result
-
-    setattr(owner, attr, timed)
-
 
 def _patch() -> None:
-    writelines: Callable[..., Any] = transport.TcpTransport.writelines
-
-    def timed_writelines(self: Any, payload: Any) -> Any:
-        _tag("write")  # the socket write: the message is on its way
-        return writelines(self, payload)
-
-    setattr(transport.TcpTransport, "writelines", timed_writelines)  # noqa: B010 - a method
-    _around(Client, "_process_msg", "ack", None)  # a message read off the socket
-    _around(JetStreamContext, "publish", "publish", "published")  # the floor's
+    time_socket_writes()
+    around(Client, "_process_msg", "ack", None)  # a message read off the socket
+    around(JetStreamContext, "publish", "publish", "published")  # the floor's
     if hasattr(store, "publish_acked"):  # fusee's own publish (an earlier fusee's
-        _around(store, "publish_acked", "publish", "published")  # is js.publish)
-    _around(steps, "_call", "call", "called")
-    _around(ActorCore, "commit", "commit", "committed")
+        around(store, "publish_acked", "publish", "published")  # is js.publish)
+    around(steps, "_call", "call", "called")
+    around(ActorCore, "commit", "commit", "committed")
 
 
 def _hops(names: list[str]) -> dict[str, float]:
