@@ -54,7 +54,7 @@ class Run:
         # The run was seen to exist (started by this handle's engine, or its journal
         # read): a signal or cancel need not ask again, since a journal is never deleted.
         self._exists = exists
-        self._partition_of: int | None = None
+        self.partition = partition_of(run_id, engine.partitions)
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r})"
@@ -133,7 +133,7 @@ class Run:
         earlier version (its end on ``.j``, where the write's check does not look)."""
         if not self._exists and not await self._live():
             return False
-        store, partition = self.engine.store, self._partition()
+        store, partition = self.engine.store, self.partition
         if await store.send_unless_ended(partition, self.eid, kind, body, msg_id=msg_id) is None:
             return False
         # The owner's inbox consumer is handed the stored message, usually before this
@@ -143,11 +143,6 @@ class Run:
         # measured), and nothing else brings a parked run back meanwhile.
         await store.wake(partition, self.eid)
         return True
-
-    def _partition(self) -> int:
-        if self._partition_of is None:  # (a hash of the ID: µs, on every signal)
-            self._partition_of = partition_of(self.run_id, self.engine.partitions)
-        return self._partition_of
 
     async def _live(self) -> bool:
         """Whether the run exists and has not ended (one read of its last record).

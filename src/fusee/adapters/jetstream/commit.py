@@ -67,15 +67,13 @@ async def publish_batch(
     nc: Client,
     messages: list[Message],
     timeout: float,
-    in_flight: asyncio.Semaphore | None = None,
+    in_flight: asyncio.Semaphore,
 ) -> int:
     """Store ``messages`` as one atomic batch (all or none, one fsync); the stream
     sequence of the last. Raises what :func:`publish_acked` raises for the commit.
 
     ``in_flight``: the connection's bound on batches in flight (shared by every batch
     it sends), held from the first message until the commit is answered."""
-    if in_flight is None:
-        return await _publish_batch(nc, messages, timeout)
     async with in_flight:
         return await _publish_batch(nc, messages, timeout)
 

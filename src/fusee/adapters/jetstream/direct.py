@@ -76,13 +76,17 @@ def storage_full(exc: BaseException, what: str) -> StorageFull | None:
 # batches in flight as it takes, or when the server dropped it as abandoned. It is
 # retried like a lost reply: with a new batch id, the same Msg-Id and the same fences.
 BATCH_INCOMPLETE = 10176
-REFUSED_FOR_NOW = frozenset({BATCH_INCOMPLETE})
+
+
+def _refused_for_now(exc: BaseException) -> bool:
+    """A batch the server refused for now, storing nothing (see ``BATCH_INCOMPLETE``)."""
+    return getattr(exc, "err_code", None) == BATCH_INCOMPLETE
 
 
 def _gave_up(what: str, patience: float, exc: BaseException) -> ConnectionLost:
-    if (code := getattr(exc, "err_code", None)) in REFUSED_FOR_NOW:
+    if _refused_for_now(exc):
         return ConnectionLost(
-            f"NATS refused the batch for {patience:g}s ({what}: err_code {code}, "
+            f"NATS refused the batch for {patience:g}s ({what}: err_code {BATCH_INCOMPLETE}, "
             f"{getattr(exc, 'description', '')}: too many batches in flight on the stream, "
             f"or one abandoned or cut short); "
             f"nothing was stored"
@@ -125,7 +129,7 @@ async def retrying(
     (``retrying_for``; ``CLIENT_PATIENCE`` by default). ``what`` names the call in
     errors; a callable is called only for one (a step commit's name costs µs to make).
 
-    An atomic batch refused for the batches in flight (``REFUSED_FOR_NOW``: nothing
+    An atomic batch refused for the batches in flight (``BATCH_INCOMPLETE``: nothing
     was stored) is tried again the same way.
 
     Raises:
@@ -142,8 +146,8 @@ async def retrying(
         except nats.js.errors.APIError as exc:
             if (full := storage_full(exc, _named(what, fn, args))) is not None:
                 raise full from None
-            if not isinstance(exc, nats.js.errors.ServiceUnavailableError) and (
-                getattr(exc, "err_code", None) not in REFUSED_FOR_NOW
+            if not isinstance(exc, nats.js.errors.ServiceUnavailableError) and not (
+                _refused_for_now(exc)
             ):
                 raise
             # JetStream not ready (a restart, an election), or a batch refused for the

@@ -105,6 +105,15 @@ class Layout:
         # inside the inbox tree, which every stream binds, never read as an inbox message.
         return f"{self.inbox(partition, eid)}.a"
 
+    def parse_marker(self, subject: str) -> tuple[int, str] | None:
+        """``(partition, eid)`` of a run's active marker subject (:meth:`marker`), or
+        None for another subject."""
+        part, _, rest = subject.removeprefix(f"{self.namespace}.in.").partition(".")
+        eid, dot, tail = rest.rpartition(".")
+        if not (part.isdigit() and eid and dot and tail == "a"):
+            return None
+        return int(part), eid
+
     @property
     def markers(self) -> str:
         # every run's active marker (a subject filter)

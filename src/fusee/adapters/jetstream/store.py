@@ -986,27 +986,24 @@ class NatsStore:
         (the run's index entry as its starter made it)."""
         with lost_on_transient("reading the active markers"):
             found = await direct_batch(self.nc, self.layout.stream, self.layout.markers, 1)
-        prefix = f"{self.layout.namespace}.in."
         out: dict[str, bytes] = {}
         for msg in found:
-            if msg.headers.get(KIND) == MARKER_KIND:
-                eid = msg.subject[len(prefix) :].partition(".")[2][: -len(".a")]
-                out[eid] = msg.data
+            if msg.headers.get(KIND) == MARKER_KIND and (
+                named := self.layout.parse_marker(msg.subject)
+            ):
+                out[named[1]] = msg.data
         return out
 
-    async def _marker_subjects(self) -> list[tuple[int, str, str]]:
-        """``(partition, eid, subject)`` of every run's active marker in the journal stream
-        (a removed one lingers for its second)."""
-        prefix = f"{self.layout.namespace}.in."
+    async def _marker_subjects(self) -> list[tuple[int, str]]:
+        """``(partition, eid)`` of every run's active marker in the journal stream (a
+        removed one lingers for its second)."""
         with lost_on_transient("listing the active runs"):
             info = await retrying(self.js.stream_info, self.layout.stream, self.layout.markers)
-        out = []
-        for subject in info.state.subjects or {}:
-            part, _, rest = subject[len(prefix) :].partition(".")
-            eid = rest[: -len(".a")]
-            if part.isdigit() and eid:
-                out.append((int(part), eid, subject))
-        return out
+        return [
+            named
+            for subject in info.state.subjects or {}
+            if (named := self.layout.parse_marker(subject)) is not None
+        ]
 
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """Active runs and keys of ``partitions``: the runs' markers in the journal stream
@@ -1022,7 +1019,7 @@ class NatsStore:
             part, _, eid = subject[len(prefix) :].partition(".")
             if part.isdigit() and int(part) in partitions:
                 out[int(part), eid] = None
-        for p, eid, _ in await self._marker_subjects():
+        for p, eid in await self._marker_subjects():
             if p in partitions:
                 out[p, eid] = None
         return list(out)
