@@ -499,16 +499,8 @@ def test_a_child_that_ended_unheard_is_brought_back() -> None:
     must restore the child's marker, or it waits for ever. (The machine above finds
     this only with some seeds: it needs both deaths and this order.)"""
     life = Life(children=1, together=False, always_replay=False, kinds=["signal", "", ""])
-    script = iter(["run parent", "signal 0", "run c0", "run parent"])
-
-    def pick(actions: list[str]) -> str:
-        wanted = next(script, None)
-        if wanted is None:
-            return actions[0]
-        assert wanted in actions, (wanted, actions)
-        return wanted
-
     deaths = {("run.started", 2): "after", ("run.completed", 1): "after"}
+    pick = scripted("run parent", "signal 0", "run c0", "run parent")
     anyio.run(play_family, life, deaths, None, pick)
 
 

@@ -35,8 +35,10 @@ async def test_an_unreadable_ended_entry_and_a_bucket_entry_do_not_spin(final: b
     store = Counting()
     store.index["r"] = (encode_info(_info("waiting")), 3, 5)  # a parked run's, in the bucket
     store.ended["r"] = (final, 7)  # another SDK's, or corrupt
+    store.run_markers[0, "r"] = b"{}"
     assert not await project_index(store, "r", _info("waiting"), 9, unmark=0)
     assert store.puts == 0  # the final entry stands: nothing compared against it
+    assert (0, "r") not in store.run_markers  # and the marker it was asked to remove is gone
     assert store.ended["r"] == (final, 7)
     assert await project_index(store, "r", _info("completed"), 9)  # an end replaces it
     entry = await store.get_index_entry("r")

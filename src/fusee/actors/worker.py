@@ -667,7 +667,7 @@ class Worker:
         # handed to its actor with the poke (None: a timer's schedule, not a message).
         # Every worker follows every inbox: another worker's partition is its owner's
         # (the wake loop would drop it too, after it took a slot of the queue).
-        if partition not in self.owned and eid not in self.guests and eid not in self.needs:
+        if not self._serves(partition, eid) and eid not in self.needs:
             return
         if not self._wake_now(partition, eid, msg):
             # a running actor may have missed this one, so every actor asks the server
@@ -720,12 +720,17 @@ class Worker:
         self.lot.wake(eid)
         self._ensure_actor(p, eid, poke=True, msg=msg)
 
+    def _serves(self, p: int, eid: str) -> bool:
+        """Whether this worker runs ``eid`` (of partition ``p``): it owns ``p``, or
+        hosts ``eid`` as a guest."""
+        return p in self.owned or eid in self.guests
+
     def _ensure_actor(
         self, p: int, eid: str, *, poke: bool = False, msg: Stored | None = None
     ) -> None:
         if self._stopping or eid in self.unrunnable or self.lot.is_parked(eid):
             return
-        if p not in self.owned and eid not in self.guests:
+        if not self._serves(p, eid):
             return
         running = self.actors.get(eid)
         if running is not None:
