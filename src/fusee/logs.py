@@ -154,7 +154,9 @@ def configure_logging(
     with ``bind_contextvars`` and changed within those two turns shows the change. A
     value that cannot be rendered (a circular list, a ``__repr__`` that raises) makes
     its line ``{"timestamp", "level", "event", "log_error": "RecursionError: ..."}``;
-    no call raises for it and the other lines are written. A forked child does not
+    no call raises for it and the other lines are written. A line logged by a value's
+    ``__repr__`` while a line is rendered is written right after that line. A forked
+    child does not
     write its parent's waiting lines (the parent does). What a process that does not
     exit normally may lack: the info and debug lines of its last two loop turns, when
     it is killed (``SIGKILL``, the OOM killer), or dies on a signal it does not handle
@@ -228,6 +230,11 @@ variables are read out of it when the line is rendered)."""
 # structlog.contextvars binds each key in a context variable named with this prefix
 _BOUND = structlog.contextvars.STRUCTLOG_KEY_PREFIX
 _BOUND_LEN = len(_BOUND)
+
+# Lines logged by a value's __repr__ while a line is rendered, nested this deep at most:
+# the next is written as its time, level, event and a ``log_error`` saying so.
+_NESTED = 4
+_TOO_DEEP = f"logged while rendering a line {_NESTED} lines deep (a __repr__ that logs)"
 
 _SOON = {"debug", "info"}  # the levels a line may wait at; the rest are written at once
 
@@ -317,7 +324,11 @@ class _LineWriter:
     def __init__(self, stream: TextIO, render: _JsonLine | None = None) -> None:
         self._stream = stream
         self._render = render
-        self._lock = threading.Lock()  # lines of several threads do not interleave
+        # lines of several threads do not interleave; re-entrant, for a line logged by a
+        # value's __repr__ while this thread renders one (``_depth`` lines deep)
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._nested: list[str | _Entry] = []  # lines so logged, written after it
         self._waiting: list[str | _Entry] = []  # (a string: an entry rendered when logged)
         self._loop: asyncio.AbstractEventLoop | None = None  # where the write is scheduled
         _WRITERS.add(self)
@@ -325,6 +336,9 @@ class _LineWriter:
     def msg(self, message: str | _Entry) -> None:
         if isinstance(message, str):
             with self._lock:
+                if self._depth:  # logged by a value's __repr__ while this thread renders
+                    self._nested.append(message)
+                    return
                 self._write(message + "\n")
             return
         loop = _running_loop()
@@ -334,7 +348,18 @@ class _LineWriter:
                 plain = False
                 break
         with self._lock:
-            self._waiting.append(message if plain else self._rendered(message))
+            if self._depth:
+                # A value's __repr__ logs while this thread renders a line (the lock is
+                # re-entrant: a plain lock waited for itself here for ever). The line
+                # comes right after the one being rendered, rendered then.
+                self._nested.append(message)
+                return
+            if plain:
+                self._waiting.append(message)
+            else:
+                lines: list[str] = []
+                self._render_into(message, lines)
+                self._waiting.extend(lines)
             if loop is not None and message[1] in _SOON:
                 if self._loop is loop:
                     return  # its write is scheduled
@@ -371,21 +396,42 @@ class _LineWriter:
         if not self._waiting:
             return
         entries, self._waiting = self._waiting, []
-        rendered = self._rendered
-        self._write("".join([(e if isinstance(e, str) else rendered(e)) + "\n" for e in entries]))
+        lines: list[str] = []
+        for entry in entries:
+            self._render_into(entry, lines)
+        self._write("".join([line + "\n" for line in lines]))
 
-    def _rendered(self, entry: _Entry) -> str:
+    def _render_into(self, entry: str | _Entry, lines: list[str]) -> None:
+        """Append ``entry`` rendered to ``lines``, then the lines its values' ``__repr__``
+        logged meanwhile (rendered the same way), so a nested line follows its outer one.
+        Called with the lock held: ``_depth`` and ``_nested`` are the holding thread's."""
+        if isinstance(entry, str):
+            lines.append(entry)
+            return
         render = self._render
         assert render is not None  # (entries come from the JSON format only)
+        if self._depth >= _NESTED:  # a repr that logs a line holding itself, say
+            lines.append(render.failed(entry, RecursionError(_TOO_DEEP)))
+            return
+        outer, self._nested = self._nested, []
+        self._depth += 1
         try:
-            return render(entry)
-        except Exception as error:  # noqa: BLE001 - any value's failure: a line saying so
-            return render.failed(entry, error)
+            try:
+                lines.append(render(entry))
+            except Exception as error:  # noqa: BLE001 - any value's failure: a line saying so
+                lines.append(render.failed(entry, error))
+            for nested in self._nested:
+                self._render_into(nested, lines)
+        finally:
+            self._depth -= 1
+            self._nested = outer
 
     def forget_waiting(self) -> None:
         """In a forked child: drop the parent's lines (the parent writes them) and its
         lock (a thread of the parent may have held it at the fork)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._nested = []
         self._waiting = []
         self._loop = None
 

@@ -268,3 +268,71 @@ def test_a_forked_child_does_not_write_its_parent_s_waiting_lines() -> None:
     )
     events = [json.loads(text)["event"] for text in done.stderr.splitlines()]
     assert sorted(events) == ["the.child.s.line", "the.parent.s.line"]
+
+
+def test_a_value_whose_repr_logs_is_written_before_the_line_its_repr_logs() -> None:
+    # Before: the writer rendered under its lock, and the nested call waited for that
+    # lock for ever (at log time for a call's value, at the write for a bound one). In
+    # a process of its own, so a deadlock fails the test instead of hanging the suite.
+    program = """if True:
+        import asyncio
+        import structlog
+        from fusee.logs import configure_logging, get_logger
+        configure_logging("json", "info")
+        log = get_logger()
+
+        class Loud:
+            def __init__(self, name, level="info"):
+                self.name, self.level = name, level
+            def __repr__(self):
+                getattr(log, self.level)("repr." + self.name, plain=1)
+                return "Loud(" + self.name + ")"
+
+        class Itself:  # logs a line holding itself: its own repr, and so on
+            def __repr__(self):
+                log.info("repr.itself", me=self)
+                return "Itself()"
+
+        async def main():
+            log.info("a.call.s.value", value=Loud("a"))  # rendered when logged
+            with structlog.contextvars.bound_contextvars(bound=Loud("b")):
+                log.info("a.bound.value")  # rendered two turns later
+            log.info("a.warning.inside", value=Loud("c", "warning"))
+            log.warning("a.warning", value=Loud("d"))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+            log.info("itself", value=Itself())
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)
+
+        asyncio.run(main())
+        log.info("no.loop", value=Loud("e"))  # written at once
+        print("done", flush=True)
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=20, check=True
+    )
+    assert done.stdout == "done\n"
+    lines = [json.loads(text) for text in done.stderr.splitlines()]
+    events = [line["event"] for line in lines]
+    nested = events.index("itself") + 1
+    assert events[:nested] == [
+        "a.call.s.value",
+        "repr.a",
+        "a.bound.value",
+        "repr.b",
+        "a.warning.inside",
+        "repr.c",
+        "a.warning",
+        "repr.d",
+        "itself",
+    ]
+    assert lines[0]["value"] == "Loud(a)"
+    assert lines[2]["bound"] == "Loud(b)"
+    # a line logged by a repr while rendering one so logged, and so on: a few deep, then
+    # one line saying so, and it ends
+    itself = events[nested:-2]
+    assert 1 <= len(itself) <= 10
+    assert set(itself) == {"repr.itself"}
+    assert "log_error" in lines[nested + len(itself) - 1]
+    assert events[-2:] == ["no.loop", "repr.e"]
