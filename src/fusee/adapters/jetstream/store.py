@@ -73,6 +73,9 @@ IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 # How long a client waits for a worker's ping answer before it counts the worker as
 # gone: a worker's own patience with its peers (``WorkerConfig.ping_timeout``).
 PING_TIMEOUT = 0.5
+# The inbox consumer's idle heartbeat: nats-py recreates the ordered consumer once it
+# missed two (a server restart, the consumer deleted); nats-py's own default.
+INBOX_HEARTBEAT = 5.0
 ROLLUP = "Nats-Rollup"  # "sub": the message replaces every earlier one on its subject
 TTL = "Nats-TTL"  # seconds: the server removes the message then
 MARKER_KIND = "run.active"  # a run's active marker (Layout.marker)
@@ -593,24 +596,39 @@ class NatsStore:
         )
 
     async def subscribe_inbox(
-        self, handler: Callable[[int, str, StoredMsg | None], Awaitable[None]]
+        self,
+        handler: Callable[[int, str, StoredMsg | None], Awaitable[None]],
+        *,
+        heartbeat: float = INBOX_HEARTBEAT,
     ) -> Callable[[], Awaitable[None]]:
         """Call ``handler(partition, eid, msg)`` for every message stored in any run's
         inbox from now on (signals, cancels, invocations, fired timers), in stream order:
         how a worker learns that a run it evicted has something to read, and hands a
         running actor its messages without a read. ``msg`` is None for a timer's
         schedule (``<inbox>.t<pos>``), which is not an inbox message. An ordered
-        consumer: no gap, no duplicate, also across reconnects."""
+        consumer: no gap, no duplicate, also across reconnects.
+
+        Nothing stored before the subscription is handed, also after nats-py recreates
+        the consumer: it resumes after the last message it delivered, from sequence 1
+        when it delivered none (every inbox message ever stored, again). So the consumer
+        starts with the last inbox message stored (``DeliverPolicy.LAST``: delivered at
+        once, where it resumes after) and anything at or below the stream's last
+        sequence read before the subscription (the floor) is dropped, not handed."""
         prefix = f"{self.layout.namespace}.in."
+        with lost_on_transient("reading the journal stream's last sequence"):
+            info = await retrying(self.js.stream_info, self.layout.stream)
+        floor = info.state.last_seq
 
         async def on_msg(msg: Msg) -> None:
+            seq = msg.metadata.sequence.stream
+            if seq <= floor:
+                return  # stored before the subscription: a read finds it
             part, _, rest = msg.subject[len(prefix) :].partition(".")
             eid, dot, tail = rest.partition(".")
             if not part.isdigit() or not eid or tail == "a":
                 return  # (a run's active marker: not a message, and its start woke the owner)
             stored = None
             if not dot:
-                seq = msg.metadata.sequence.stream
                 stored = StoredMsg(seq, msg.subject, msg.data, dict(msg.headers or {}))
             await handler(int(part), eid, stored)
 
@@ -619,7 +637,9 @@ class NatsStore:
             ordered_consumer=True,
             cb=on_msg,
             stream=self.layout.stream,
-            deliver_policy=DeliverPolicy.NEW,
+            # the last one stored (dropped: below the floor), then every new one
+            deliver_policy=DeliverPolicy.LAST,
+            idle_heartbeat=heartbeat,
         )
 
         async def unsubscribe() -> None:
