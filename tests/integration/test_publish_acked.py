@@ -14,7 +14,7 @@ import nats.js.errors
 import pytest
 from nats.aio.client import Client
 
-from fusee.adapters.jetstream.direct import publish_acked
+from fusee.adapters.jetstream.direct import publish_acked, publish_acked_once
 
 
 @pytest.fixture
@@ -38,6 +38,22 @@ async def test_it_returns_the_stored_sequence_and_a_duplicate_the_original(
     again = await publish_acked(nc, subject, b"a", {"Nats-Msg-Id": "m1"}, 5.0)
     assert again == seq  # the duplicate's ack names the original
     assert (await js.stream_info(namespace.upper())).state.messages == 1
+
+
+async def test_the_once_form_says_what_jetstream_publish_says_of_a_duplicate(
+    nc: Client, namespace: str
+) -> None:
+    # (ObjectKey.call with an idempotency key: send_inbox_once took nats-py's publish for
+    # its PubAck.duplicate, at a loop trip more than publish_acked)
+    js = nc.jetstream()
+    subject = f"{namespace}.r.in"
+    first = await publish_acked_once(nc, subject, b"a", {"Nats-Msg-Id": "once"}, 5.0)
+    ours = await publish_acked_once(nc, subject, b"a", {"Nats-Msg-Id": "once"}, 5.0)
+    theirs = await js.publish(subject, b"a", headers={"Nats-Msg-Id": "once"})
+    assert first == (first[0], False)
+    assert ours == (theirs.seq, bool(theirs.duplicate)) == (first[0], True)
+    fresh = await publish_acked_once(nc, subject, b"b", {"Nats-Msg-Id": "other"}, 5.0)
+    assert fresh == (first[0] + 1, False)
 
 
 async def test_a_stale_fence_raises_what_jetstream_publish_raises(

@@ -34,6 +34,7 @@ __all__ = (
     "direct_page",
     "direct_batch",
     "publish_acked",
+    "publish_acked_once",
 )
 
 T = TypeVar("T")
@@ -234,6 +235,7 @@ async def _replies(nc: Client) -> _Replies:
 
 class _PubAck(msgspec.Struct):
     seq: int = 0
+    duplicate: bool = False
     error: dict[str, Any] | None = None
 
 
@@ -252,6 +254,22 @@ async def publish_acked(
     loop), draws random bytes for every reply subject and builds a ``PubAck`` by
     reflection. A step commit is one of these (see "A step's time beyond the floor" in
     docs/design.md)."""
+    return (await _publish(nc, subject, data, headers, timeout)).seq
+
+
+async def publish_acked_once(
+    nc: Client, subject: str, data: bytes, headers: dict[str, str], timeout: float
+) -> tuple[int, bool]:
+    """:func:`publish_acked`, and whether the server took the message for a duplicate
+    of one with the same ``Nats-Msg-Id`` (the sequence is then the earlier one's): the
+    ``duplicate`` of nats-py's ``PubAck``, at the same round trip."""
+    ack = await _publish(nc, subject, data, headers, timeout)
+    return ack.seq, ack.duplicate
+
+
+async def _publish(
+    nc: Client, subject: str, data: bytes, headers: dict[str, str], timeout: float
+) -> _PubAck:
     replies = await _replies(nc)
     inbox, ack = replies.new_ack()
     try:
@@ -268,7 +286,7 @@ async def publish_acked(
     reply = _PUB_ACK.decode(msg.data)
     if reply.error is not None:
         raise nats.js.errors.APIError.from_error(reply.error)
-    return reply.seq
+    return reply
 
 
 async def direct_page(

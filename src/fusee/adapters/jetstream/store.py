@@ -28,7 +28,6 @@ from nats.js import JetStreamContext
 from nats.js.api import (
     DeliverPolicy,
     KeyValueConfig,
-    PubAck,
     StorageType,
     StreamConfig,
 )
@@ -40,6 +39,7 @@ from fusee.adapters.jetstream.direct import (
     direct_batch,
     patience,
     publish_acked,
+    publish_acked_once,
     retrying,
     retrying_for,
 )
@@ -475,8 +475,7 @@ class NatsStore:
         """Like :meth:`send_inbox`, and says whether the server took it for a duplicate of
         an earlier message with ``msg_id`` (then the sequence is the earlier one's)."""
         subject, headers, what = self._inbox_message(partition, eid, kind, body, msg_id)
-        ack: PubAck = await retrying(self.js.publish, subject, body, 5.0, None, headers, what=what)
-        return ack.seq, bool(ack.duplicate)
+        return await retrying(publish_acked_once, self.nc, subject, body, headers, 5.0, what=what)
 
     async def send_unless_ended(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
