@@ -2,7 +2,8 @@
 
 The handles depend on this narrow interface, not on ``Engine``: the engine module builds
 them (``engine.run(id)``, ``engine.object(t, k)``), so it imports them, never the other
-way round. ``Replies`` and ``Answered`` are the per-connection state the object callers
+way round. Its ``store`` is ``fusee.actors.ports.HandleStore``, the store operations the
+handles use, so they import no adapter. ``Replies`` and ``Answered`` are the per-connection state the object callers
 share: the reply subscription and when each object last answered.
 """
 
@@ -18,7 +19,7 @@ import anyio
 from fusee.errors import FuseeError
 
 if TYPE_CHECKING:
-    from fusee.adapters.jetstream.store import NatsStore
+    from fusee.actors.ports import HandleStore
 
 __all__ = ("Client", "Replies", "Answered", "current_client", "enter_client", "leave_client")
 
@@ -27,7 +28,9 @@ class Client(Protocol):
     """A connection to one namespace, as the handles see it (``fusee.Engine`` is one)."""
 
     @property
-    def store(self) -> NatsStore: ...
+    def store(self) -> HandleStore:
+        """Exactly the store operations the handles use (``NatsStore`` is one)."""
+        ...
 
     @property
     def namespace(self) -> str: ...
@@ -49,7 +52,7 @@ class Client(Protocol):
 class Replies:
     """One subscription per connection for the replies its callers wait on."""
 
-    def __init__(self, store: NatsStore) -> None:
+    def __init__(self, store: HandleStore) -> None:
         self.store = store
         self.prefix = store.layout.replies(secrets.token_hex(8))
         self.waiting: dict[str, anyio.Event] = {}

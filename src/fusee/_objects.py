@@ -23,6 +23,7 @@ import msgspec
 from fusee._client import Client, current_client
 from fusee._run import Run
 from fusee.actors.object_state import current_state, read_object
+from fusee.actors.ports import NobodyListens, StoredMessage
 from fusee.actors.registry import (
     DEFAULT_HANDLER_TIMEOUT,
     REGISTRY,
@@ -30,8 +31,6 @@ from fusee.actors.registry import (
     ObjectSpec,
     make_handler,
 )
-from fusee.adapters.jetstream.layout import StoredMsg
-from fusee.adapters.jetstream.store import NobodyListens
 from fusee.errors import (
     FuseeError,
     HandlerCancelled,
@@ -619,7 +618,7 @@ def _stamp(value: str | None) -> float | None:
         return None
 
 
-def _done_body(seq: int, msg: StoredMsg) -> dict[str, Any] | None:
+def _done_body(seq: int, msg: StoredMessage) -> dict[str, Any] | None:
     """The answer of invocation ``seq`` if ``msg`` is its ``obj.done`` (else None)."""
     if msg.headers.get("Fusee-Kind") != "obj.done":
         return None

@@ -16,8 +16,9 @@ from typing import Any
 import anyio
 
 from fusee._client import Client
-from fusee.adapters.jetstream.layout import StoredMsg
+from fusee.actors.ports import StoredMessage
 from fusee.errors import (
+    FuseeError,
     InvalidArgument,
     JournalGap,
     RunCancelled,
@@ -241,8 +242,11 @@ class Run:
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
             raise InvalidArgument(f"offset={offset!r}: a token index, an int >= 0")
         name = validate_name(name, "stream name")
+        tokens = self.engine.store.tokens
+        if tokens is None:
+            raise FuseeError(f"{self!r}: this engine's store keeps no token streams")
         # closed here, not by the garbage collector, when the caller stops early
-        async with contextlib.aclosing(self.engine.store.tokens.read(self.eid, name, offset)) as it:
+        async with contextlib.aclosing(tokens.read(self.eid, name, offset)) as it:
             async for event in it:
                 yield event
 
@@ -264,7 +268,7 @@ class Run:
                     yield event.text
 
 
-def _outcome_of(run_id: str, msg: StoredMsg) -> Any:
+def _outcome_of(run_id: str, msg: StoredMessage) -> Any:
     """The run's outcome if ``msg`` is its end record (else None; nothing decoded)."""
     if msg.headers.get("Fusee-Kind") not in ENDED:
         return None

@@ -18,6 +18,9 @@ PACKAGE = SRC / "fusee"
 
 RUNTIME_BANNED = ("anyio", "asyncio", "nats", "socket", "time", "random", "structlog")
 ACTORS_BANNED = ("nats", "asyncio", "fusee.adapters")
+# the handles and the narrow client they talk through: the store is a port to them
+HANDLES = ("_run.py", "_objects.py", "_client.py")
+HANDLES_BANNED = ("nats", "fusee.adapters", "fusee._engine")
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -77,6 +80,19 @@ def test_runtime_does_no_io() -> None:
 
 def test_actors_reach_nats_only_through_ports() -> None:
     assert violations("actors", ACTORS_BANNED) == {}
+
+
+def test_the_handles_reach_the_store_only_through_its_port() -> None:
+    # Run, ObjectKey and Replies use fusee.actors.ports.HandleStore, never NatsStore
+    found = {
+        name: sorted(
+            m
+            for m in imported_modules(PACKAGE / name)
+            if any(m == b or m.startswith(b + ".") for b in HANDLES_BANNED)
+        )
+        for name in HANDLES
+    }
+    assert found == {name: [] for name in HANDLES}
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fusee.actors.ports import RunStore
+from fusee.actors.ports import ObjectReads
 from fusee.errors import InvalidArgument, JournalGap
 from fusee.logs import get_logger
 from fusee.runtime.history import History
@@ -51,7 +51,7 @@ class ObjectSnapshot:
     last: ObjectDone | None = None
 
 
-async def read_object(store: RunStore, object_type: str, key: str) -> ObjectSnapshot:
+async def read_object(store: ObjectReads, object_type: str, key: str) -> ObjectSnapshot:
     """Read the object's projection and the journal from its record on.
 
     Raises:
@@ -91,7 +91,7 @@ async def read_object(store: RunStore, object_type: str, key: str) -> ObjectSnap
     return snap
 
 
-async def current_state(store: RunStore, object_type: str, key: str) -> State:
+async def current_state(store: ObjectReads, object_type: str, key: str) -> State:
     """The object's state after every ``obj.done`` in its journal: the KV projection,
     with the ``obj.done`` records after its tag folded in. The projection is written
     after the reply (in the background), so it may be behind what some caller was

@@ -2,19 +2,31 @@
 
 The actors never import nats or the adapter: they are handed an object that fits these
 (``fusee.adapters.jetstream.store.NatsStore``), and mypy checks that it does where the
-engine builds a worker.
+engine builds a worker. The handles (``Run``, ``ObjectKey``, the callers' ``Replies``)
+see the store through :class:`HandleStore`, exactly what they use, so they import
+neither; the in-memory store of the unit tests fits it and ``RunStore`` too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeAlias
 
+from fusee.errors import FuseeError
 from fusee.runtime.records import ValueRef
-from fusee.runtime.tokens import StoredState
+from fusee.runtime.tokens import StoredState, TokenEvent
 
 __all__ = (
     "Stored",
+    "StoredMessage",
+    "NobodyListens",
+    "ObjectReads",
+    "TokenReader",
+    "TokenStreams",
+    "EndWatch",
+    "HandleLayout",
+    "HandleStore",
     "RunStore",
     "TokenSink",
     "TokenWriterPort",
@@ -31,6 +43,17 @@ class Stored(Protocol):
     def seq(self) -> int: ...
     @property
     def data(self) -> bytes: ...
+
+
+class StoredMessage(Stored, Protocol):
+    """A stored message with its headers (``Fusee-Kind``, ``Nats-Time-Stamp``...)."""
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class NobodyListens(FuseeError):
+    """A core NATS request found no subscriber."""
 
 
 class TokenWriterPort(Protocol):
@@ -55,6 +78,33 @@ class TokenSink(Protocol):
     (``fusee.adapters.jetstream.tokens.TokenStore``)."""
 
     async def open(self, eid: str, name: str) -> TokenWriterPort: ...
+
+
+class TokenReader(Protocol):
+    """Where ``Run.stream_events`` reads a run's token streams
+    (``fusee.adapters.jetstream.tokens.TokenStore``)."""
+
+    def read(self, eid: str, name: str, offset: int = 0) -> AsyncGenerator[TokenEvent, None]:
+        """Every event of stream ``name`` of run ``eid`` from token index ``offset``, in
+        order, stored ones first, until the stream is over."""
+        ...
+
+
+class TokenStreams(TokenSink, TokenReader, Protocol):
+    """A namespace's token streams, written and read."""
+
+
+class ObjectReads(Protocol):
+    """What reading an object takes (``fusee.actors.object_state``): its KV projection
+    and its journal."""
+
+    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
+        """``(state JSON, journal sequence it was made at, KV revision)``, or None."""
+        ...
+
+    async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:
+        """Every record of the journal with a sequence above ``after``, in order."""
+        ...
 
 
 class RunStore(Protocol):
@@ -269,4 +319,118 @@ class ClusterStore(RunStore, Protocol):
         """``handler(partition, eid, msg)`` for every message stored in any run's inbox
         from now on, in stream order (``msg`` None for a timer's schedule, which is on a
         subject of its own)."""
+        ...
+
+
+class EndWatch(Protocol):
+    """The connection's watch on its journals' end records
+    (``fusee.adapters.jetstream.watch.JournalWatch``): ``watching`` yields a waiter to
+    hand back to ``next``."""
+
+    def watching(self, eid: str, kinds: Iterable[str]) -> AbstractAsyncContextManager[Any]:
+        """Be told of records of ``kinds`` stored in ``eid``'s journal from now on."""
+        ...
+
+    async def next(self, waiter: Any, timeout: float) -> tuple[Sequence[StoredMessage], bool]:
+        """Up to ``timeout`` seconds: ``(end records of the waiter's kinds, in order;
+        whether some may have been missed: read the journal again)``."""
+        ...
+
+
+class HandleLayout(Protocol):
+    """The core NATS subjects the handles talk on."""
+
+    def replies(self, token: str) -> str:
+        """The prefix of a connection's reply subjects (its callers wait on them)."""
+        ...
+
+    def shared_calls(self, object_type: str) -> str:
+        """Where workers answer shared handler calls of ``object_type`` (a queue group)."""
+        ...
+
+
+class HandleStore(ObjectReads, Protocol):
+    """What the handles use of the store (``Run``, ``ObjectKey``, ``Replies``), and
+    nothing more: a connection's store (``NatsStore``) fits it, and so does the unit
+    tests' in-memory one."""
+
+    @property
+    def layout(self) -> HandleLayout: ...
+
+    @property
+    def max_value(self) -> int:
+        """The largest value, in bytes of JSON, one record may carry (``RunStore``)."""
+        ...
+
+    @property
+    def tokens(self) -> TokenReader | None:
+        """The namespace's token streams; None: this store has none."""
+        ...
+
+    @property
+    def journal_watch(self) -> EndWatch: ...
+
+    async def read_journal(self, eid: str, after: int = 0) -> Sequence[StoredMessage]: ...
+
+    async def last_in_journal(self, eid: str) -> StoredMessage | None: ...
+
+    async def get_index(self, eid: str) -> bytes | None: ...
+
+    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+        """``(value, journal sequence, revision)`` (see ``RunStore``)."""
+        ...
+
+    async def owner_alive(self, partition: int) -> bool:
+        """Whether ``partition`` has an owner that answers its ping."""
+        ...
+
+    async def send_inbox(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
+    ) -> int:
+        """Store a message in ``eid``'s inbox; ``msg_id`` dedupes a resend."""
+        ...
+
+    async def send_inbox_once(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str
+    ) -> tuple[int, bool]:
+        """``send_inbox``, and whether the store took it for a duplicate of an earlier
+        message with ``msg_id`` (the sequence is then the earlier one's)."""
+        ...
+
+    async def send_unless_ended(
+        self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
+    ) -> int | None:
+        """``send_inbox`` unless run ``eid`` has ended (checked in the same write): None
+        and nothing stored when it had."""
+        ...
+
+    async def read_inbox(
+        self, partition: int, eid: str, after: int = 0, *, limit: int = 0
+    ) -> Sequence[StoredMessage]: ...
+
+    async def wake(self, partition: int, eid: str) -> None:
+        """Hint the partition's owner that the actor has news (may be lost)."""
+        ...
+
+    async def ensure_active(self, partition: int, eid: str) -> None:
+        """Make sure the actor has an active marker (not an idle one), then hint its owner."""
+        ...
+
+    async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None:
+        """The JSON object the actor's active marker holds, or None without a marker."""
+        ...
+
+    async def subscribe_core(
+        self, subject: str, handler: CoreHandler, *, queue: str = ""
+    ) -> Callable[[], Awaitable[None]]:
+        """Subscribe ``handler`` to ``subject`` (see ``ClusterStore``); returns the
+        unsubscribe."""
+        ...
+
+    async def request_core(self, subject: str, data: bytes, timeout: float) -> bytes | None:
+        """Request/reply on core NATS: the reply, or None when none came in time.
+
+        Raises:
+            NobodyListens: no subscriber at all.
+        """
         ...

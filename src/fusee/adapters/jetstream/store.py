@@ -33,6 +33,7 @@ from nats.js.api import (
 )
 from nats.js.kv import KeyValue
 
+from fusee.actors.ports import NobodyListens
 from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, publish_batch
 from fusee.adapters.jetstream.direct import (
     CLIENT_PATIENCE,
@@ -135,10 +136,6 @@ def journal_stream_config(layout: Layout, replicas: int) -> StreamConfig:
         deny_purge=False,
         duplicate_window=120.0,
     )
-
-
-class NobodyListens(FuseeError):
-    """A core NATS request found no subscriber."""
 
 
 class NatsStore:
