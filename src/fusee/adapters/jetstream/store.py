@@ -611,8 +611,7 @@ class NatsStore:
         once, where it resumes after) and anything at or below the stream's last
         sequence read before the subscription (the floor) is dropped, not handed."""
         prefix = f"{self.layout.namespace}.in."
-        with lost_on_transient("reading the journal stream's last sequence"):
-            info = await retrying(self.js.stream_info, self.layout.stream)
+        info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
         floor = info.state.last_seq
 
         async def on_msg(msg: Msg) -> None:
