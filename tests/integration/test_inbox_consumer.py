@@ -44,7 +44,7 @@ async def test_a_reset_consumer_that_delivered_nothing_hands_nothing_old_again(
 ) -> None:
     body = encode_message(Cancel(reason="old"))
     for i in range(20):  # inbox messages stored before the worker subscribed
-        await store.send_inbox(i % 4, f"old-{i}", "cancel", body)
+        last_old = await store.send_inbox(i % 4, f"old-{i}", "cancel", body)
     handed: list[str] = []
     new_one = anyio.Event()
 
@@ -57,8 +57,18 @@ async def test_a_reset_consumer_that_delivered_nothing_hands_nothing_old_again(
     unsubscribe = await store.subscribe_inbox(on_inbox, heartbeat=0.2)
     try:
         (made,) = (await _consumers(store)) - before
+        # its first delivery, the last inbox message stored (dropped: it is old); the
+        # server's answer comes after it on the connection, so nats-py has read it
+        with anyio.fail_after(10):
+            while (
+                await store.js.consumer_info(store.layout.stream, made)
+            ).delivered.stream_seq < last_old:
+                await anyio.sleep(0.01)
         await store.js.delete_consumer(store.layout.stream, made)  # its heartbeats stop
         await _other_consumer(store, made)
+        (remade,) = (await _consumers(store)) - before - {made}
+        config = (await store.js.consumer_info(store.layout.stream, remade)).config
+        assert config.opt_start_seq == last_old + 1  # not 1: nothing old on the wire either
         await store.send_inbox(0, "new", "cancel", body)
         with anyio.fail_after(10):
             await new_one.wait()  # in stream order: whatever it hands again came first
