@@ -329,6 +329,7 @@ class _LineWriter:
         self._lock = threading.RLock()
         self._depth = 0
         self._nested: list[str | _Entry] = []  # lines so logged, written after it
+        self._urgent = False  # one of them is a warning or above: write when the call returns
         self._waiting: list[str | _Entry] = []  # (a string: an entry rendered when logged)
         self._loop: asyncio.AbstractEventLoop | None = None  # where the write is scheduled
         _WRITERS.add(self)
@@ -338,6 +339,7 @@ class _LineWriter:
             with self._lock:
                 if self._depth:  # logged by a value's __repr__ while this thread renders
                     self._nested.append(message)
+                    self._urgent = True
                     return
                 self._write(message + "\n")
             return
@@ -351,8 +353,11 @@ class _LineWriter:
             if self._depth:
                 # A value's __repr__ logs while this thread renders a line (the lock is
                 # re-entrant: a plain lock waited for itself here for ever). The line
-                # comes right after the one being rendered, rendered then.
+                # comes right after the one being rendered, rendered then; a warning
+                # is written when the outer call returns.
                 self._nested.append(message)
+                if message[1] not in _SOON:
+                    self._urgent = True
                 return
             if plain:
                 self._waiting.append(message)
@@ -360,7 +365,7 @@ class _LineWriter:
                 lines: list[str] = []
                 self._render_into(message, lines)
                 self._waiting.extend(lines)
-            if loop is not None and message[1] in _SOON:
+            if loop is not None and message[1] in _SOON and not self._urgent:
                 if self._loop is loop:
                     return  # its write is scheduled
                 if self._loop is None or not self._loop.is_running():
@@ -392,7 +397,7 @@ class _LineWriter:
             pass
 
     def _write_waiting(self) -> None:
-        self._loop = None
+        self._loop, self._urgent = None, False
         if not self._waiting:
             return
         entries, self._waiting = self._waiting, []
@@ -400,6 +405,7 @@ class _LineWriter:
         for entry in entries:
             self._render_into(entry, lines)
         self._write("".join([line + "\n" for line in lines]))
+        self._urgent = False
 
     def _render_into(self, entry: str | _Entry, lines: list[str]) -> None:
         """Append ``entry`` rendered to ``lines``, then the lines its values' ``__repr__``
@@ -432,6 +438,7 @@ class _LineWriter:
         self._lock = threading.RLock()
         self._depth = 0
         self._nested = []
+        self._urgent = False
         self._waiting = []
         self._loop = None
 

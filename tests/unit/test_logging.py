@@ -275,7 +275,7 @@ def test_a_value_whose_repr_logs_is_written_before_the_line_its_repr_logs() -> N
     # lock for ever (at log time for a call's value, at the write for a bound one). In
     # a process of its own, so a deadlock fails the test instead of hanging the suite.
     program = """if True:
-        import asyncio
+        import asyncio, sys
         import structlog
         from fusee.logs import configure_logging, get_logger
         configure_logging("json", "info")
@@ -298,6 +298,7 @@ def test_a_value_whose_repr_logs_is_written_before_the_line_its_repr_logs() -> N
             with structlog.contextvars.bound_contextvars(bound=Loud("b")):
                 log.info("a.bound.value")  # rendered two turns later
             log.info("a.warning.inside", value=Loud("c", "warning"))
+            sys.stderr.write('{"event": "returned"}\\n')  # the warning is out by now
             log.warning("a.warning", value=Loud("d"))
             await asyncio.sleep(0)
             await asyncio.sleep(0)
@@ -323,12 +324,14 @@ def test_a_value_whose_repr_logs_is_written_before_the_line_its_repr_logs() -> N
         "repr.b",
         "a.warning.inside",
         "repr.c",
+        "returned",
         "a.warning",
         "repr.d",
         "itself",
     ]
     assert lines[0]["value"] == "Loud(a)"
     assert lines[2]["bound"] == "Loud(b)"
+    assert lines[5]["level"] == "warning"
     # a line logged by a repr while rendering one so logged, and so on: a few deep, then
     # one line saying so, and it ends
     itself = events[nested:-2]
