@@ -847,9 +847,9 @@ class NatsStore:
         run's, a note, a run of an older fusee), with its KV revision for the next
         compare-and-set. A delete marker has an empty value; an entry without the
         journal tag (written by an older fusee) has sequence 0."""
-        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
-        if msg is not None and msg.data:
-            return msg.data, _journal_seq(msg.headers), 0
+        final = await self.get_final_entry(eid)
+        if final is not None:
+            return final[0], final[1], 0
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             raw = await retrying(
@@ -861,6 +861,14 @@ class NatsStore:
         if headers.get("KV-Operation") in ("DEL", "PURGE"):
             return b"", 0, raw.seq or 0
         return raw.data or b"", _journal_seq(headers), raw.seq or 0
+
+    async def get_final_entry(self, eid: str) -> tuple[bytes, int] | None:
+        """An ended run's final entry (``Layout.index_entry``, in the journal stream):
+        ``(value, journal sequence)``, or None; the ``<ns>_runs`` bucket is not read."""
+        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
+        if msg is not None and msg.data:
+            return msg.data, _journal_seq(msg.headers)
+        return None
 
     async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
         """Write the run's index entry in the ``<ns>_runs`` bucket, compare-and-set on
