@@ -5,6 +5,11 @@ the waits: the same for objects). The actor stays in memory between steps (no re
 per step). It is evicted, and replayed from its journal when it resumes, when its
 worker gives it up, when it is fenced out, and after every step in
 ``FUSEE_ALWAYS_REPLAY=1`` mode.
+
+What an activation does, and what follows the workflow's end, is decided by the pure
+:class:`~fusee.runtime.run_life.RunLife`: this driver performs its commands (the reads,
+the commits, running the code with its inbox watched, the compensations, the notices,
+the index entry, the markers, the log lines) and feeds back what came of each.
 """
 
 from __future__ import annotations

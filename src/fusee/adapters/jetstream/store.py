@@ -165,6 +165,11 @@ class NatsStore:
         # bucket, read at connect) and the base of callback URLs
         self.completion_secret = b""
         self.callback_base_url = "http://127.0.0.1:8000"
+        # the actors with a marker in the work bucket, per partition, as the last
+        # listing of it found them, with those written here since: a run's end reads
+        # that bucket for a marker to purge only when one may be there (see
+        # _clear_old_marker)
+        self._work_listed: dict[int, set[str]] = {}
 
     @classmethod
     async def connect(
@@ -790,6 +795,7 @@ class NatsStore:
     async def note_active(self, partition: int, eid: str, note: bytes) -> None:
         """Put ``note`` (a JSON object: why no worker runs the actor now, or ``{}``) as
         the actor's active marker: it stays active, and ``objects show`` reads it."""
+        self._in_work(partition, eid)
         with lost_on_transient("writing a note in an active marker"):
             await retrying(self.work.put, Layout.active_key(partition, eid), note)
 
@@ -830,6 +836,7 @@ class NatsStore:
         """Replace the actor's active marker with an idle one that the server removes
         after ``ttl`` seconds (a per-message TTL): until then a new owner still looks
         at the actor, in case something came just as it went idle."""
+        self._in_work(partition, eid)
         subject = f"$KV.{self.layout.work_bucket}.{Layout.active_key(partition, eid)}"
         await retrying(self._publish_ttl, subject, IDLE_MARKER, ttl)
 
@@ -925,6 +932,7 @@ class NatsStore:
         return list(out.items())
 
     async def mark_active(self, partition: int, eid: str) -> None:
+        self._in_work(partition, eid)
         await retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
         await self.wake(partition, eid)
 
@@ -980,7 +988,22 @@ class NatsStore:
         headers = {KIND: UNMARKED_KIND, ROLLUP: "sub", TTL: "1"}
         return self.layout.marker(partition, eid), b"", headers
 
+    def _in_work(self, partition: int, eid: str) -> None:
+        """A marker of ``eid`` is written in the work bucket (before it is: a listing
+        that answers meanwhile may not hold it)."""
+        listed = self._work_listed.get(partition)
+        if listed is not None:
+            listed.add(eid)
+
     async def _clear_old_marker(self, partition: int, eid: str) -> None:
+        """Purge a run's marker in the work bucket (an older fusee's, a crash or an
+        unserved note), if there is one. Not read when the last listing of the
+        partition found none and none was written here since (every end would read it
+        else): one another process wrote after that listing stays until the next lists
+        it, whose activation of the ended run reads it and purges it."""
+        listed = self._work_listed.get(partition)
+        if listed is not None and eid not in listed:
+            return
         key = Layout.active_key(partition, eid)
         try:
             with lost_on_transient("reading an active marker"):
@@ -1023,10 +1046,13 @@ class NatsStore:
                 self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
             )
         out: dict[tuple[int, str], None] = {}
+        in_work: dict[int, set[str]] = {p: set() for p in partitions}
         for subject in info.state.subjects or {}:
             part, _, eid = subject[len(prefix) :].partition(".")
             if part.isdigit() and int(part) in partitions:
                 out[int(part), eid] = None
+                in_work[int(part)].add(eid)
+        self._work_listed.update(in_work)
         for p, eid in await self._marker_subjects():
             if p in partitions:
                 out[p, eid] = None
