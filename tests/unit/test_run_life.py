@@ -44,24 +44,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fusee.runtime import run_life
+from fusee.runtime import life_events, run_life
 from fusee.runtime.history import History
 from fusee.runtime.index import RunInfo, encode_info
-from fusee.runtime.records import (
-    TERMINAL,
-    AnyRecord,
-    RunCancelled,
-    RunCompleted,
-    RunContinued,
-    RunFailed,
-    RunPaused,
-    RunStarted,
-    StepCompleted,
-    WaitDone,
-    WaitStarted,
-    encode_record,
-)
-from fusee.runtime.run_life import (
+from fusee.runtime.life_events import (
     Broken,
     CancelChildren,
     CancelRead,
@@ -90,13 +76,26 @@ from fusee.runtime.run_life import (
     Reraise,
     Returned,
     RunCompensations,
-    RunLife,
     Stopped,
     StopWatch,
     Unmark,
     WatchStopped,
-    live_children,
 )
+from fusee.runtime.records import (
+    TERMINAL,
+    AnyRecord,
+    RunCancelled,
+    RunCompleted,
+    RunContinued,
+    RunFailed,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    WaitDone,
+    WaitStarted,
+    encode_record,
+)
+from fusee.runtime.run_life import RunLife, live_children
 from tests.machines import machine_settings
 
 RUN = "r"
@@ -646,4 +645,5 @@ def test_the_machine_finds_each_defect_put_back(mutant: str) -> None:
 
 
 def test_the_module_names_what_it_exports() -> None:
-    assert set(run_life.__all__) <= set(dir(run_life))
+    for module in (run_life, life_events):
+        assert set(module.__all__) <= set(dir(module))

@@ -31,7 +31,7 @@ from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value, encode_value
 from fusee.runtime.history import History, Replayer
 from fusee.runtime.inbox import Cancel, Invoke, Unknown
-from fusee.runtime.run_life import (
+from fusee.runtime.life_events import (
     Broken,
     CancelChildren,
     CancelRead,
@@ -61,12 +61,12 @@ from fusee.runtime.run_life import (
     Reraise,
     Returned,
     RunCompensations,
-    RunLife,
     Stopped,
     StopWatch,
     Unmark,
     WatchStopped,
 )
+from fusee.runtime.run_life import RunLife
 
 __all__ = ("RunActor", "Outcome")
 
@@ -121,8 +121,9 @@ class RunActor:
         if failed:
             raise failed[0]
         started = history.started
-        registered = started is None or self.registry.get(started.workflow) is not None
-        return Loaded(history, cancel[0], registered, tuple(self.registry.names()))
+        if started is None or self.registry.get(started.workflow) is not None:
+            return Loaded(history, cancel[0])
+        return Loaded(history, cancel[0], registered=False, workflows=tuple(self.registry.names()))
 
     async def run(self) -> Outcome:
         """Activate, execute until the run ends or parks, and say how it left. What to

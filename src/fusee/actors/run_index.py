@@ -15,7 +15,7 @@ from fusee.actors.ports import RunStore
 from fusee.errors import FuseeError
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import RunInfo, decode_info, encode_info, supersedes
-from fusee.runtime.run_life import IndexEntry
+from fusee.runtime.life_events import IndexEntry
 
 __all__ = ("project_index", "MAX_REFUSALS", "UNREAD")
 

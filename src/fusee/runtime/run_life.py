@@ -21,21 +21,57 @@ machine answers with the next commands:
   :class:`NotifyParent`; and the last: :class:`Finish` (how the activation left) or
   :class:`Reraise` (the exception the driver caught leaves the actor).
 
-A cancel read while the code runs is fed as :class:`CancelRead` at any time.
+A cancel read while the code runs is fed as :class:`CancelRead` at any time. The
+commands and events are in :mod:`fusee.runtime.life_events`.
 ``tests/unit/test_run_life.py`` drives this with every order and combination of its
 events; ``tests/unit/test_life_machine.py`` runs the whole driver over a store that dies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal
 
 import msgspec
 
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History
-from fusee.runtime.index import RunInfo, decode_info, info_from_history
+from fusee.runtime.index import decode_info, info_from_history
+from fusee.runtime.life_events import (
+    Broken,
+    CancelChildren,
+    CancelRead,
+    ClearUnstarted,
+    CodeEnded,
+    Command,
+    Commit,
+    Committed,
+    CompensationsRan,
+    Continued,
+    Event,
+    EvictedOut,
+    Execute,
+    Finish,
+    Flush,
+    IndexEntry,
+    IndexRead,
+    Left,
+    Load,
+    Loaded,
+    LoadFailed,
+    Log,
+    NotifyParent,
+    ParkedOut,
+    Project,
+    Raised,
+    ReadIndex,
+    Reraise,
+    Returned,
+    RunCompensations,
+    Stopped,
+    StopWatch,
+    Unmark,
+    WatchStopped,
+)
 from fusee.runtime.records import (
     AnyRecord,
     RunCancelled,
@@ -45,53 +81,7 @@ from fusee.runtime.records import (
     RunPaused,
 )
 
-__all__ = (
-    "RunLife",
-    "Left",
-    "IndexEntry",
-    "live_children",
-    # commands
-    "Command",
-    "Load",
-    "ReadIndex",
-    "ClearUnstarted",
-    "Unmark",
-    "Project",
-    "Log",
-    "Execute",
-    "Commit",
-    "StopWatch",
-    "RunCompensations",
-    "Flush",
-    "CancelChildren",
-    "NotifyParent",
-    "Finish",
-    "Reraise",
-    # events
-    "Event",
-    "Loaded",
-    "LoadFailed",
-    "IndexRead",
-    "Returned",
-    "Continued",
-    "Raised",
-    "Broken",
-    "Stopped",
-    "CodeEnded",
-    "ParkedOut",
-    "EvictedOut",
-    "Committed",
-    "WatchStopped",
-    "CompensationsRan",
-    "CompensationsBroken",
-    "CancelRead",
-)
-
-Left: TypeAlias = Literal["ended", "paused", "unrunnable", "parked"]
-"""How an activation of a run left (a generation that continued goes on in it)."""
-
-IndexEntry: TypeAlias = tuple[bytes, int, int]
-"""A run's index entry as stored: ``(value, journal sequence, revision)``."""
+__all__ = ("RunLife", "live_children", "END_STATUS")
 
 
 def live_children(history: History) -> list[str]:
@@ -102,247 +92,6 @@ def live_children(history: History) -> list[str]:
         if w.wait == "child" and not history.is_resolved(pos)
     ]
 
-
-# -- commands ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Load:
-    """Read the journal and the inbox (together); answer :class:`Loaded` or
-    :class:`LoadFailed`."""
-
-
-@dataclass(frozen=True)
-class ReadIndex:
-    """Read the run's index entry; answer :class:`IndexRead`."""
-
-
-@dataclass(frozen=True)
-class ClearUnstarted:
-    """Remove the active marker of a run with no journal, unless it started meanwhile."""
-
-
-@dataclass(frozen=True)
-class Unmark:
-    """Remove the run's active marker."""
-
-
-@dataclass(frozen=True)
-class Project:
-    """Write the run's index entry ``info`` (compared with what the index holds, never
-    going back). ``unmark``: the run leaves the active runs here, its marker goes too.
-    ``journal_seq``: the journal record it was made from (None: the last one read or
-    written). ``known``: what the index holds is known, ``current`` (None: nothing to
-    compare with, as for an end that just landed), and need not be read first."""
-
-    info: RunInfo
-    unmark: bool = False
-    journal_seq: int | None = None
-    known: bool = False
-    current: IndexEntry | None = None
-
-
-@dataclass(frozen=True)
-class Log:
-    level: Literal["info", "warning", "error"]
-    event: str
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Execute:
-    """Run the workflow's code, watching its inbox for a cancel. ``cancelled``: a cancel
-    was read already; the code is replayed to where it stopped (its compensations are
-    found so), not run on."""
-
-    cancelled: bool
-
-
-@dataclass(frozen=True)
-class Commit:
-    """Journal ``record``; answer :class:`Committed` (a fenced commit raises out)."""
-
-    record: AnyRecord
-
-
-@dataclass(frozen=True)
-class StopWatch:
-    """Stop watching the inbox (the code's scope is closed); answer :class:`WatchStopped`."""
-
-
-@dataclass(frozen=True)
-class RunCompensations:
-    """Run the compensations the code registered; answer :class:`CompensationsRan` or
-    :class:`CompensationsBroken`."""
-
-
-@dataclass(frozen=True)
-class Flush:
-    """Journal the waits' ends that ride on the next record (a message to another inbox
-    follows)."""
-
-
-@dataclass(frozen=True)
-class CancelChildren:
-    """Cancel the children the run started and has not seen end (those not ended)."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class NotifyParent:
-    """Tell the parent of this ended child how it ended (no parent: nothing)."""
-
-
-@dataclass(frozen=True)
-class Finish:
-    """The activation leaves: ``outcome``."""
-
-    outcome: Left
-
-
-@dataclass(frozen=True)
-class Reraise:
-    """The exception the driver caught (an eviction outside the forced-replay mode)
-    leaves the actor."""
-
-
-Command: TypeAlias = (
-    Load
-    | ReadIndex
-    | ClearUnstarted
-    | Unmark
-    | Project
-    | Log
-    | Execute
-    | Commit
-    | StopWatch
-    | RunCompensations
-    | Flush
-    | CancelChildren
-    | NotifyParent
-    | Finish
-    | Reraise
-)
-
-# -- events -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """The journal read (``history``) and the inbox: ``cancel``, the reason of the first
-    cancel in it (None: none). ``registered``: this worker has the run's workflow;
-    ``workflows``: the names it has (for the reason it cannot run)."""
-
-    history: History
-    cancel: str | None = None
-    registered: bool = True
-    workflows: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class LoadFailed:
-    """The journal's chain is broken (``reason``); ``history``: what was read before."""
-
-    history: History
-    reason: str
-
-
-@dataclass(frozen=True)
-class IndexRead:
-    entry: IndexEntry | None
-
-
-@dataclass(frozen=True)
-class Returned:
-    """The workflow returned ``result`` (encoded)."""
-
-    result: bytes
-
-
-@dataclass(frozen=True)
-class Continued:
-    """The workflow returned ``ctx.continue_as_new`` with ``input`` (encoded)."""
-
-    input: bytes
-
-
-@dataclass(frozen=True)
-class Raised:
-    """The workflow raised: its own error, journaled."""
-
-    error_type: str
-    message: str
-    step: str | None = None
-
-
-@dataclass(frozen=True)
-class Broken:
-    """The code no longer matches its journal, or the journal cannot be read back."""
-
-    reason: str
-
-
-@dataclass(frozen=True)
-class Stopped:
-    """The code's scope was cancelled: by a cancel, or by the run's timeout."""
-
-
-CodeEnded: TypeAlias = Returned | Continued | Raised | Broken | Stopped
-
-
-@dataclass(frozen=True)
-class ParkedOut:
-    """The code left memory to wait (``Parked``)."""
-
-
-@dataclass(frozen=True)
-class EvictedOut:
-    """The code was evicted at a step boundary (``Evicted``)."""
-
-
-@dataclass(frozen=True)
-class Committed:
-    pass
-
-
-@dataclass(frozen=True)
-class WatchStopped:
-    pass
-
-
-@dataclass(frozen=True)
-class CompensationsRan:
-    """``failed``: ``(step, "ErrorType: message")`` of those that failed for good."""
-
-    failed: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class CompensationsBroken:
-    reason: str
-
-
-@dataclass(frozen=True)
-class CancelRead:
-    """The inbox watch read a cancel (``reason``) while the code ran."""
-
-    reason: str
-
-
-Event: TypeAlias = (
-    Loaded
-    | LoadFailed
-    | IndexRead
-    | CodeEnded
-    | ParkedOut
-    | EvictedOut
-    | Committed
-    | WatchStopped
-    | CompensationsRan
-    | CompensationsBroken
-    | CancelRead
-)
 
 END_STATUS: dict[type, str] = {
     RunCompleted: "completed",
