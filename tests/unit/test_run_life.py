@@ -99,6 +99,7 @@ from fusee.runtime.run_life import RunLife, live_children
 from tests.machines import machine_settings
 
 RUN = "r"
+NOW = 10.0  # the time every event comes at
 ASKING = (Load, ReadIndex, Execute, Commit, StopWatch, RunCompensations)
 
 
@@ -222,7 +223,7 @@ class Driver:
                     act.outcome = "reraised"
                     return act
                 act.trace.append(event)
-                commands = life.feed(event, 10.0)
+                commands = life.feed(event, NOW)
         except Died:
             act.outcome = "died"
             return act
@@ -281,7 +282,7 @@ class Driver:
             self.read = len(self.world.inbox)
             event = CancelRead(self.world.inbox[-1])
             self.act.trace.append(event)
-            for cmd in self.life.feed(event, 10.0):
+            for cmd in self.life.feed(event, NOW):
                 assert isinstance(cmd, Log), cmd
                 self.act.trace.append(cmd)
 
@@ -377,6 +378,9 @@ def check_activation(world: World, act: Activation) -> None:
             assert not history.ended, "an ended run executed"
             assert history.paused is None, "a paused run executed"
             assert item.cancelled == (cancel is not None), (item, cancel)
+            timeout = history.started.timeout  # (the first generation's start, and its time)
+            left = None if timeout is None else history.started.started_at + timeout - NOW
+            assert item.remaining == left, item
             executed = True
         elif isinstance(item, Returned | Raised | Broken | Stopped | Continued):
             code_end = item

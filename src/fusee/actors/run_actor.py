@@ -202,10 +202,7 @@ class RunActor:
         assert wf is not None
         replayer = Replayer(self.core.history)
         ctx = self._ctx = Context(self.core, replayer)
-        deadline = None
-        if started.timeout is not None:
-            remaining = started.started_at + started.timeout - self.core.clock()
-            deadline = anyio.current_time() + max(0.0, remaining)
+        deadline = None if cmd.remaining is None else anyio.current_time() + cmd.remaining
         escaped: BaseException | None = None
         async with anyio.create_task_group() as watch:
             # A cancel in the run's inbox cancels the workflow where it is; the running

@@ -106,9 +106,11 @@ class Log:
 class Execute:
     """Run the workflow's code, watching its inbox for a cancel. ``cancelled``: a cancel
     was read already; the code is replayed to where it stopped (its compensations are
-    found so), not run on."""
+    found so), not run on. ``remaining``: seconds left of the run's timeout (None: it
+    has none), after which its code is stopped."""
 
     cancelled: bool
+    remaining: float | None = None
 
 
 @dataclass(frozen=True)

@@ -248,7 +248,10 @@ class RunLife:
             )
         self._phase = "code"
         self._record = self._paused = None
-        return [*out, Execute(cancelled=self.cancel_reason is not None)]
+        remaining = None
+        if started.timeout is not None:
+            remaining = max(0.0, started.started_at + started.timeout - now)
+        return [*out, Execute(cancelled=self.cancel_reason is not None, remaining=remaining)]
 
     def _index_read(self, entry: IndexEntry | None, now: float) -> list[Command]:
         if entry is None or not entry[0]:
