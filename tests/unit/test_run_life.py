@@ -278,7 +278,10 @@ class Driver:
     def cancel_now(self) -> None:
         """A client may cancel the run now (while its code runs)."""
         if self.draw(st.booleans(), "a cancel comes"):
-            self.world.inbox.append(f"cancel {len(self.world.inbox)}")
+            # (one without a reason ends the run "cancelled")
+            self.world.inbox.append(
+                self.draw(st.sampled_from([f"cancel {len(self.world.inbox)}", ""]), "why")
+            )
             self.read = len(self.world.inbox)
             event = CancelRead(self.world.inbox[-1])
             self.act.trace.append(event)
@@ -353,8 +356,8 @@ def check_activation(world: World, act: Activation) -> None:
             found = history = next(loads)
         if isinstance(item, Loaded):
             loaded, executed, code_end, compensated, stopped_watch = item, False, None, False, False
-            if cancel is None:
-                cancel = item.cancel
+            if cancel is None and item.cancel is not None:
+                cancel = item.cancel or "cancelled"
             if history.started is None or history.ended or history.paused is not None:
                 said = [c for c in trace[i:] if isinstance(c, Log) and c.event == "run.cancelling"]
                 assert not said, "an ended, paused or unstarted run said it is being cancelled"
@@ -370,7 +373,7 @@ def check_activation(world: World, act: Activation) -> None:
                 assert project.info.ended
                 assert not project.known
         elif isinstance(item, CancelRead) and cancel is None:
-            cancel = item.reason
+            cancel = item.reason or "cancelled"
         elif isinstance(item, Execute):
             assert loaded is not None
             history = found
@@ -420,7 +423,7 @@ def check_activation(world: World, act: Activation) -> None:
             else:
                 assert loaded is not None
                 assert not loaded.registered, f"{record} with no code run"
-                assert record == RunCancelled(reason=cancel or ""), record
+                assert record == RunCancelled(reason=cancel or "?"), record
         elif isinstance(item, Committed):
             before = next(c for c in reversed(trace[:i]) if isinstance(c, Commit))
             if isinstance(before.record, TERMINAL):

@@ -282,12 +282,12 @@ class RunActor:
 
     async def _sort_inbox(self) -> str | None:
         """Read the inbox: its messages for the waits are kept; the reason of the first
-        cancel in it (None: none)."""
+        cancel in it, as sent ("": none given; None: no cancel)."""
         cancel: str | None = None
         for seq, msg in await self.core.inbox_messages():
             if isinstance(msg, Cancel):
                 if cancel is None:
-                    cancel = msg.reason or "cancelled"
+                    cancel = msg.reason or ""
             elif not isinstance(msg, Unknown | Invoke):
                 self.core.keep(seq, msg)
         return cancel

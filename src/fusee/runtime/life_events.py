@@ -186,7 +186,7 @@ Command: TypeAlias = (
 @dataclass(frozen=True)
 class Loaded:
     """The journal read (``history``) and the inbox: ``cancel``, the reason of the first
-    cancel in it (None: none). ``registered``: this worker has the run's workflow;
+    cancel in it ("": it gives none; None: no cancel). ``registered``: this worker has the run's workflow;
     ``workflows``: the names it has (for the reason it cannot run)."""
 
     history: History
@@ -280,7 +280,7 @@ class CompensationsBroken:
 
 @dataclass(frozen=True)
 class CancelRead:
-    """The inbox watch read a cancel (``reason``) while the code ran."""
+    """The inbox watch read a cancel (``reason``; "": it gives none) while the code ran."""
 
     reason: str
 
