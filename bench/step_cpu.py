@@ -64,6 +64,9 @@ class MemoryJournal:
     async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
         return None
 
+    async def get_final_entry(self, eid: str) -> tuple[bytes, int] | None:
+        return None
+
     async def get_index(self, eid: str) -> bytes | None:
         return None
 

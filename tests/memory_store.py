@@ -194,6 +194,10 @@ class MemoryStore:
     async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
         return self.index_entry(eid)
 
+    async def get_final_entry(self, eid: str) -> tuple[bytes, int] | None:
+        final = self.ended.get(eid)
+        return final if final is not None and final[0] else None
+
     async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
         current = self.index.get(eid)
         if (current[2] if current else 0) != last:

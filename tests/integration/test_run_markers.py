@@ -187,3 +187,36 @@ async def test_a_marker_removed_for_want_of_a_journal_stays_when_the_run_started
     await store.mark_run_active(0, other, b"{}")  # a marker whose start never landed
     await store.clear_unstarted(0, other)
     await wait_until(lambda: _gone(engine, other), timeout=5, what="the lone marker to go")
+
+
+async def test_an_older_fusee_s_marker_written_after_the_listing_goes_too(
+    engine: fusee.Engine,
+) -> None:
+    """A run's end reads the work bucket for a marker there (an older fusee's, a note)
+    only when its partition's last listing found one or this store wrote one since.
+    One another process writes after that listing (here past the store, on the bucket
+    itself) may outlive the end: the next listing finds it and activates the ended
+    run, which purges it. Either way it goes."""
+    store, run_id = engine.store, "m-late-old"
+    eid, p = escape(run_id), partition_of(run_id, engine.partitions)
+    key = f"active.{p}.{eid}"
+
+    async def purged() -> bool:
+        try:
+            entry = await store.work.get(key)
+        except nats.js.errors.KeyNotFoundError:
+            return True
+        return not entry.value
+
+    async with engine.worker() as worker:
+        run = await engine.start(wait, run_id)
+
+        async def parked() -> bool:
+            return eid in worker.parked
+
+        await wait_until(parked, timeout=20, what="the run to park")
+        await store.list_active({p})  # the partition's listing: no marker in the bucket
+        await store.work.put(key, b"{}")  # then another process writes one
+        assert await run.signal("go", 5)
+        assert await run.result(timeout=20) == 5
+        await wait_until(purged, timeout=30, what="the bucket's marker to be purged")

@@ -172,3 +172,48 @@ async def _settled(engine: fusee.Engine, run_id: str) -> bool:
     eid = escape(run_id)
     active = await engine.store.list_active(set(range(engine.partitions)))
     return all(e != eid for _, e in active)
+
+
+async def test_a_run_s_end_reads_no_index_entry_and_no_old_marker(engine: fusee.Engine) -> None:
+    """The end that just landed is the journal's last record: no index entry can say
+    more, so its final entry is written without reading the index (before: the
+    stream's final entry, then the ``<ns>_runs`` bucket's), and the work bucket is not
+    read for an older fusee's marker when the partition's last listing found none
+    (before: one read per end). A run that parks still reads its entry to compare."""
+    ns, store = engine.namespace, engine.store
+    eid = escape("wpr-reads")
+    index_subjects = {store.layout.index_entry(eid), f"$KV.{ns}_runs.{eid}"}
+    reads: list[str] = []
+    real_last, real_get = store.js.get_last_msg, store.work.get
+
+    async def get_last_msg(stream: str, subject: str, *args: Any, **kwargs: Any) -> Any:
+        if subject in index_subjects:
+            reads.append(subject)
+        return await real_last(stream, subject, *args, **kwargs)
+
+    async def work_get(key: str, *args: Any, **kwargs: Any) -> Any:
+        if key.endswith(f".{eid}"):
+            reads.append(key)
+        return await real_get(key, *args, **kwargs)
+
+    async def ended() -> bool:  # (read past the patches)
+        try:
+            msg = await real_last(store.layout.stream, store.layout.index_entry(eid), direct=True)
+        except nats.js.errors.NotFoundError:
+            return False
+        active = await store.list_active(set(range(engine.partitions)))
+        return bool(msg.data) and all(e != eid for _, e in active)
+
+    async with engine.worker():
+        await (await engine.start(three_steps, "wpr-reads-warm")).result(timeout=30)
+        await wait_until(
+            lambda: _settled(engine, "wpr-reads-warm"), timeout=10, what="the warm-up to settle"
+        )
+        store.js.get_last_msg, store.work.get = get_last_msg, work_get  # type: ignore[method-assign,assignment]
+        try:
+            run = await engine.start(three_steps, "wpr-reads")
+            assert await run.result(timeout=30) == 3
+            await wait_until(ended, timeout=10, what="the run's end to be indexed")
+        finally:
+            store.js.get_last_msg, store.work.get = real_last, real_get  # type: ignore[method-assign]
+    assert reads == [], reads

@@ -29,6 +29,7 @@ from fusee.runtime.records import (
     WaitDone,
     decode_record,
 )
+from fusee.runtime.run_life import live_children
 
 __all__ = (
     "run_child",
@@ -204,15 +205,6 @@ async def notify_parent(store: RunStore, partitions: int | None, history: Histor
     body = child_message(history.run_id, end)
     await store.send_inbox(pp, peid, "child", body, msg_id=f"{peid}:child:{escape(history.run_id)}")
     await store.wake(pp, peid)
-
-
-def live_children(history: History) -> list[str]:
-    """The IDs of the children the run started and has not seen end."""
-    return [
-        w.name
-        for pos, w in sorted(history.waits.items())
-        if w.wait == "child" and not history.is_resolved(pos)
-    ]
 
 
 async def cancel_children(

@@ -153,6 +153,11 @@ class RunStore(Protocol):
         revision ``put_index`` compares with."""
         ...
 
+    async def get_final_entry(self, eid: str) -> tuple[bytes, int] | None:
+        """An ended run's final entry alone (written by ``end_run``): ``(value, journal
+        sequence)``, or None (the bucket is not read)."""
+        ...
+
     async def put_index(
         self, eid: str, value: bytes, *, journal_seq: int, last: int
     ) -> int | None: ...

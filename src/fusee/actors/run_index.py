@@ -15,12 +15,20 @@ from fusee.actors.ports import RunStore
 from fusee.errors import FuseeError
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import RunInfo, decode_info, encode_info, supersedes
+from fusee.runtime.life_events import IndexEntry
 
-__all__ = ("project_index", "MAX_REFUSALS")
+__all__ = ("project_index", "MAX_REFUSALS", "UNREAD")
 
 # Compare-and-sets refused in a row before giving up: each refusal means another writer
 # wrote in between (a run has one owner at a time, so a few at most), never this many.
 MAX_REFUSALS = 100
+
+
+class _Unread:
+    """What the index holds is not known yet: read it first."""
+
+
+UNREAD = _Unread()
 
 
 def _same(old: RunInfo, new: RunInfo) -> bool:
@@ -31,7 +39,13 @@ def _same(old: RunInfo, new: RunInfo) -> bool:
 
 
 async def project_index(
-    store: RunStore, eid: str, info: RunInfo, journal_seq: int, *, unmark: int | None = None
+    store: RunStore,
+    eid: str,
+    info: RunInfo,
+    journal_seq: int,
+    *,
+    unmark: int | None = None,
+    current: IndexEntry | _Unread | None = UNREAD,
 ) -> bool:
     """Write ``info`` (made from the journal up to ``journal_seq``) unless the index
     holds an entry made from more of it. True when written (or already there).
@@ -39,12 +53,17 @@ async def project_index(
     An ended run's entry goes with the removal of its active marker, in one write.
     ``unmark``: the run's partition, when it leaves the active runs otherwise (it
     paused): its active marker is removed too (also when nothing is written).
+    ``current``: what the index holds, when the caller knows (it just read it, or
+    None: the run's end just landed, so nothing can be there to compare with); else
+    it is read first. Only the final entry is read for an ended run's (it is not
+    compared with the bucket's: see below).
 
     Raises:
         FuseeError: the entry's compare-and-set was refused ``MAX_REFUSALS`` times in
             a row (the store and its reads disagree: nothing else loops here)."""
-    for _ in range(MAX_REFUSALS):
-        current = await store.get_index_entry(eid)
+    for attempt in range(MAX_REFUSALS):
+        if attempt or isinstance(current, _Unread):
+            current = await _read(store, eid, ended=info.ended)
         last = 0
         if current is not None:
             raw, seq, last = current
@@ -84,6 +103,16 @@ async def project_index(
         f"the index entry of run {unescape(eid)!r} was not written: its compare-and-set was refused "
         f"{MAX_REFUSALS} times in a row"
     )
+
+
+async def _read(store: RunStore, eid: str, *, ended: bool) -> IndexEntry | None:
+    if not ended:
+        return await store.get_index_entry(eid)
+    # An ended run's entry replaces anything but a final entry that says the same (an
+    # ended run activated again): the bucket's, compared with by no ended write, is
+    # not read.
+    final = await store.get_final_entry(eid)
+    return None if final is None else (final[0], final[1], 0)
 
 
 async def _unmark(store: RunStore, eid: str, partition: int | None) -> None:

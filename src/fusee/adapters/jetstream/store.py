@@ -165,6 +165,11 @@ class NatsStore:
         # bucket, read at connect) and the base of callback URLs
         self.completion_secret = b""
         self.callback_base_url = "http://127.0.0.1:8000"
+        # the actors with a marker in the work bucket, per partition, as the last
+        # listing of it found them, with those written here since: a run's end reads
+        # that bucket for a marker to purge only when one may be there (see
+        # _clear_old_marker)
+        self._work_listed: dict[int, set[str]] = {}
 
     @classmethod
     async def connect(
@@ -805,6 +810,7 @@ class NatsStore:
     async def note_active(self, partition: int, eid: str, note: bytes) -> None:
         """Put ``note`` (a JSON object: why no worker runs the actor now, or ``{}``) as
         the actor's active marker: it stays active, and ``objects show`` reads it."""
+        self._in_work(partition, eid)
         with lost_on_transient("writing a note in an active marker"):
             await retrying(self.work.put, Layout.active_key(partition, eid), note)
 
@@ -845,6 +851,7 @@ class NatsStore:
         """Replace the actor's active marker with an idle one that the server removes
         after ``ttl`` seconds (a per-message TTL): until then a new owner still looks
         at the actor, in case something came just as it went idle."""
+        self._in_work(partition, eid)
         subject = f"$KV.{self.layout.work_bucket}.{Layout.active_key(partition, eid)}"
         await retrying(self._publish_ttl, subject, IDLE_MARKER, ttl)
 
@@ -862,9 +869,9 @@ class NatsStore:
         run's, a note, a run of an older fusee), with its KV revision for the next
         compare-and-set. A delete marker has an empty value; an entry without the
         journal tag (written by an older fusee) has sequence 0."""
-        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
-        if msg is not None and msg.data:
-            return msg.data, _journal_seq(msg.headers), 0
+        final = await self.get_final_entry(eid)
+        if final is not None:
+            return final[0], final[1], 0
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             raw = await retrying(
@@ -876,6 +883,14 @@ class NatsStore:
         if headers.get("KV-Operation") in ("DEL", "PURGE"):
             return b"", 0, raw.seq or 0
         return raw.data or b"", _journal_seq(headers), raw.seq or 0
+
+    async def get_final_entry(self, eid: str) -> tuple[bytes, int] | None:
+        """An ended run's final entry (``Layout.index_entry``, in the journal stream):
+        ``(value, journal sequence)``, or None; the ``<ns>_runs`` bucket is not read."""
+        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
+        if msg is not None and msg.data:
+            return msg.data, _journal_seq(msg.headers)
+        return None
 
     async def put_index(self, eid: str, value: bytes, *, journal_seq: int, last: int) -> int | None:
         """Write the run's index entry in the ``<ns>_runs`` bucket, compare-and-set on
@@ -932,6 +947,7 @@ class NatsStore:
         return list(out.items())
 
     async def mark_active(self, partition: int, eid: str) -> None:
+        self._in_work(partition, eid)
         await retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
         await self.wake(partition, eid)
 
@@ -987,7 +1003,22 @@ class NatsStore:
         headers = {KIND: UNMARKED_KIND, ROLLUP: "sub", TTL: "1"}
         return self.layout.marker(partition, eid), b"", headers
 
+    def _in_work(self, partition: int, eid: str) -> None:
+        """A marker of ``eid`` is written in the work bucket (before it is: a listing
+        that answers meanwhile may not hold it)."""
+        listed = self._work_listed.get(partition)
+        if listed is not None:
+            listed.add(eid)
+
     async def _clear_old_marker(self, partition: int, eid: str) -> None:
+        """Purge a run's marker in the work bucket (an older fusee's, a crash or an
+        unserved note), if there is one. Not read when the last listing of the
+        partition found none and none was written here since (every end would read it
+        else): one another process wrote after that listing stays until the next lists
+        it, whose activation of the ended run reads it and purges it."""
+        listed = self._work_listed.get(partition)
+        if listed is not None and eid not in listed:
+            return
         key = Layout.active_key(partition, eid)
         try:
             with lost_on_transient("reading an active marker"):
@@ -1030,10 +1061,13 @@ class NatsStore:
                 self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
             )
         out: dict[tuple[int, str], None] = {}
+        in_work: dict[int, set[str]] = {p: set() for p in partitions}
         for subject in info.state.subjects or {}:
             part, _, eid = subject[len(prefix) :].partition(".")
             if part.isdigit() and int(part) in partitions:
                 out[int(part), eid] = None
+                in_work[int(part)].add(eid)
+        self._work_listed.update(in_work)
         for p, eid in await self._marker_subjects():
             if p in partitions:
                 out[p, eid] = None

@@ -1,0 +1,656 @@
+"""A run's life-cycle machine (``fusee.runtime.run_life``), driven directly with every
+order and combination of its events.
+
+A world keeps what outlives an activation: the journal (real records in a real
+``History``), the index entry of a run with no journal, the inbox's cancels, whether
+the parent heard and which children were cancelled, the run's marker. Each activation
+is a fresh machine; hypothesis draws what every command brings: the journal as found
+(not started, with or without an index entry; live, with children; ended; paused;
+broken), the workflow registered or not, cancels read with the journal and at any
+point while the code runs, how the code ends (returned, raised, broken, stopped,
+continued as new, parked, evicted), what the compensations do, and the process dying
+before or after any write. Activations follow one another until the run settles.
+
+The properties:
+
+- an ended or paused run is never executed, and nothing is committed after an end or
+  a pause (one end record per generation, at most);
+- a completed run is one whose code returned; a cancel read before the code ended
+  wins over anything but a return, a failure of the code or a pause, with the first
+  cancel's reason;
+- compensations run before every end that is not completed (and not a continue), but
+  for a cancel of a run nobody here can replay;
+- every landed end is followed by its notices (the parent told, live children
+  cancelled) and its final index entry with the marker's removal, and an ended run
+  activated again sends the notices again: a settled run's parent heard, its children
+  were cancelled, its marker is gone;
+- a continue cancels the live children before its record, and the next generation
+  runs;
+- an ended, paused or unstarted run does not say it is being cancelled.
+
+``MUTANTS`` puts defects back one at a time; each must be found.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fusee.runtime import life_events, run_life
+from fusee.runtime.history import History
+from fusee.runtime.index import RunInfo, encode_info
+from fusee.runtime.life_events import (
+    Broken,
+    CancelChildren,
+    CancelRead,
+    ClearUnstarted,
+    Command,
+    Commit,
+    Committed,
+    CompensationsBroken,
+    CompensationsRan,
+    Continued,
+    Event,
+    EvictedOut,
+    Execute,
+    Finish,
+    Flush,
+    IndexRead,
+    Load,
+    Loaded,
+    LoadFailed,
+    Log,
+    NotifyParent,
+    ParkedOut,
+    Project,
+    Raised,
+    ReadIndex,
+    Reraise,
+    Returned,
+    RunCompensations,
+    Stopped,
+    StopWatch,
+    Unmark,
+    WatchStopped,
+)
+from fusee.runtime.records import (
+    TERMINAL,
+    AnyRecord,
+    RunCancelled,
+    RunCompleted,
+    RunContinued,
+    RunFailed,
+    RunPaused,
+    RunStarted,
+    StepCompleted,
+    WaitDone,
+    WaitStarted,
+    encode_record,
+)
+from fusee.runtime.run_life import RunLife, live_children
+from tests.machines import machine_settings
+
+RUN = "r"
+NOW = 10.0  # the time every event comes at
+ASKING = (Load, ReadIndex, Execute, Commit, StopWatch, RunCompensations)
+
+
+class Died(Exception):
+    """The process died: the activation is gone, what landed stays."""
+
+
+@dataclass
+class World:
+    """What outlives an activation."""
+
+    journal: list[AnyRecord] = field(default_factory=list)
+    indexed: bytes | None = None  # the entry of a run with no journal (b"": deleted)
+    broken: bool = False  # the journal's chain is broken: every load fails
+    inbox: list[str] = field(default_factory=list)  # cancels sent, their reasons
+    marked: bool = True
+    parent_heard: int = -1  # the journal length when the parent was last told
+    cancelled_children: set[str] = field(default_factory=set)
+    projected: RunInfo | None = None
+    deaths: int = 0  # how many more times the process may die
+    detours: int = 0  # parks and evictions left
+    continues: int = 0  # continue-as-new left
+
+    def history(self) -> History:
+        history = History(RUN)
+        for seq, record in enumerate(self.journal, 1):
+            history.add(seq, record, encode_record(record))
+        return history
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    # (hypothesis draws the first of a list more often: the rarer paths come first)
+    world = World(
+        deaths=draw(st.sampled_from([1, 2, 0])),
+        detours=draw(st.sampled_from([1, 2, 0])),
+        continues=draw(st.sampled_from([1, 0, 2])),
+    )
+    shape = draw(st.sampled_from(["live", "ended", "unstarted", "paused", "broken"]))
+    if shape == "unstarted":
+        world.indexed = draw(st.sampled_from([None, b"", encode_info(_info("pending"))]))
+        return world
+    parents: list[str | msgspec.UnsetType] = [msgspec.UNSET, "p"]
+    parent = draw(st.sampled_from(parents))
+    timeout = draw(st.sampled_from([None, 60.0]))
+    world.journal.append(
+        RunStarted(
+            workflow="wf",
+            input=msgspec.Raw(b"null"),
+            started_at=1.0,
+            timeout=timeout,
+            parent=parent,
+        )
+    )
+    for pos in range(1, draw(st.integers(0, 3)) + 1):
+        if draw(st.booleans()):
+            world.journal.append(StepCompleted(pos=pos, name=f"s{pos}", result=msgspec.Raw(b"1")))
+        else:
+            world.journal.append(WaitStarted(pos=pos, name=f"c{pos}", wait="child"))
+            if draw(st.booleans()):
+                world.journal.append(WaitDone(pos=pos, name=f"c{pos}", wait="child"))
+    if shape == "ended":
+        ends: list[AnyRecord] = [
+            RunCompleted(result=msgspec.Raw(b"1")),
+            RunFailed(error_type="E", message="m"),
+            RunCancelled(reason="earlier"),
+        ]
+        world.journal.append(draw(st.sampled_from(ends)))
+    elif shape == "paused":
+        world.journal.append(RunPaused(reason="earlier"))
+    world.broken = shape == "broken"
+    if draw(st.booleans()):
+        world.inbox.append("first")
+    return world
+
+
+def _info(status: Any) -> RunInfo:
+    return RunInfo(run_id=RUN, workflow="wf", status=status)
+
+
+@dataclass
+class Activation:
+    """One activation's trace: each command and each event, in order."""
+
+    trace: list[Command | Event] = field(default_factory=list)
+    outcome: str | None = None  # Finish's outcome, "reraised", or "died"
+    # the journal as each load found it (the machine's history grows with the commits)
+    loads: list[History] = field(default_factory=list)
+
+
+class Driver:
+    """Performs the machine's commands on the world, with hypothesis drawing what each
+    brings, and checks the properties that concern one command as it goes."""
+
+    def __init__(self, world: World, data: st.DataObject, *, always_replay: bool) -> None:
+        self.world, self.data, self.always_replay = world, data, always_replay
+
+    def draw(self, strategy: st.SearchStrategy[Any], label: str) -> Any:
+        return self.data.draw(strategy, label=label)
+
+    def may_die(self, what: str) -> None:
+        if self.world.deaths and self.draw(st.booleans(), f"die {what}"):
+            self.world.deaths -= 1
+            raise Died
+
+    def activate(self) -> Activation:
+        act = Activation()
+        life = RunLife(always_replay=self.always_replay)
+        self.life, self.act = life, act
+        self.read = 0  # how many of the inbox's cancels this activation read
+        self.history = History(RUN)
+        self.registered = self.draw(st.sampled_from([True, True, False]), "registered")
+        commands = life.begin()
+        try:
+            while True:
+                event = self.perform(commands)
+                if isinstance(event, Finish):
+                    act.outcome = event.outcome
+                    return act
+                if isinstance(event, Reraise):
+                    act.outcome = "reraised"
+                    return act
+                act.trace.append(event)
+                commands = life.feed(event, NOW)
+        except Died:
+            act.outcome = "died"
+            return act
+
+    def perform(self, commands: list[Command]) -> Event | Finish | Reraise:
+        for i, cmd in enumerate(commands):
+            self.act.trace.append(cmd)
+            last = i == len(commands) - 1
+            if isinstance(cmd, Finish | Reraise):
+                assert last, f"{cmd} is not last: {commands}"
+                return cmd
+            if isinstance(cmd, Commit) and not last:
+                self.commit(cmd.record)  # (a shell performs it; it asks for nothing then)
+                continue
+            if isinstance(cmd, ASKING):
+                assert last, f"{cmd} asks for an answer but is not last: {commands}"
+                return self.ask(cmd)
+            self.effect(cmd)
+        raise AssertionError(f"nothing asked and no end in {commands}")
+
+    def effect(self, cmd: Command) -> None:
+        world = self.world
+        if isinstance(cmd, Log):
+            return
+        self.may_die(f"before {type(cmd).__name__}")
+        if isinstance(cmd, Project):
+            world.projected = cmd.info
+            if cmd.unmark:
+                world.marked = False
+        elif isinstance(cmd, Unmark | ClearUnstarted):
+            world.marked = False
+        elif isinstance(cmd, NotifyParent):
+            assert self.history.ended, "a parent told of a run that has not ended"
+            world.parent_heard = len(world.journal)
+        elif isinstance(cmd, CancelChildren):
+            world.cancelled_children.update(live_children(self.history))
+        elif isinstance(cmd, Flush):
+            pass
+        else:  # pragma: no cover
+            raise AssertionError(cmd)
+        self.may_die(f"after {type(cmd).__name__}")
+
+    def commit(self, record: AnyRecord) -> None:
+        history = self.history
+        assert history.end is None, f"{record} committed after the end {history.end}"
+        assert history.paused is None, f"{record} committed after the pause"
+        self.may_die("before the commit")
+        self.world.journal.append(record)
+        history.add(len(self.world.journal), record, encode_record(record))
+        self.may_die("after the commit landed")
+
+    def cancel_now(self) -> None:
+        """A client may cancel the run now (while its code runs)."""
+        if self.draw(st.booleans(), "a cancel comes"):
+            # (one without a reason ends the run "cancelled")
+            self.world.inbox.append(
+                self.draw(st.sampled_from([f"cancel {len(self.world.inbox)}", ""]), "why")
+            )
+            self.read = len(self.world.inbox)
+            event = CancelRead(self.world.inbox[-1])
+            self.act.trace.append(event)
+            for cmd in self.life.feed(event, NOW):
+                assert isinstance(cmd, Log), cmd
+                self.act.trace.append(cmd)
+
+    def ask(self, cmd: Command) -> Event:
+        world = self.world
+        if isinstance(cmd, Load):
+            self.may_die("before the load")
+            self.history = world.history()
+            self.act.loads.append(world.history())
+            new = world.inbox[self.read :]
+            self.read = len(world.inbox)
+            if world.broken:
+                return LoadFailed(self.history, "a record is missing")
+            return Loaded(self.history, new[0] if new else None, self.registered, ("other",))
+        if isinstance(cmd, ReadIndex):
+            return IndexRead(None if world.indexed is None else (world.indexed, 3, 5))
+        if isinstance(cmd, Commit):
+            self.commit(cmd.record)
+            if isinstance(cmd.record, RunCompleted):
+                self.cancel_now()  # after the code's end, before the watch stopped
+            return Committed()
+        if isinstance(cmd, StopWatch):
+            self.cancel_now()
+            return WatchStopped()
+        if isinstance(cmd, Execute):
+            return self.code(cmd)
+        assert isinstance(cmd, RunCompensations)
+        self.may_die("in the compensations")
+        choices: list[Event] = [CompensationsRan(), CompensationsRan((("undo", "E: m"),))]
+        choices.append(CompensationsBroken("other compensations"))
+        if world.detours:
+            choices.append(EvictedOut())
+        event: Event = self.draw(st.sampled_from(choices), "compensations")
+        if isinstance(event, EvictedOut):
+            world.detours -= 1
+        return event
+
+    def code(self, cmd: Execute) -> Event:
+        world = self.world
+        self.cancel_now()
+        choices: list[Event] = [Continued(b"2")] if world.continues else []
+        choices += [Stopped(), Raised("ValueError", "bad"), Broken("the code changed")]
+        choices.append(Returned(b"7"))
+        if world.detours:
+            choices += [ParkedOut(), EvictedOut()]
+        event: Event = self.draw(st.sampled_from(choices), "the code ends")
+        if isinstance(event, Continued):
+            world.continues -= 1
+        if isinstance(event, ParkedOut | EvictedOut):
+            world.detours -= 1
+        return event
+
+
+def check_activation(world: World, act: Activation) -> None:
+    """The properties of one activation, over its trace."""
+    trace = act.trace
+    loaded: Loaded | None = None
+    executed = False  # since the last load
+    code_end: Event | None = None
+    compensated = False
+    cancel: str | None = None  # the first cancel this activation read
+    stopped_watch = False
+    landed: AnyRecord | None = None  # the end that landed last (Committed)
+    loads = iter(act.loads)
+    found = History(RUN)  # the journal as the last load found it
+    for i, item in enumerate(trace):
+        if isinstance(item, Loaded | LoadFailed):
+            found = history = next(loads)
+        if isinstance(item, Loaded):
+            loaded, executed, code_end, compensated, stopped_watch = item, False, None, False, False
+            if cancel is None and item.cancel is not None:
+                cancel = item.cancel or "cancelled"
+            if history.started is None or history.ended or history.paused is not None:
+                said = [c for c in trace[i:] if isinstance(c, Log) and c.event == "run.cancelling"]
+                assert not said, "an ended, paused or unstarted run said it is being cancelled"
+            if history.ended and act.outcome != "died":
+                rest = trace[i + 1 :]
+                want: list[type] = [CancelChildren] if live_children(history) else []
+                kinds = [type(c) for c in rest if not isinstance(c, Log)]
+                assert kinds[: len(want) + 1] == [*want, NotifyParent], (
+                    f"an ended run activated again does not send its notices: {rest}"
+                )
+                project = next(c for c in rest if isinstance(c, Project))
+                assert project.unmark
+                assert project.info.ended
+                assert not project.known
+        elif isinstance(item, CancelRead) and cancel is None:
+            cancel = item.reason or "cancelled"
+        elif isinstance(item, Execute):
+            assert loaded is not None
+            history = found
+            assert history.started is not None
+            assert not history.ended, "an ended run executed"
+            assert history.paused is None, "a paused run executed"
+            assert item.cancelled == (cancel is not None), (item, cancel)
+            timeout = history.started.timeout  # (the first generation's start, and its time)
+            left = None if timeout is None else history.started.started_at + timeout - NOW
+            assert item.remaining == left, item
+            executed = True
+        elif isinstance(item, Returned | Raised | Broken | Stopped | Continued):
+            code_end = item
+        elif isinstance(item, WatchStopped):
+            stopped_watch = True
+        elif isinstance(item, CompensationsRan):
+            compensated = True
+        elif isinstance(item, Commit):
+            record = item.record
+            if isinstance(record, RunCompleted):
+                assert isinstance(code_end, Returned), "completed, but its code did not return"
+            elif isinstance(record, RunPaused):
+                assert isinstance(code_end, Broken) or any(
+                    isinstance(c, CompensationsBroken) for c in trace[:i]
+                ), "paused for no reason"
+            elif isinstance(record, RunContinued):
+                assert isinstance(code_end, Continued)
+                assert cancel is None
+                assert stopped_watch
+                if live_children(found):
+                    assert [type(c) for c in trace[i - 2 : i]] == [Flush, CancelChildren], (
+                        "a continue that does not cancel the children first"
+                    )
+                    assert "continued as new" in trace[i - 1].reason  # type: ignore[union-attr]
+            elif executed:
+                assert compensated, f"{record} committed before its compensations ran"
+                if isinstance(code_end, Raised):
+                    assert isinstance(record, RunFailed)
+                elif cancel is not None:
+                    assert record == RunCancelled(reason=cancel), (
+                        f"a cancel ({cancel!r}) read before the code's end, but {record}"
+                    )
+                else:
+                    assert isinstance(code_end, Stopped)
+                    assert isinstance(record, RunCancelled)
+                    assert record.reason.startswith("timeout") or record.reason == "cancelled"
+            else:
+                assert loaded is not None
+                assert not loaded.registered, f"{record} with no code run"
+                assert record == RunCancelled(reason=cancel or "?"), record
+        elif isinstance(item, Committed):
+            before = next(c for c in reversed(trace[:i]) if isinstance(c, Commit))
+            if isinstance(before.record, TERMINAL):
+                landed = before.record
+        elif isinstance(item, Project) and item.known and item.current is None:
+            assert landed is not None, "an end not written by this activation"
+            assert item.info.ended
+    if act.outcome == "ended" and landed is not None:
+        tail = trace[trace.index(landed_commit(trace, landed)) :]
+        assert any(isinstance(c, NotifyParent) for c in tail), f"an end without notices: {tail}"
+        project = next(c for c in tail if isinstance(c, Project))
+        assert project.unmark
+        assert project.info.ended
+        assert project.known
+
+
+def landed_commit(trace: list[Command | Event], record: AnyRecord) -> Command | Event:
+    return next(c for c in trace if isinstance(c, Commit) and c.record is record)
+
+
+def check_settled(world: World, outcome: str) -> None:
+    history = world.history()
+    if history.started is None:
+        assert outcome in ("ended", "paused")
+        assert not world.marked
+        return
+    if outcome == "unrunnable":
+        assert history.end is None
+        return
+    assert outcome in ("ended", "paused"), outcome
+    assert not world.marked, "a settled run keeps its marker"
+    assert world.projected is not None
+    if history.end is not None:
+        assert world.journal[-1] is history.end
+        assert world.projected.ended
+        if isinstance(history.started.parent, str):
+            assert world.parent_heard == len(world.journal), "the parent never heard"
+        assert set(live_children(history)) <= world.cancelled_children
+    else:
+        assert world.projected.status == "paused"
+
+
+@given(world=worlds(), always_replay=st.booleans(), data=st.data())
+@machine_settings(examples=1000, steps=1)
+def test_every_order_keeps_the_life_cycle(
+    world: World, always_replay: bool, data: st.DataObject
+) -> None:
+    play(world, always_replay, data)
+
+
+def play(world: World, always_replay: bool, data: st.DataObject) -> None:
+    driver = Driver(world, data, always_replay=always_replay)
+    for _ in range(30):
+        act = driver.activate()
+        check_activation(world, act)
+        if act.outcome in ("ended", "paused", "unrunnable"):
+            check_settled(world, act.outcome)
+            return
+        if act.outcome == "reraised":
+            assert not always_replay
+    raise AssertionError("the run never settled")
+
+
+# -- defects put back -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _patched(name: str, wrap: Callable[[Any], Any]) -> Iterator[None]:
+    real = getattr(RunLife, name)
+    setattr(RunLife, name, wrap(real))
+    try:
+        yield
+    finally:
+        setattr(RunLife, name, real)
+
+
+def _no_resend(real: Any) -> Any:
+    """An ended run activated again does not send its notices again."""
+
+    def loaded(self: RunLife, event: Loaded, now: float) -> list[Command]:
+        out = real(self, event, now)
+        if event.history.ended:
+            return [c for c in out if not isinstance(c, NotifyParent | CancelChildren)]
+        return list(out)
+
+    return loaded
+
+
+def _end_first(real: Any) -> Any:
+    """The end committed before the compensations run."""
+
+    def watch_stopped(self: RunLife, now: float) -> list[Command]:
+        out = real(self, now)
+        if out == [RunCompensations()]:
+            assert self._record is not None
+            return [Commit(self._record), RunCompensations()]
+        return list(out)
+
+    return watch_stopped
+
+
+def _no_compensations(real: Any) -> Any:
+    """A cancelled or failed run ends without its compensations."""
+
+    def watch_stopped(self: RunLife, now: float) -> list[Command]:
+        out = real(self, now)
+        if out == [RunCompensations()]:
+            assert self._record is not None
+            return list(self._end(self._record))
+        return list(out)
+
+    return watch_stopped
+
+
+def _reason_forgotten(real: Any) -> Any:
+    """A cancel read while the code runs stops it, but its reason is not kept."""
+
+    def cancel_read(self: RunLife, reason: str) -> list[Command]:
+        out = list(real(self, reason))
+        self.cancel_reason = None
+        return out
+
+    return cancel_read
+
+
+def _late_cancel_ignored(real: Any) -> Any:
+    """A cancel read after the code ended (before the watch stopped) does not win
+    over a continue or a timeout."""
+
+    def watch_stopped(self: RunLife, now: float) -> list[Command]:
+        reason = self.cancel_reason
+        if not isinstance(self._record, RunCancelled):
+            self.cancel_reason = None
+        try:
+            return list(real(self, now))
+        finally:
+            self.cancel_reason = reason
+
+    return watch_stopped
+
+
+def _cancelling_when_ended(real: Any) -> Any:
+    """An ended run activated again logs ``run.cancelling`` for a cancel in its inbox."""
+
+    def loaded(self: RunLife, event: Loaded, now: float) -> list[Command]:
+        out = list(real(self, event, now))
+        if event.cancel is not None and event.history.ended:
+            out.insert(0, Log("info", "run.cancelling", {"reason": event.cancel}))
+        return out
+
+    return loaded
+
+
+def _paused_runs(real: Any) -> Any:
+    """A paused run activated again runs its code."""
+
+    def loaded(self: RunLife, event: Loaded, now: float) -> list[Command]:
+        if event.history.paused is not None and not event.history.ended:
+            event.history.paused = None
+        return list(real(self, event, now))
+
+    return loaded
+
+
+def _children_outlive_continue(real: Any) -> Any:
+    """A run that continues as new leaves the children it waited for running."""
+
+    def end(self: RunLife, record: AnyRecord) -> list[Command]:
+        out = real(self, record)
+        return [c for c in out if not isinstance(c, Flush | CancelChildren)]
+
+    return end
+
+
+def _failure_cancelled(real: Any) -> Any:
+    """A cancel read before the code's end wins over the code's own failure too."""
+
+    def watch_stopped(self: RunLife, now: float) -> list[Command]:
+        if isinstance(self._record, RunFailed) and self.cancel_reason is not None:
+            self._record = RunCancelled(reason=self.cancel_reason)
+        return list(real(self, now))
+
+    return watch_stopped
+
+
+def _ended_unread(real: Any) -> Any:
+    """An ended run activated again writes its entry without reading the index (as if
+    its end had just landed)."""
+
+    def loaded(self: RunLife, event: Loaded, now: float) -> list[Command]:
+        out = list(real(self, event, now))
+        if event.history.ended:
+            return [
+                dataclasses.replace(c, known=True) if isinstance(c, Project) else c for c in out
+            ]
+        return out
+
+    return loaded
+
+
+MUTANTS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "no re-send of an ended run's notices": ("_loaded", _no_resend),
+    "the end committed before the compensations": ("_watch_stopped", _end_first),
+    "no compensations": ("_watch_stopped", _no_compensations),
+    "the cancel's reason forgotten": ("_cancel_read", _reason_forgotten),
+    "a late cancel ignored": ("_watch_stopped", _late_cancel_ignored),
+    "an ended run says it is cancelling": ("_loaded", _cancelling_when_ended),
+    "a paused run executed": ("_loaded", _paused_runs),
+    "children outlive a continue": ("_end", _children_outlive_continue),
+    "a cancel wins over a failure": ("_watch_stopped", _failure_cancelled),
+    "an ended run's entry written unread": ("_loaded", _ended_unread),
+}
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_the_machine_finds_each_defect_put_back(mutant: str) -> None:
+    name, wrap = MUTANTS[mutant]
+
+    @given(world=worlds(), always_replay=st.booleans(), data=st.data())
+    @machine_settings(examples=600, steps=1, shrink=False)
+    def search(world: World, always_replay: bool, data: st.DataObject) -> None:
+        play(world, always_replay, data)
+
+    with _patched(name, wrap), pytest.raises(AssertionError):
+        search()
+
+
+def test_the_module_names_what_it_exports() -> None:
+    for module in (run_life, life_events):
+        assert set(module.__all__) <= set(dir(module))
