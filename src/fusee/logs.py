@@ -155,15 +155,16 @@ def configure_logging(
     value that cannot be rendered (a circular list, a ``__repr__`` that raises) makes
     its line ``{"timestamp", "level", "event", "log_error": "RecursionError: ..."}``;
     no call raises for it and the other lines are written. A line logged by a value's
-    ``__repr__`` while a line is rendered is written right after that line. A forked
-    child does not
-    write its parent's waiting lines (the parent does). What a process that does not
-    exit normally may lack: the info and debug lines of its last two loop turns, when
-    it is killed (``SIGKILL``, the OOM killer), or dies on a signal it does not handle
-    (``SIGTERM`` in an application that sets no handler; ``fusee worker`` handles
-    SIGTERM and SIGINT and exits normally), or ends with ``os._exit``. fusee's lines
-    keep this configuration until the next call, even if the application calls
-    ``structlog.configure()`` in between.
+    ``__repr__`` while a JSON line is rendered is written right after that line, with
+    that line's bound context less its values other than those plain types (in the
+    console format, a ``__repr__``'s line is written before the line being rendered). A
+    forked child does not write its parent's waiting lines (the parent does). What a
+    process that does not exit normally may lack: the info and debug lines of its last
+    two loop turns, when it is killed (``SIGKILL``, the OOM killer), or dies on a signal
+    it does not handle (``SIGTERM`` in an application that sets no handler; ``fusee
+    worker`` handles SIGTERM and SIGINT and exits normally), or ends with ``os._exit``.
+    fusee's lines keep this configuration until the next call, even if the application
+    calls ``structlog.configure()`` in between.
 
     Raises:
         ValueError: ``format`` or ``level`` is not one of the known ones.
@@ -261,13 +262,16 @@ class _JsonLine:
 
     def __init__(self) -> None:
         self._stamp = _UtcStamp()
-        self._encode = msgspec.json.Encoder(enc_hook=repr).encode
+        self._encode = msgspec.json.Encoder(enc_hook=_repr_for_msgspec).encode
         # Each context variable seen, and the key it binds (None: not structlog's). The
         # scan of structlog's get_contextvars() over a worker's 34 variables costs 7.5
         # µs; a lookup each, 3 µs.
         self._keys: dict[contextvars.ContextVar[Any], str | None] = {}
 
-    def __call__(self, entry: _Entry) -> str:
+    def __call__(self, entry: _Entry, nested: bool = False) -> str:
+        """The line. ``nested``: a line logged while another is rendered (by a value's
+        ``__repr__``), which leaves out the bound values that are not plain (a bound
+        value whose ``__repr__`` logs would log on each such line again, 4 deep)."""
         when, method_name, event_dict, context = entry
         line = {
             "timestamp": self._stamp(when),
@@ -284,10 +288,14 @@ class _JsonLine:
                 name = var.name
                 key = keys[var] = name[_BOUND_LEN:] if name.startswith(_BOUND) else None
             if isinstance(key, str) and value is not Ellipsis:  # (unbound: Ellipsis)
+                if nested and type(value) not in _PLAIN:
+                    continue
                 line[key] = value
         line.update(event_dict)  # a call's own keys win over bound ones
         try:
             return self._encode(line).decode()
+        except _ReprFailed as failed:  # (not tried again: a second call logs its lines again)
+            raise failed.error from None
         except (TypeError, ValueError, msgspec.EncodeError):  # e.g. a dict keyed by tuples
             return json.dumps(line, default=repr)
 
@@ -416,16 +424,22 @@ class _LineWriter:
             return
         render = self._render
         assert render is not None  # (entries come from the JSON format only)
-        if self._depth >= _NESTED:  # a repr that logs a line holding itself, say
-            lines.append(render.failed(entry, RecursionError(_TOO_DEEP)))
-            return
         outer, self._nested = self._nested, []
+        if self._depth >= _NESTED:  # a repr that logs a line holding itself, say
+            try:
+                lines.append(render.failed(entry, RecursionError(_TOO_DEEP)))
+            finally:  # what failed() logs (the event's repr: this again) is dropped
+                self._nested = outer
+            return
         self._depth += 1
         try:
+            # In the context the line was logged in: a line its values' __repr__ logs
+            # takes that context (not the one of the task that scheduled the write).
+            context = entry[3]
             try:
-                lines.append(render(entry))
+                lines.append(context.run(render, entry, self._depth > 1))
             except Exception as error:  # noqa: BLE001 - any value's failure: a line saying so
-                lines.append(render.failed(entry, error))
+                lines.append(context.run(render.failed, entry, error))
             for nested in self._nested:
                 self._render_into(nested, lines)
         finally:
@@ -491,6 +505,22 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:  # not in an event loop's thread: written at once
         return None
+
+
+class _ReprFailed(Exception):
+    """A value's ``__repr__`` raised while msgspec encoded a line (``error``): the line
+    fails, and is not encoded again with ``json`` (which would call it again)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _repr_for_msgspec(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception as error:  # (raised again as itself by _JsonLine)
+        raise _ReprFailed(error) from error
 
 
 def _described(value: object, describe: Callable[[object], str] = repr) -> str:

@@ -8,11 +8,12 @@ worker every inbox message ever stored again.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
 import pytest
+from nats.aio.msg import Msg
 
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.runtime.inbox import Cancel, encode_message
@@ -40,13 +41,30 @@ async def _other_consumer(store: NatsStore, gone: str) -> None:
 
 
 async def test_a_reset_consumer_that_delivered_nothing_hands_nothing_old_again(
-    store: NatsStore,
+    store: NatsStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     body = encode_message(Cancel(reason="old"))
     for i in range(20):  # inbox messages stored before the worker subscribed
         last_old = await store.send_inbox(i % 4, f"old-{i}", "cancel", body)
     handed: list[str] = []
     new_one = anyio.Event()
+    last_old_read = anyio.Event()
+    subscribe = store.js.subscribe
+
+    async def subscribe_seeing(
+        subject: str, *, cb: Callable[[Msg], Awaitable[None]], **kw: Any
+    ) -> Any:
+        async def seeing(msg: Msg) -> None:
+            if msg.metadata.sequence.stream == last_old:
+                last_old_read.set()
+            await cb(msg)
+
+        return await subscribe(subject, cb=seeing, **kw)
+
+    # (what the callback gets, nats-py has read and counted: the consumer's info can
+    # say it was delivered before that, its delivery and the API's answer are written
+    # by different goroutines of the server)
+    monkeypatch.setattr(store.js, "subscribe", subscribe_seeing)
 
     async def on_inbox(partition: int, eid: str, msg: Any) -> None:
         handed.append(eid)
@@ -57,13 +75,9 @@ async def test_a_reset_consumer_that_delivered_nothing_hands_nothing_old_again(
     unsubscribe = await store.subscribe_inbox(on_inbox, heartbeat=0.2)
     try:
         (made,) = (await _consumers(store)) - before
-        # its first delivery, the last inbox message stored (dropped: it is old); the
-        # server's answer comes after it on the connection, so nats-py has read it
-        with anyio.fail_after(10):
-            while (
-                await store.js.consumer_info(store.layout.stream, made)
-            ).delivered.stream_seq < last_old:
-                await anyio.sleep(0.01)
+        with anyio.fail_after(10):  # its first delivery, the last inbox message stored
+            await last_old_read.wait()  # (dropped by the worker: it is old; never with
+            # DeliverPolicy.NEW, which sends nothing before a new message)
         await store.js.delete_consumer(store.layout.stream, made)  # its heartbeats stop
         await _other_consumer(store, made)
         (remade,) = (await _consumers(store)) - before - {made}

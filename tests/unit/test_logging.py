@@ -339,3 +339,103 @@ def test_a_value_whose_repr_logs_is_written_before_the_line_its_repr_logs() -> N
     assert set(itself) == {"repr.itself"}
     assert "log_error" in lines[nested + len(itself) - 1]
     assert events[-2:] == ["no.loop", "repr.e"]
+
+
+def _stderr_lines(program: str) -> list[dict[str, object]]:
+    """The JSON lines ``program`` writes, run in a process of its own (a loop that does
+    not end fails the test instead of hanging the suite)."""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=20, check=True
+    )
+    assert done.stdout == "done\n"
+    return [json.loads(text) for text in done.stderr.splitlines()]
+
+
+def test_a_line_a_bound_value_s_repr_logs_has_its_outer_line_s_context_once() -> None:
+    # Before: the nested line took the context its write ran in (that of the task that
+    # scheduled this turn's write: run B's), and it had the outer line's bound value, so
+    # rendering it logged another line, 4 deep.
+    lines = _stderr_lines("""if True:
+        import asyncio, structlog
+        from fusee.logs import configure_logging, get_logger
+        configure_logging("json", "info")
+        log = get_logger()
+
+        class Loud:
+            def __repr__(self):
+                log.info("repr.logged", plain=1)
+                return "Loud()"
+
+        async def other():
+            with structlog.contextvars.bound_contextvars(run_id="B"):
+                log.info("b.line")  # schedules this turn's write, in B's context
+
+        async def main():
+            task = asyncio.create_task(other())
+            await asyncio.sleep(0)
+            with structlog.contextvars.bound_contextvars(run_id="A", thing=Loud()):
+                log.info("a.line")
+            await task
+            for _ in range(3):
+                await asyncio.sleep(0)
+            with structlog.contextvars.bound_contextvars(run_id="C", thing=Loud()):
+                log.info("c.line")  # the first line of its turn: the write runs in C's
+            for _ in range(3):
+                await asyncio.sleep(0)
+
+        asyncio.run(main())
+        print("done", flush=True)
+    """)
+    assert [(line["event"], line.get("run_id")) for line in lines] == [
+        ("b.line", "B"),
+        ("a.line", "A"),
+        ("repr.logged", "A"),
+        ("c.line", "C"),
+        ("repr.logged", "C"),
+    ]
+    assert [line.get("thing") for line in lines] == [None, "Loud()", None, "Loud()", None]
+    assert not any("log_error" in line for line in lines)
+
+
+def test_an_event_whose_repr_logs_itself_as_the_event_ends() -> None:
+    # Before: the line written 4 deep describes its event with repr, which logged the
+    # event again into the list the level above was going through: for ever.
+    lines = _stderr_lines("""if True:
+        from fusee.logs import configure_logging, get_logger
+        configure_logging("json", "info")
+        log = get_logger()
+
+        class Event:
+            def __repr__(self):
+                log.info(self)
+                return "Event"
+
+        log.info(Event())
+        print("done", flush=True)
+    """)
+    assert 1 <= len(lines) <= 10
+    assert {line["event"] for line in lines} == {"Event"}
+    assert "log_error" in lines[-1]
+    assert not any("log_error" in line for line in lines[:-1])
+
+
+class _LoudBadRepr:
+    def __init__(self, error: type[Exception]) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        get_logger().info("repr.called")
+        raise self.error("no repr")
+
+
+@pytest.mark.parametrize("error", [ValueError, TypeError, RuntimeError])
+@pytest.mark.usefixtures("restore_structlog")
+def test_a_repr_that_raises_is_called_once(error: type[Exception]) -> None:
+    # Before: msgspec's ValueError or TypeError sent the line to json.dumps, which called
+    # the __repr__ again: its lines were written twice.
+    out = io.StringIO()
+    configure_logging("json", "info", stream=out)
+    get_logger().info("outer", value=_LoudBadRepr(error))
+    lines = _lines(out)
+    assert [line["event"] for line in lines] == ["outer", "repr.called"]
+    assert lines[0]["log_error"] == f"{error.__name__}: no repr"

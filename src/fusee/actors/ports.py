@@ -406,7 +406,9 @@ class HandleStore(ObjectReads, Protocol):
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
     ) -> int | None:
         """``send_inbox`` unless run ``eid`` has ended (checked in the same write): None
-        and nothing stored when it had."""
+        and nothing stored when it had. A journal of an earlier version has its end
+        record on ``.j``, which ``NatsStore``'s check does not see: the message is
+        stored."""
         ...
 
     async def read_inbox(

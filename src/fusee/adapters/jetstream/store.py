@@ -609,12 +609,16 @@ class NatsStore:
         schedule (``<inbox>.t<pos>``), which is not an inbox message. An ordered
         consumer: no gap, no duplicate, also across reconnects.
 
-        Nothing stored before the subscription is handed, also after nats-py recreates
-        the consumer: it resumes after the last message it delivered, from sequence 1
-        when it delivered none (every inbox message ever stored, again). So the consumer
-        starts with the last inbox message stored (``DeliverPolicy.LAST``: delivered at
-        once, where it resumes after) and anything at or below the stream's last
-        sequence read before the subscription (the floor) is dropped, not handed."""
+        nats-py recreates the consumer after the last message it delivered, from
+        sequence 1 when it delivered none (every inbox message ever stored, again). So
+        the stream's last sequence is read first (the floor: nothing at or below it is
+        handed, also after a reset; a read finds it), and the consumer starts with the
+        last message stored under ``<ns>.in.>`` (``DeliverPolicy.LAST``: delivered at
+        once, where a reset resumes after; a marker, an index entry or a timer's
+        schedule as well as an inbox message). Of the messages stored between that read
+        and the consumer's creation, the last one is handed (it is above the floor),
+        the others are not. A reset before that first delivery still resumes from
+        sequence 1: the floor drops the old messages, but the server sends them."""
         prefix = f"{self.layout.namespace}.in."
         info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
         floor = info.state.last_seq
