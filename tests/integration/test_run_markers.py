@@ -220,3 +220,49 @@ async def test_an_older_fusee_s_marker_written_after_the_listing_goes_too(
         assert await run.signal("go", 5)
         assert await run.result(timeout=20) == 5
         await wait_until(purged, timeout=30, what="the bucket's marker to be purged")
+
+
+async def _in_work(store: Any, key: str) -> bool:
+    try:
+        entry = await store.work.get(key)
+    except nats.js.errors.KeyNotFoundError:
+        return False
+    return bool(entry.value)
+
+
+async def test_an_ended_run_activated_again_purges_a_marker_an_old_listing_missed(
+    engine: fusee.Engine, nats_server: Any
+) -> None:
+    """A store's last listing of a partition may be old (its worker owned it once, a
+    guest now): a marker another process wrote after it is purged when the ended run
+    is activated again (each time its marker is removed the work bucket is read), not
+    skipped for ever because that listing did not hold it."""
+    other = await fusee.connect(nats_server.url, namespace=engine.namespace, partitions=4)
+    try:
+        run_id = "m-stale-listing"
+        eid, p = escape(run_id), partition_of(run_id, engine.partitions)
+        key = f"active.{p}.{eid}"
+        await engine.store.list_active({p})  # listed once, long ago: nothing there
+        await other.store.work.put(key, b"{}")  # an older fusee's client, a note
+        await engine.store.clear_run_active(p, eid)  # the ended run activated again
+        assert not await _in_work(other.store, key), "the marker is left in the work bucket"
+    finally:
+        await other.close()
+
+
+async def test_a_marker_after_list_objects_goes_when_the_ended_run_is_activated_again(
+    engine: fusee.Engine, nats_server: Any
+) -> None:
+    """``Engine.list_objects`` lists every partition on the engine's store (a worker's
+    too): no listing it leaves keeps a later marker from being purged."""
+    other = await fusee.connect(nats_server.url, namespace=engine.namespace, partitions=4)
+    try:
+        run_id = "m-stale-objects"
+        eid, p = escape(run_id), partition_of(run_id, engine.partitions)
+        key = f"active.{p}.{eid}"
+        await engine.list_objects("anytype")
+        await other.store.work.put(key, b"{}")
+        await engine.store.clear_run_active(p, eid)
+        assert not await _in_work(other.store, key), "the marker is left in the work bucket"
+    finally:
+        await other.close()

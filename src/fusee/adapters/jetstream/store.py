@@ -166,9 +166,9 @@ class NatsStore:
         self.completion_secret = b""
         self.callback_base_url = "http://127.0.0.1:8000"
         # the actors with a marker in the work bucket, per partition, as the last
-        # listing of it found them, with those written here since: a run's end reads
-        # that bucket for a marker to purge only when one may be there (see
-        # _clear_old_marker)
+        # listing of it found them, with those written here since: the end that just
+        # landed reads that bucket for a marker to purge only when one may be there
+        # (see _clear_old_marker)
         self._work_listed: dict[int, set[str]] = {}
 
     @classmethod
@@ -931,7 +931,7 @@ class NatsStore:
             riders=(tombstone,),
         )
         await self.committer.append(item)
-        await self._clear_old_marker(partition, eid)
+        await self._clear_old_marker(partition, eid, listed_only=True)
 
     async def get_index(self, eid: str) -> bytes | None:
         entry = await self.get_index_entry(eid)
@@ -980,7 +980,9 @@ class NatsStore:
         and the list of active runs does not grow with ended ones (:meth:`end_run`
         does this with the end's index entry). Appended like a record: under load it
         rides a group commit's batch. A marker in the work bucket (an older fusee's,
-        or a crash note) is purged too; without one nothing more is written."""
+        or a crash note) is purged too: the bucket is read for it each time (this runs
+        for an ended run activated again, a pause, an indexed run with no journal:
+        never on a fresh end's path); without one nothing more is written."""
         subject, data, headers = self._unmarked(partition, eid)
         give_up = time.monotonic() + patience()
         await self.committer.append(
@@ -1014,14 +1016,20 @@ class NatsStore:
         if listed is not None:
             listed.add(eid)
 
-    async def _clear_old_marker(self, partition: int, eid: str) -> None:
+    async def _clear_old_marker(
+        self, partition: int, eid: str, *, listed_only: bool = False
+    ) -> None:
         """Purge a run's marker in the work bucket (an older fusee's, a crash or an
-        unserved note), if there is one. Not read when the last listing of the
-        partition found none and none was written here since (every end would read it
-        else): one another process wrote after that listing stays until the next lists
-        it, whose activation of the ended run reads it and purges it."""
+        unserved note), if there is one.
+
+        ``listed_only`` (the end's write, :meth:`end_run`): not read when the last
+        listing of the partition by this store found none and none was written here
+        since (every end would read it else). That listing may be old (a partition
+        this worker owned once, an engine's ``list_objects``): a marker another process
+        wrote after it stays, until its partition's owner lists it and activates the
+        ended run, whose marker's removal (:meth:`clear_run_active`) always reads."""
         listed = self._work_listed.get(partition)
-        if listed is not None and eid not in listed:
+        if listed_only and listed is not None and eid not in listed:
             return
         key = Layout.active_key(partition, eid)
         try:
