@@ -46,7 +46,7 @@ from hypothesis import strategies as st
 
 from fusee.runtime import life_events, run_life
 from fusee.runtime.history import History
-from fusee.runtime.index import RunInfo, encode_info
+from fusee.runtime.index import UNREAD, RunInfo, encode_info
 from fusee.runtime.life_events import (
     Broken,
     CancelChildren,
@@ -371,7 +371,7 @@ def check_activation(world: World, act: Activation) -> None:
                 project = next(c for c in rest if isinstance(c, Project))
                 assert project.unmark
                 assert project.info.ended
-                assert not project.known
+                assert project.current is UNREAD
         elif isinstance(item, CancelRead) and cancel is None:
             cancel = item.reason or "cancelled"
         elif isinstance(item, Execute):
@@ -428,7 +428,7 @@ def check_activation(world: World, act: Activation) -> None:
             before = next(c for c in reversed(trace[:i]) if isinstance(c, Commit))
             if isinstance(before.record, TERMINAL):
                 landed = before.record
-        elif isinstance(item, Project) and item.known and item.current is None:
+        elif isinstance(item, Project) and item.current is None:
             assert landed is not None, "an end not written by this activation"
             assert item.info.ended
     if act.outcome == "ended" and landed is not None:
@@ -437,7 +437,7 @@ def check_activation(world: World, act: Activation) -> None:
         project = next(c for c in tail if isinstance(c, Project))
         assert project.unmark
         assert project.info.ended
-        assert project.known
+        assert project.current is None
 
 
 def landed_commit(trace: list[Command | Event], record: AnyRecord) -> Command | Event:
@@ -617,7 +617,7 @@ def _ended_unread(real: Any) -> Any:
         out = list(real(self, event, now))
         if event.history.ended:
             return [
-                dataclasses.replace(c, known=True) if isinstance(c, Project) else c for c in out
+                dataclasses.replace(c, current=None) if isinstance(c, Project) else c for c in out
             ]
         return out
 

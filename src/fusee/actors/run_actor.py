@@ -295,9 +295,6 @@ class RunActor:
     async def _project(self, cmd: Project) -> None:
         seq = self.core.fence if cmd.journal_seq is None else cmd.journal_seq
         unmark = self.core.partition if cmd.unmark else None
-        if cmd.known:
-            await project_index(
-                self.core.store, self.core.eid, cmd.info, seq, unmark=unmark, current=cmd.current
-            )
-        else:
-            await project_index(self.core.store, self.core.eid, cmd.info, seq, unmark=unmark)
+        await project_index(
+            self.core.store, self.core.eid, cmd.info, seq, unmark=unmark, current=cmd.current
+        )

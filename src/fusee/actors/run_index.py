@@ -14,21 +14,21 @@ import msgspec
 from fusee.actors.ports import RunStore
 from fusee.errors import FuseeError
 from fusee.runtime.ids import unescape
-from fusee.runtime.index import RunInfo, decode_info, encode_info, supersedes
-from fusee.runtime.life_events import IndexEntry
+from fusee.runtime.index import (
+    UNREAD,
+    Current,
+    IndexEntry,
+    RunInfo,
+    decode_info,
+    encode_info,
+    supersedes,
+)
 
-__all__ = ("project_index", "MAX_REFUSALS", "UNREAD")
+__all__ = ("project_index", "MAX_REFUSALS")
 
 # Compare-and-sets refused in a row before giving up: each refusal means another writer
 # wrote in between (a run has one owner at a time, so a few at most), never this many.
 MAX_REFUSALS = 100
-
-
-class _Unread:
-    """What the index holds is not known yet: read it first."""
-
-
-UNREAD = _Unread()
 
 
 def _same(old: RunInfo, new: RunInfo) -> bool:
@@ -45,7 +45,7 @@ async def project_index(
     journal_seq: int,
     *,
     unmark: int | None = None,
-    current: IndexEntry | _Unread | None = UNREAD,
+    current: Current = UNREAD,
 ) -> bool:
     """Write ``info`` (made from the journal up to ``journal_seq``) unless the index
     holds an entry made from more of it. True when written (or already there).
@@ -55,14 +55,14 @@ async def project_index(
     paused): its active marker is removed too (also when nothing is written).
     ``current``: what the index holds, when the caller knows (it just read it, or
     None: the run's end just landed, so nothing can be there to compare with); else
-    it is read first. Only the final entry is read for an ended run's (it is not
+    ``UNREAD``: it is read first. Only the final entry is read for an ended run's (it is not
     compared with the bucket's: see below).
 
     Raises:
         FuseeError: the entry's compare-and-set was refused ``MAX_REFUSALS`` times in
             a row (the store and its reads disagree: nothing else loops here)."""
     for attempt in range(MAX_REFUSALS):
-        if attempt or isinstance(current, _Unread):
+        if attempt or current is UNREAD:
             current = await _read(store, eid, ended=info.ended)
         last = 0
         if current is not None:

@@ -6,16 +6,45 @@ it for a moment but never runs ahead. ``describe()`` reads the journal for the t
 
 from __future__ import annotations
 
-from typing import Literal
+import enum
+from typing import Final, Literal, TypeAlias
 
 import msgspec
 
 from fusee.runtime.history import History
 from fusee.runtime.records import RunCancelled, RunCompleted, RunFailed
 
-__all__ = ("RunInfo", "Status", "info_from_history", "supersedes", "encode_info", "decode_info")
+__all__ = (
+    "RunInfo",
+    "Status",
+    "IndexEntry",
+    "Unread",
+    "UNREAD",
+    "Current",
+    "info_from_history",
+    "supersedes",
+    "encode_info",
+    "decode_info",
+)
 
 Status = Literal["pending", "running", "waiting", "completed", "failed", "cancelled", "paused"]
+
+IndexEntry: TypeAlias = tuple[bytes, int, int]
+"""A run's index entry as stored: ``(value, journal sequence, revision)`` (revision 0:
+an ended run's final entry, in the journal stream)."""
+
+
+class Unread(enum.Enum):
+    """What the index holds is not known yet: read it first."""
+
+    UNREAD = "unread"
+
+
+UNREAD: Final = Unread.UNREAD
+
+Current: TypeAlias = IndexEntry | Literal[Unread.UNREAD] | None
+"""What the index holds, as a writer of an entry knows it: the entry; None (nothing
+there to compare with, as after an end that just landed); or :data:`UNREAD`."""
 
 
 class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -8,12 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from fusee.runtime.history import History
-from fusee.runtime.index import RunInfo
+from fusee.runtime.index import UNREAD, Current, IndexEntry, RunInfo
 from fusee.runtime.records import AnyRecord
 
 __all__ = (
     "Left",
-    "IndexEntry",
     "Command",
     "Load",
     "ReadIndex",
@@ -52,10 +51,6 @@ __all__ = (
 Left: TypeAlias = Literal["ended", "paused", "unrunnable", "parked"]
 """How an activation of a run left (a generation that continued goes on in it)."""
 
-IndexEntry: TypeAlias = tuple[bytes, int, int]
-"""A run's index entry as stored: ``(value, journal sequence, revision)``."""
-
-
 # -- commands ---------------------------------------------------------------------------
 
 
@@ -85,14 +80,14 @@ class Project:
     """Write the run's index entry ``info`` (compared with what the index holds, never
     going back). ``unmark``: the run leaves the active runs here, its marker goes too.
     ``journal_seq``: the journal record it was made from (None: the last one read or
-    written). ``known``: what the index holds is known, ``current`` (None: nothing to
-    compare with, as for an end that just landed), and need not be read first."""
+    written). ``current``: what the index holds, when known (None: nothing to compare
+    with, as for an end that just landed; the entry just read), else ``UNREAD``: it is
+    read first."""
 
     info: RunInfo
     unmark: bool = False
     journal_seq: int | None = None
-    known: bool = False
-    current: IndexEntry | None = None
+    current: Current = UNREAD
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ import msgspec
 
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History
-from fusee.runtime.index import decode_info, info_from_history
+from fusee.runtime.index import UNREAD, IndexEntry, decode_info, info_from_history
 from fusee.runtime.life_events import (
     Broken,
     CancelChildren,
@@ -52,7 +52,6 @@ from fusee.runtime.life_events import (
     Execute,
     Finish,
     Flush,
-    IndexEntry,
     IndexRead,
     Left,
     Load,
@@ -265,7 +264,7 @@ class RunLife:
         )
         info = decode_info(entry[0])
         info.status, info.reason, info.updated_at = "paused", reason, now
-        project = Project(info, journal_seq=entry[1], known=True, current=entry)
+        project = Project(info, journal_seq=entry[1], current=entry)
         return [
             Log("error", "run.paused", {"reason": reason}),
             project,
@@ -424,7 +423,7 @@ class RunLife:
             info.status = "paused"
         elif waiting and not info.ended:
             info.status = "waiting"
-        return [Project(info, unmark=leaving, known=fresh and info.ended)]
+        return [Project(info, unmark=leaving, current=None if fresh and info.ended else UNREAD)]
 
     def _finish(self, outcome: Left) -> Finish:
         self._phase = "done"
