@@ -55,8 +55,8 @@ async def project_index(
     paused): its active marker is removed too (also when nothing is written).
     ``current``: what the index holds, when the caller knows (it just read it, or
     None: the run's end just landed, so nothing can be there to compare with); else
-    ``UNREAD``: it is read first. Only the final entry is read for an ended run's (it is not
-    compared with the bucket's: see below).
+    ``UNREAD``: it is read first. Only the final entry is read for an ended run's (it
+    is not compared with the bucket's: see below).
 
     Raises:
         FuseeError: the entry's compare-and-set was refused ``MAX_REFUSALS`` times in
