@@ -216,7 +216,8 @@ class ObjectActor:
                 if await self._idle():
                     return "idle"
                 continue
-            line = self.life.unrunnable(obj is not None, invocation, self.registry.object_names())
+            names = self.registry.object_names() if obj is None else ()
+            line = self.life.unrunnable(obj is not None, invocation, names)
             if line is not None:
                 await self._perform([line])
                 return "unrunnable"
@@ -240,11 +241,10 @@ class ObjectActor:
 
     async def _read_inbox(self) -> bool:
         """Hand what arrived to the machine; True when it cancels the running one."""
-        history = self.core.history
+        begun = self._begun()  # (as it was when the read began)
         messages = await self.core.inbox_messages()
-        return await self._perform(
-            self.life.inbox(messages, begun=self._begun(), begun_at=history.invocation_at)
-        )
+        began_at = self.core.history.invocation_at
+        return await self._perform(self.life.inbox(messages, begun=begun, begun_at=began_at))
 
     # -- one invocation ---------------------------------------------------------------
 
@@ -259,7 +259,7 @@ class ObjectActor:
         handler = obj.handlers.get(inv.handler) if obj is not None else None
         view = (
             ReadOnlyState(self.life.state, self.object_type)
-            if isinstance(what, RunHandler) and what.shared
+            if handler and handler.shared
             else StateView(self.life.state, self.object_type)
         )
         replayer = Replayer(history)
@@ -273,6 +273,7 @@ class ObjectActor:
         elif isinstance(what, RunEdit):
             fields = self._edit(inv)
         else:
+            assert isinstance(what, RunHandler)
             assert handler is not None
             fields = await self._run(handler, ctx, replayer, view, inv)
         fields = self._state_fits(inv, fields)

@@ -41,7 +41,14 @@ from typing import Any, TypeAlias
 
 from fusee.runtime.inbox import NULL, Cancel, InboxMessage, Invoke, Unknown
 from fusee.runtime.life_events import Log
-from fusee.runtime.objects import EDIT, State, encode_state, fold, untargeted_cancel
+from fusee.runtime.objects import (
+    EDIT,
+    State,
+    encode_state,
+    fold,
+    parse_object_id,
+    untargeted_cancel,
+)
 from fusee.runtime.records import Invocation, ObjectDone
 from fusee.runtime.waits import Idle, Park, Sleep
 
@@ -178,6 +185,8 @@ class ObjectLife:
         self, object_id: str, *, park_after: float, reproject_after: int = REPROJECT_AFTER
     ) -> None:
         self.object_id = object_id
+        named = parse_object_id(object_id)
+        self.object_type = named[0] if named is not None else object_id
         self.park_after = park_after
         self.reproject_after = reproject_after
         self.state: State = {}
@@ -306,7 +315,7 @@ class ObjectLife:
         leaves, unrunnable."""
         if registered or inv.handler == EDIT:
             return None
-        object_type = self.object_id[1:].partition("/")[0]
+        object_type = self.object_type
         reason = (
             f"no object type named {object_type!r} is registered at this worker "
             f"(it has: {', '.join(names) or 'none'})"
@@ -337,7 +346,7 @@ class ObjectLife:
             return RunEdit()
         assert handlers is not None
         if inv.handler not in handlers:
-            object_type = self.object_id[1:].partition("/")[0]
+            object_type = self.object_type
             return Decided(
                 _error(
                     "fusee.UnknownHandler",
