@@ -24,6 +24,8 @@ The properties:
 - a projection is never written past an invocation whose caller was not answered
   (the catch-up's replies come before its projection);
 - the projection of a key at rest equals the fold of the journal, at its cursor;
+- a cancel of the running invocation read while it runs (or with the journal that
+  shows it begun) stops it: it ends ``fusee.Cancelled``;
 - an idle key leaves only when every invocation read has ended;
 - the projection is at most ``reproject_after`` records behind while the key runs.
 
@@ -143,6 +145,7 @@ class Play:
     steps: int = 0
     fed_cancels: dict[int, str] = field(default_factory=dict)  # target: reason (this activation)
     fed_invokes: set[int] = field(default_factory=set)
+    fed_targets: set[int] = field(default_factory=set)  # every targeted cancel read
     seen: int = 0
     running: Invocation | None = None
     pending: list[PutState] = field(default_factory=list)  # background writes in flight
@@ -226,6 +229,7 @@ class Play:
         for _, msg in messages:
             if not isinstance(msg, Cancel) or msg.target is None:
                 continue
+            self.fed_targets.add(msg.target)
             if begun is None or msg.target != begun.inbox_seq:
                 self.fed_cancels[msg.target] = msg.reason or "cancelled"
         return self.perform(self.life.inbox(messages, begun=begun, begun_at=begun_at))
@@ -265,6 +269,10 @@ class Play:
             cancelled = self.news() or cancelled
             ends = ["returns", "raises", "parks", "evicted"]
             end = "cancelled" if cancelled else self.draw(ends)
+            if inv.inbox_seq in self.fed_targets:
+                assert end == "cancelled", (
+                    f"a cancel of the running invocation {inv.inbox_seq} read, but it ran on"
+                )
             if end in ("parks", "evicted"):
                 if not self.world.journal or self.world.journal[-1][1] is not inv:
                     self.world.journal.append(("invoked", inv, None))
@@ -306,7 +314,7 @@ class Play:
 
     def activate(self) -> str:
         loaded, _, _ = self.world.read()
-        self.fed_cancels, self.fed_invokes, self.pending = {}, set(), []
+        self.fed_cancels, self.fed_invokes, self.fed_targets, self.pending = {}, set(), set(), []
         self.seen, self.running = loaded.cursor, None
         self.perform(self.life.loaded(loaded))
         try:
@@ -453,6 +461,24 @@ def _leave_queued(real: Any) -> Any:
     return idle_next
 
 
+def _running_cancel_ignored(real: Any) -> Any:
+    def inbox(self: ObjectLife, messages: Any, **kw: Any) -> list[Command]:
+        before = self.cancel_reason
+        out = real(self, messages, **kw)
+        self.cancel_reason = before
+        return [c for c in out if not isinstance(c, CancelRunning)]
+
+    return inbox
+
+
+def _never_reprojected(real: Any) -> Any:
+    def ended(self: ObjectLife, inv: Invocation, done: ObjectDone, at: int, size: int) -> Any:
+        self.reproject_after = 10**9
+        return real(self, inv, done, at, size)
+
+    return ended
+
+
 def _no_projection_on_leaving(real: Any) -> Any:
     return lambda self, size: []
 
@@ -479,7 +505,17 @@ MUTANTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
     ),
     "a queued cancel ignored": ("start", _cancel_ignored, "a cancelled queued invocation"),
     "inbox order broken": ("next", _newest_first, "inbox order broken|ended once, in inbox order"),
+    "a cancel of the running one ignored": (
+        "inbox",
+        _running_cancel_ignored,
+        "a cancel of the running invocation .* read, but it ran on",
+    ),
     "leaving with work queued": ("idle_next", _leave_queued, "an idle key left with work queued"),
+    "no projection every REPROJECT_AFTER records": (
+        "ended",
+        _never_reprojected,
+        "the projection is .* records behind",
+    ),
     "no projection on leaving": (
         "leaving",
         _no_projection_on_leaving,
