@@ -13,6 +13,10 @@ journal) and tagged with that record's sequence (``Fusee-Journal-Seq``). Activat
 reads the projection, then the journal from that record on, and folds what came after
 it: a projection left behind by a crash is caught up, and a change is never applied
 twice, because the projection is the whole state, not a delta.
+
+What runs next, what a caller is answered and when, when the state is projected and
+when the key leaves are decided by the pure :class:`~fusee.runtime.object_life.
+ObjectLife`: this driver performs its commands and runs the handlers' code.
 """
 
 from __future__ import annotations
