@@ -199,9 +199,13 @@ class ObjectActor:
             finally:
                 self._background = None
                 background.cancel_scope.cancel()  # the watcher; the writes are shielded
-        self._raise_projection_error()
         if escaped is not None:
+            try:
+                self._raise_projection_error()
+            except BaseException as error:  # (both leave: the escaped one named)
+                raise error from escaped
             raise escaped
+        self._raise_projection_error()
         return outcome
 
     def _begun(self) -> Invocation | None:
@@ -212,7 +216,7 @@ class ObjectActor:
         while True:
             obj = self.registry.get_object(self.object_type)
             invocation = self.life.next(
-                self._begun(), self.core.clock(), functools.partial(_timeout, obj)
+                self._begun(), self.core.clock, functools.partial(_timeout, obj)
             )
             if invocation is None:
                 if self.core.evict_requested():
@@ -245,10 +249,14 @@ class ObjectActor:
 
     async def _read_inbox(self) -> bool:
         """Hand what arrived to the machine; True when it cancels the running one."""
-        begun = self._begun()  # (as it was when the read began)
-        messages = await self.core.inbox_messages()
+        before = self._begun()  # (as it was when the read began)
+        messages = await self.core.inbox_messages()  # (an invocation may end or begin)
+        begun = self._begun()  # (as it is now: the one a cancel must reach)
         began_at = self.core.history.invocation_at
-        return await self._perform(self.life.inbox(messages, begun=begun, begun_at=began_at))
+        settled = begun is before
+        return await self._perform(
+            self.life.inbox(messages, begun=begun, begun_at=began_at, settled=settled)
+        )
 
     # -- one invocation ---------------------------------------------------------------
 
@@ -263,7 +271,7 @@ class ObjectActor:
         handler = obj.handlers.get(inv.handler) if obj is not None else None
         view = (
             ReadOnlyState(self.life.state, self.object_type)
-            if handler and handler.shared
+            if isinstance(what, RunHandler) and what.shared
             else StateView(self.life.state, self.object_type)
         )
         replayer = Replayer(history)

@@ -196,7 +196,10 @@ class ObjectLife:
         self.cancels: dict[int, str] = {}  # a queued invocation's sequence: why it is off
         self.malformed: dict[int, str] = {}  # an invoke that does not fit: why
         self.running: Invocation | None = None
-        self.cancel_reason: str | None = None  # the running invocation is being cancelled
+        # a cancel of the running (or begun) invocation: why, and the inbox sequence of
+        # its target (start() applies it to that invocation only)
+        self.cancel_reason: str | None = None
+        self.cancel_of = 0
         self.revision = 0  # the projection's KV revision (compare-and-set), 0: none
         self.version = 0  # how many reads queued something (or a cancel)
         self._projected_size = 0  # the journal's size when the projection was written
@@ -219,7 +222,7 @@ class ObjectLife:
         self._boundary = snap.unprojected[-1][2] if snap.unprojected else snap.projected_at
         self.queue.clear()
         self.cancels = {}
-        self.cancel_reason = None
+        self.cancel_reason, self.cancel_of = None, 0
         if not snap.unprojected:
             return []
         out: list[Command] = [
@@ -243,9 +246,14 @@ class ObjectLife:
         *,
         begun: Invocation | None,
         begun_at: int,
+        settled: bool = True,
     ) -> list[Command]:
         """What a read of the inbox brought. ``begun``: the invocation the journal
-        shows begun and not ended; ``begun_at``: the journal record it began at."""
+        shows begun and not ended as the read returned (the one a cancel must reach);
+        ``begun_at``: the journal record it began at; ``settled``: it is the one that
+        was begun when the read began (else an invocation ended or began during the
+        read: an untargeted cancel means the new one only when its first record landed
+        before the cancel was stored)."""
         out: list[Command] = []
         queued = False
         for seq, msg in messages:
@@ -257,11 +265,11 @@ class ObjectLife:
                 target = msg.target
                 if target is None:  # "the running one": the one running when it was stored
                     target = untargeted_cancel(
-                        seq, begun, begun_at, running_here=self.running is begun
+                        seq, begun, begun_at, running_here=settled and self.running is begun
                     )
                 if begun is not None and target == begun.inbox_seq:
-                    if self.cancel_reason is None:
-                        self.cancel_reason = reason
+                    if self.cancel_reason is None or self.cancel_of != target:
+                        self.cancel_reason, self.cancel_of = reason, target
                         out.append(
                             Log(
                                 "info",
@@ -283,11 +291,15 @@ class ObjectLife:
     # -- one invocation ---------------------------------------------------------------
 
     def next(
-        self, begun: Invocation | None, now: float, timeout: Callable[[str], float | None]
+        self,
+        begun: Invocation | None,
+        clock: Callable[[], float],
+        timeout: Callable[[str], float | None],
     ) -> Invocation | None:
         """The invocation to run: ``begun`` (the journal shows it begun before a crash
         or an eviction: it resumes), else the oldest queued above the cursor (None:
-        nothing). ``timeout``: a handler's timeout."""
+        nothing). ``clock``: now (read only for an invocation built); ``timeout``: a
+        handler's timeout."""
         if begun is not None:
             return begun
         while self.queue:
@@ -297,13 +309,13 @@ class ObjectLife:
             if isinstance(msg, Unknown):  # an invoke that does not fit: it fails alone
                 self.malformed[seq] = msg.why
                 return Invocation(
-                    handler="", input=NULL, inbox_seq=seq, started_at=now, reply=msg.reply
+                    handler="", input=NULL, inbox_seq=seq, started_at=clock(), reply=msg.reply
                 )
             return Invocation(
                 handler=msg.handler,
                 input=msg.input,
                 inbox_seq=seq,
-                started_at=now,
+                started_at=clock(),
                 timeout=timeout(msg.handler),
                 reply=msg.reply,
             )
@@ -329,8 +341,11 @@ class ObjectLife:
         not; None: the type is not registered here); ``journaled``: the records its
         generation holds already (a resumed invocation's)."""
         self.running = inv
+        if self.cancel_of != inv.inbox_seq:  # (a cancel of another: never this one's)
+            self.cancel_reason = None
         if inv.inbox_seq in self.cancels:
             self.cancel_reason = self.cancels.pop(inv.inbox_seq)
+            self.cancel_of = inv.inbox_seq
         malformed = self.malformed.pop(inv.inbox_seq, None)  # (also when cancelled first)
         if self.cancel_reason is not None and journaled == 0:
             return Decided(_error("fusee.Cancelled", self.cancel_reason))  # while queued
@@ -381,8 +396,9 @@ class ObjectLife:
         self._boundary = at
         if not self.revision or size - self._projected_size >= self.reproject_after:
             out.append(self._put(size))
+        self.cancels.pop(inv.inbox_seq, None)  # (one read as it ended: it is over)
         self.running = None
-        self.cancel_reason = None
+        self.cancel_reason, self.cancel_of = None, 0
         return out
 
     def leaving(self, size: int) -> list[Command]:

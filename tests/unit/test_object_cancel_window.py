@@ -1,0 +1,136 @@
+"""A cancel read while the running invocation changes under the read: the object's
+driver sorts it against the invocation running as the read returns, never the one it
+saw when the read began (a read awaits the server when pushes are lost).
+
+Each test holds an inbox read open (the store's ``read_inbox`` waits for the test),
+ends the running invocation A meanwhile (and lets B begin, or holds A's reply), then
+lets the read return with a cancel. No sleeps: the windows open on events, and
+``wait_all_tasks_blocked`` says the read was handled.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any
+
+import anyio
+import msgspec
+
+from fusee.actors.core import ActorCore
+from fusee.actors.object_actor import ObjectActor
+from fusee.actors.registry import Handler, ObjectSpec, Registry
+from fusee.runtime.ids import escape, partition_of
+from fusee.runtime.inbox import Cancel, Invoke, encode_message
+from fusee.runtime.objects import object_id
+from fusee.runtime.records import ObjectDone, decode_record
+from tests.memory_store import MemoryStore
+
+OID = object_id("counter", "k")
+EID = escape(OID)
+P = partition_of(OID, 1)
+
+
+class HookStore(MemoryStore):
+    """``read_inbox`` waits, once armed, until the test lets it return; the reply to
+    ``r.a`` waits, when ``hold_reply``, until the test lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.entered, self.proceed = anyio.Event(), anyio.Event()
+        self.hold_reply = False
+        self.replying, self.reply_go = anyio.Event(), anyio.Event()
+
+    async def read_inbox(self, partition: int, eid: str, after: int = 0, *, limit: int = 0) -> Any:
+        found = await super().read_inbox(partition, eid, after, limit=limit)
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            await self.proceed.wait()
+        return found
+
+    async def publish_core(self, subject: str, data: bytes) -> None:
+        if self.hold_reply and subject == "r.a":
+            self.replying.set()
+            await self.reply_go.wait()
+        await super().publish_core(subject, data)
+
+
+async def _scenario(target: str, *, during_reply: bool) -> dict[str, Any]:
+    """A runs, B is queued; a cancel of ``target`` is read by a read that began while
+    A ran and returns after A ended: once B runs (``during_reply``: while A's reply is
+    being published, B not begun)."""
+    store = HookStore()
+    store.hold_reply = during_reply
+    gates = {"a": anyio.Event(), "b": anyio.Event()}
+    running = {"a": anyio.Event(), "b": anyio.Event()}
+
+    async def work(ctx: Any, which: str) -> str:
+        running[which].set()
+        await gates[which].wait()
+        return which
+
+    registry = Registry()
+    registry.add_object(ObjectSpec("counter", {"work": Handler("work", work, input_type=str)}))
+    core = ActorCore(
+        store=store,
+        namespace="t",
+        eid=EID,
+        run_id=OID,
+        partition=P,
+        clock=time.time,
+        park_after=0.0,
+        partitions=1,
+    )
+    core.pushes = False  # every read asks the server (as after push_lost)
+    actor = ObjectActor(object_type="counter", key="k", registry=registry, core=core)
+
+    def invoke(which: str) -> bytes:
+        body = msgspec.Raw(b'"%s"' % which.encode())
+        return encode_message(Invoke(handler="work", input=body, reply=f"r.{which}"))
+
+    seqs = {w: await store.send_inbox(P, EID, "invoke", invoke(w)) for w in ("a", "b")}
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(actor.run)
+        await running["a"].wait()  # A runs; B is queued
+        cancel = encode_message(Cancel(reason="user", target=seqs[target]))
+        await store.send_inbox(P, EID, "cancel", cancel)
+        store.armed = True  # the watcher's read begins while A runs ...
+        assert core.woken is not None
+        core.woken.set()
+        await store.entered.wait()
+        gates["a"].set()  # ... and during its await A ends
+        if during_reply:
+            await store.replying.wait()  # (its obj.done landed, its reply on its way)
+        else:
+            await running["b"].wait()  # (and B began)
+        store.proceed.set()
+        await anyio.wait_all_tasks_blocked()  # the read was handled
+        store.reply_go.set()
+        gates["b"].set()
+    dones = {}
+    for message in store.journal(EID):
+        record = decode_record(message.data)
+        if isinstance(record, ObjectDone):
+            dones[record.inbox_seq] = record
+    return {"a": dones[seqs["a"]], "b": dones[seqs["b"]], "b_ran": running["b"].is_set()}
+
+
+def test_a_cancel_of_the_invocation_that_began_during_the_read_reaches_it() -> None:
+    got = anyio.run(functools.partial(_scenario, "b", during_reply=False))
+    assert got["b"].error_type == "fusee.Cancelled", f"B's cancel was lost: {got['b']}"
+    assert got["b"].message == "user"
+    assert got["a"].ok
+
+
+def test_a_cancel_of_the_invocation_that_ended_during_the_read_spares_the_next() -> None:
+    got = anyio.run(functools.partial(_scenario, "a", during_reply=False))
+    assert got["a"].ok  # (it returned before the cancel was read: it stands)
+    assert got["b"].ok, f"B was cancelled by A's cancel: {got['b']}"
+
+
+def test_a_cancel_of_the_ended_one_read_during_its_reply_spares_the_next() -> None:
+    got = anyio.run(functools.partial(_scenario, "a", during_reply=True))
+    assert got["b"].ok, f"B was cancelled by A's cancel: {got['b']}"
+    assert got["b_ran"], "B never ran"
