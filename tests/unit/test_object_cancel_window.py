@@ -20,8 +20,10 @@ import msgspec
 from fusee.actors.core import ActorCore
 from fusee.actors.object_actor import ObjectActor
 from fusee.actors.registry import Handler, ObjectSpec, Registry
+from fusee.errors import Evicted
 from fusee.runtime.ids import escape, partition_of
-from fusee.runtime.inbox import Cancel, Invoke, encode_message
+from fusee.runtime.inbox import NULL, Cancel, Invoke, encode_message
+from fusee.runtime.object_life import ObjectLife
 from fusee.runtime.objects import object_id
 from fusee.runtime.records import ObjectDone, decode_record
 from tests.memory_store import MemoryStore
@@ -134,3 +136,61 @@ def test_a_cancel_of_the_ended_one_read_during_its_reply_spares_the_next() -> No
     got = anyio.run(functools.partial(_scenario, "a", during_reply=True))
     assert got["b"].ok, f"B was cancelled by A's cancel: {got['b']}"
     assert got["b_ran"], "B never ran"
+
+
+class FailingPuts(MemoryStore):
+    """Every projection write fails."""
+
+    async def put_state(
+        self, object_type: str, key: str, data: bytes, *, journal_seq: int, cursor: int, last: int
+    ) -> int | None:
+        raise OSError("the KV store is gone")
+
+
+async def _evicted_with_a_failed_write() -> BaseException:
+    store = FailingPuts()
+
+    async def work(ctx: Any, which: str) -> str:
+        return which
+
+    registry = Registry()
+    registry.add_object(ObjectSpec("counter", {"work": Handler("work", work, input_type=str)}))
+    core = ActorCore(
+        store=store,
+        namespace="t",
+        eid=EID,
+        run_id=OID,
+        partition=P,
+        clock=time.time,
+        park_after=0.0,
+        partitions=1,
+        evict_requested=lambda: True,  # (after the invocation: Evicted escapes _serve)
+    )
+    actor = ObjectActor(object_type="counter", key="k", registry=registry, core=core)
+    await store.send_inbox(P, EID, "invoke", encode_message(Invoke(handler="work", input=NULL)))
+    try:
+        await actor.run()
+    except BaseException as exc:  # noqa: BLE001 - what left is the test's subject
+        return exc
+    raise AssertionError("the activation left without an error")
+
+
+def test_a_failed_write_leaving_with_another_error_keeps_both() -> None:
+    error = anyio.run(_evicted_with_a_failed_write)
+    assert isinstance(error, OSError), error  # the write's failure leaves ...
+    assert isinstance(error.__cause__, Evicted), (
+        f"the eviction escaping as the write's error was raised is lost: {error.__cause__!r}"
+    )  # ... and names the exception it overtook
+
+
+def test_the_next_invocation_reads_the_clock_only_when_it_builds_one() -> None:
+    life = ObjectLife(OID, park_after=1.0)
+
+    def clock() -> float:
+        raise AssertionError("the clock read with nothing queued")
+
+    assert life.next(None, clock, lambda handler: None) is None
+    life.inbox([(1, Invoke(handler="work"))], begun=None, begun_at=0)
+    inv = life.next(None, lambda: 5.0, lambda handler: None)
+    assert inv is not None
+    assert inv.started_at == 5.0
