@@ -8,9 +8,10 @@ invocation's first record when its handler journals one, its ``obj.done``), the 
 projection, and the replies the callers got. Each activation reads the world as
 ``read_object`` would, then hypothesis draws what happens next at every point: a
 message arrives and the inbox is read (before an invocation, while its handler runs,
-while the key waits idle), the handler journals a record first, returns, raises or
+while the key waits idle; a read begun while a handler runs may return after its
+``obj.done`` landed, during its reply or once the next invocation began), the handler journals a record first, returns, raises or
 parks, a commit lands or the process dies before or after it, a background projection
-write lands or dies, an eviction (replayed in the same machine, as the forced-replay
+write lands, fails or dies, an eviction (replayed in the same machine, as the forced-replay
 mode does), the idle wait expires. Activations follow one another until every message
 arrived and the key left idle with its writes landed.
 
@@ -25,9 +26,18 @@ The properties:
   (the catch-up's replies come before its projection);
 - the projection of a key at rest equals the fold of the journal, at its cursor;
 - a cancel of the running invocation read while it runs (or with the journal that
-  shows it begun) stops it: it ends ``fusee.Cancelled``;
+  shows it begun), or an untargeted one read while it runs here, stops it: it ends
+  ``fusee.Cancelled``;
+- a cancel's reason never ends an invocation other than its target;
+- every message that is neither an invocation nor a cancel is kept for the waits;
+- a malformed invocation ends ``fusee.InvalidInput``, one of an unknown handler
+  ``fusee.UnknownHandler``, an edit is applied (unless cancelled while queued);
+- no projection is written on a call's path (only the catch-up's, before serving);
+- once a background write failed, no invocation ends after the next one (its error
+  stops the key);
 - an idle key leaves only when every invocation read has ended;
-- the projection is at most ``reproject_after`` records behind while the key runs.
+- the projection is less than ``reproject_after`` records behind while the key runs
+  (plus, after a catch-up, the records of the invocation begun past its tag).
 
 ``MUTANTS`` puts defects back one at a time; each must be found, by the property it
 breaks (its message).

@@ -10,10 +10,13 @@ landed:
   it); the catch-up of a projection left behind (:class:`Reply` of each invocation it
   missed, then one :class:`PutState` written now: once it has caught up, no activation
   sends those replies);
-- :meth:`ObjectLife.inbox`: what a read of the inbox brought, in inbox order:
-  invocations queue up, a cancel marks its target (:class:`CancelRunning` when that is
-  the running invocation), the rest is :class:`Keep` (the running invocation's waits);
-  :class:`QueueChanged` when something was queued (or a cancel read);
+- :meth:`ObjectLife.inbox`: what a read of the inbox brought, in inbox order, sorted
+  against the invocation begun as the read returned (not as it began: one may end and
+  the next begin while a read awaits the server): invocations queue up, a cancel marks
+  its target (:class:`CancelRunning` when that is the running invocation; its reason
+  is kept with its target's inbox sequence, so it never ends another), the rest is
+  :class:`Keep` (the running invocation's waits); :class:`QueueChanged` when something
+  was queued (or a cancel read);
 - :meth:`ObjectLife.next`: the invocation to run, the one the journal shows begun, else
   the oldest queued above the cursor; :meth:`ObjectLife.start`: what it is
   (:class:`Decided`: it ends without its handler; :class:`RunEdit`;
