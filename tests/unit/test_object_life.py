@@ -520,13 +520,13 @@ def check_at_rest(world: World) -> None:
     state: State = {}
     for _, _, done in world.dones():
         state = fold(state, done)
-    assert world.projection is not None or not ended
+    assert world.projection is not None or not ended, "no projection of a key at rest"
     if world.projection is not None:
         data, tag, cursor = world.projection
         assert (decode_state(data), cursor) == (state, ended[-1] if ended else 0), (
             "the projection at rest is not the fold of the journal"
         )
-        assert tag == world.dones()[-1][0]
+        assert tag == world.dones()[-1][0], "the projection at rest is not at the last obj.done"
     for seq, got in world.replies.items():
         assert all(g == got[0] for g in got), f"different replies to {seq}"
     for _, inv, _ in world.dones():
@@ -709,6 +709,13 @@ def _cancel_reason_unkeyed(real: Any) -> Any:
     return start
 
 
+def _catch_up_unwritten(real: Any) -> Any:
+    def loaded(self: ObjectLife, snap: Loaded) -> list[Command]:
+        return [c for c in real(self, snap) if not isinstance(c, PutState)]
+
+    return loaded
+
+
 _ALSO: dict[str, Callable[[Any], Any]] = {"start": _cancel_reason_unkeyed}
 
 MUTANTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
@@ -773,6 +780,11 @@ MUTANTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
         "an invocation of an unknown handler",
     ),
     "the edit a no-op": ("start", _edit_a_no_op, "an edit .* was not applied"),
+    "the catch-up without its projection": (
+        "loaded",
+        _catch_up_unwritten,
+        "no projection of a key at rest|the projection at rest is not",
+    ),
     # the driver's part: a read sorted against the invocation begun as it began (a
     # cancel of the next is lost; one of the ended one stops the next)
     "a read sorted against the invocation begun as it began": (
