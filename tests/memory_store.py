@@ -206,7 +206,9 @@ class MemoryStore:
         self.index[eid] = (value, journal_seq, revision)
         return revision
 
-    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+    async def end_run(
+        self, partition: int, eid: str, value: bytes, *, journal_seq: int, fresh: bool = False
+    ) -> None:
         self._rev()  # (the stream's sequence moves)
         self.ended[eid] = (value, journal_seq)
         await self.clear_run_active(partition, eid)

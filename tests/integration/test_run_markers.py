@@ -13,6 +13,7 @@ import nats.js.errors
 import pytest
 
 import fusee
+from fusee.actors.run_index import project_index
 from fusee.errors import Fenced
 from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.index import RunInfo, decode_info, encode_info
@@ -263,6 +264,28 @@ async def test_a_marker_after_list_objects_goes_when_the_ended_run_is_activated_
         await engine.list_objects("anytype")
         await other.store.work.put(key, b"{}")
         await engine.store.clear_run_active(p, eid)
+        assert not await _in_work(other.store, key), "the marker is left in the work bucket"
+    finally:
+        await other.close()
+
+
+async def test_an_ended_run_activated_again_without_its_final_entry_purges_a_late_marker(
+    engine: fusee.Engine, nats_server: Any
+) -> None:
+    """An ended run activated again whose final entry never landed (its worker died
+    after the end record, before the entry) writes it through ``end_run``: that is no
+    fresh end, so the store's old listing is not trusted and a marker another process
+    wrote after it is purged."""
+    other = await fusee.connect(nats_server.url, namespace=engine.namespace, partitions=4)
+    try:
+        run_id = "m-rev5"
+        eid, p = escape(run_id), partition_of(run_id, engine.partitions)
+        key = f"active.{p}.{eid}"
+        await engine.store.list_active({p})  # listed once, long ago: nothing there
+        await other.store.work.put(key, b"{}")  # an older fusee's client, a note
+        info = RunInfo(run_id=run_id, workflow="w", status="completed", partition=p)
+        # RunLife's Project(unmark=True, current=UNREAD) for that run
+        await project_index(engine.store, eid, info, 3, unmark=p)
         assert not await _in_work(other.store, key), "the marker is left in the work bucket"
     finally:
         await other.close()

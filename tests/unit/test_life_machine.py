@@ -112,10 +112,12 @@ class DyingStore(MemoryStore):
         self._write("after", kind)
         return seq
 
-    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+    async def end_run(
+        self, partition: int, eid: str, value: bytes, *, journal_seq: int, fresh: bool = False
+    ) -> None:
         # the end's index entry and the marker's removal, one atomic batch
         self._write("before", "index", f"index {eid}: {decode_info(value).status}, unmark")
-        await super().end_run(partition, eid, value, journal_seq=journal_seq)
+        await super().end_run(partition, eid, value, journal_seq=journal_seq, fresh=fresh)
         self._write("after", "index")
 
     async def mark_run_active(self, partition: int, eid: str, marker: bytes) -> None:

@@ -164,9 +164,14 @@ class RunStore(Protocol):
 
     async def get_index(self, eid: str) -> bytes | None: ...
 
-    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+    async def end_run(
+        self, partition: int, eid: str, value: bytes, *, journal_seq: int, fresh: bool = False
+    ) -> None:
         """An ended run's index entry (not compared: made from the journal's end) and
-        the removal of its active marker, in one write."""
+        the removal of its active marker, in one write. ``fresh``: the run's end just
+        landed (this activation wrote it), so the store may trust its last listing of
+        the partition for a marker elsewhere; else (an ended run activated again) it
+        reads for one."""
         ...
 
     async def start_run(

@@ -61,6 +61,7 @@ async def project_index(
     Raises:
         FuseeError: the entry's compare-and-set was refused ``MAX_REFUSALS`` times in
             a row (the store and its reads disagree: nothing else loops here)."""
+    fresh = current is None  # the run's end just landed: its store may trust its listing
     for attempt in range(MAX_REFUSALS):
         if attempt or current is UNREAD:
             current = await _read(store, eid, ended=info.ended)
@@ -93,7 +94,9 @@ async def project_index(
             # written without comparing (a writer that read less compares and loses),
             # with the removal of the run's marker
             partition = info.partition if unmark is None else unmark
-            await store.end_run(partition, eid, encode_info(info), journal_seq=journal_seq)
+            await store.end_run(
+                partition, eid, encode_info(info), journal_seq=journal_seq, fresh=fresh
+            )
             return True
         written = await store.put_index(eid, encode_info(info), journal_seq=journal_seq, last=last)
         if written is not None:

@@ -910,12 +910,19 @@ class NatsStore:
             return None
         return ack.seq
 
-    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+    async def end_run(
+        self, partition: int, eid: str, value: bytes, *, journal_seq: int, fresh: bool = False
+    ) -> None:
         """An ended run's index entry, in the journal stream (``Layout.index_entry``), and
         the removal of its active marker, in one write (alone, or in a group commit's
         batch under load). Not compare-and-set: an entry made from a journal's end is
         final (no record comes after it) and read before the bucket's, and a writer
-        that read less compares and sets there, so it cannot replace this one."""
+        that read less compares and sets there, so it cannot replace this one.
+
+        ``fresh`` (the end just landed, this activation wrote it): a marker in the work
+        bucket is looked for only if this store's last listing of the partition holds
+        one (see :meth:`_clear_old_marker`); else (an ended run activated again, whose
+        final entry its worker did not live to write) the bucket is always read."""
         give_up = time.monotonic() + patience()
         tombstone = self._unmarked(partition, eid)
         headers = {KIND: INDEX_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
@@ -931,7 +938,7 @@ class NatsStore:
             riders=(tombstone,),
         )
         await self.committer.append(item)
-        await self._clear_old_marker(partition, eid, listed_only=True)
+        await self._clear_old_marker(partition, eid, listed_only=fresh)
 
     async def get_index(self, eid: str) -> bytes | None:
         entry = await self.get_index_entry(eid)
@@ -1022,7 +1029,7 @@ class NatsStore:
         """Purge a run's marker in the work bucket (an older fusee's, a crash or an
         unserved note), if there is one.
 
-        ``listed_only`` (the end's write, :meth:`end_run`): not read when the last
+        ``listed_only`` (a fresh end's write, :meth:`end_run`): not read when the last
         listing of the partition by this store found none and none was written here
         since (every end would read it else). That listing may be old (a partition
         this worker owned once, an engine's ``list_objects``): a marker another process
