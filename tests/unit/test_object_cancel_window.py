@@ -23,7 +23,7 @@ from fusee.actors.registry import Handler, ObjectSpec, Registry
 from fusee.errors import Evicted
 from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.inbox import NULL, Cancel, Invoke, encode_message
-from fusee.runtime.object_life import ObjectLife
+from fusee.runtime.object_life import CancelRunning, ObjectLife
 from fusee.runtime.objects import object_id
 from fusee.runtime.records import ObjectDone, decode_record
 from tests.memory_store import MemoryStore
@@ -59,10 +59,11 @@ class HookStore(MemoryStore):
         await super().publish_core(subject, data)
 
 
-async def _scenario(target: str, *, during_reply: bool) -> dict[str, Any]:
+async def _scenario(target: str, *, during_reply: bool, untargeted: bool = False) -> dict[str, Any]:
     """A runs, B is queued; a cancel of ``target`` is read by a read that began while
     A ran and returns after A ended: once B runs (``during_reply``: while A's reply is
-    being published, B not begun)."""
+    being published, B not begun). ``untargeted``: the cancel names no invocation
+    ("the running one": A, running when it was stored)."""
     store = HookStore()
     store.hold_reply = during_reply
     gates = {"a": anyio.Event(), "b": anyio.Event()}
@@ -96,7 +97,8 @@ async def _scenario(target: str, *, during_reply: bool) -> dict[str, Any]:
     async with anyio.create_task_group() as tg:
         tg.start_soon(actor.run)
         await running["a"].wait()  # A runs; B is queued
-        cancel = encode_message(Cancel(reason="user", target=seqs[target]))
+        aimed = Cancel(reason="user") if untargeted else Cancel(reason="user", target=seqs[target])
+        cancel = encode_message(aimed)
         await store.send_inbox(P, EID, "cancel", cancel)
         store.armed = True  # the watcher's read begins while A runs ...
         assert core.woken is not None
@@ -130,6 +132,15 @@ def test_a_cancel_of_the_invocation_that_ended_during_the_read_spares_the_next()
     got = anyio.run(functools.partial(_scenario, "a", during_reply=False))
     assert got["a"].ok  # (it returned before the cancel was read: it stands)
     assert got["b"].ok, f"B was cancelled by A's cancel: {got['b']}"
+
+
+def test_an_untargeted_cancel_stored_while_one_ran_spares_the_next() -> None:
+    """The cancel names no invocation: it meant A, running when it was stored; read
+    once B began, it must not stop B (the driver tells the machine which invocation
+    was begun as the read began: ``ObjectLife.inbox(before=)``)."""
+    got = anyio.run(functools.partial(_scenario, "a", during_reply=False, untargeted=True))
+    assert got["a"].ok
+    assert got["b"].ok, f"B was cancelled by A's untargeted cancel: {got['b']}"
 
 
 def test_a_cancel_of_the_ended_one_read_during_its_reply_spares_the_next() -> None:
@@ -190,7 +201,34 @@ def test_the_next_invocation_reads_the_clock_only_when_it_builds_one() -> None:
         raise AssertionError("the clock read with nothing queued")
 
     assert life.next(None, clock, lambda handler: None) is None
-    life.inbox([(1, Invoke(handler="work"))], begun=None, begun_at=0)
+    life.inbox([(1, Invoke(handler="work"))], begun=None, begun_at=0, before=None)
     inv = life.next(None, lambda: 5.0, lambda handler: None)
     assert inv is not None
     assert inv.started_at == 5.0
+
+
+def test_the_machine_takes_an_untargeted_cancel_read_across_a_change_for_the_one_before() -> None:
+    """``ObjectLife.inbox`` itself (not the driver) works out from ``before=`` whether
+    the invocation changed during the read: an untargeted cancel stored while A ran,
+    read once B began (B's first record not landed), does not cancel B."""
+    life = ObjectLife(OID, park_after=1.0)
+    life.inbox(
+        [(1, Invoke(handler="work")), (2, Invoke(handler="work"))],
+        begun=None,
+        begun_at=0,
+        before=None,
+    )
+    a = life.next(None, lambda: 5.0, lambda handler: False)
+    assert a is not None
+    life.start(a, handlers={"work": False}, journaled=0)
+    life.ended(a, ObjectDone(inbox_seq=a.inbox_seq, handler="work", result=NULL), 1, 1)
+    b = life.next(None, lambda: 6.0, lambda handler: False)
+    assert b is not None
+    assert b.inbox_seq == 2
+    life.start(b, handlers={"work": False}, journaled=0)
+    out = life.inbox([(3, Cancel(reason="user"))], begun=b, begun_at=0, before=a)
+    assert not any(isinstance(c, CancelRunning) for c in out), f"B cancelled by A's: {out}"
+    assert life.cancel_reason is None
+    # read while B ran all along, the same cancel is B's
+    out = life.inbox([(4, Cancel(reason="user"))], begun=b, begun_at=0, before=b)
+    assert any(isinstance(c, CancelRunning) for c in out)

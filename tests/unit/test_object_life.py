@@ -298,14 +298,15 @@ class Play:
             if msg.target is None:  # the one running here, read while it runs, or none
                 if begun is not None and settled and begun is self.running:
                     self.fed_targets.add(begun.inbox_seq)
-                if begun is not None:
+                # (stored before the read began: one begun during it is not what it meant)
+                if begun is not None and settled:
                     self.world.cancel_reasons.setdefault(begun.inbox_seq, set()).add(reason)
                 continue
             self.fed_targets.add(msg.target)
             self.world.cancel_reasons.setdefault(msg.target, set()).add(reason)
             if begun is None or msg.target != begun.inbox_seq:
                 self.fed_cancels[msg.target] = reason
-        out = self.life.inbox(messages, begun=begun, begun_at=begun_at, settled=settled)
+        out = self.life.inbox(messages, begun=begun, begun_at=begun_at, before=before)
         kept = {c.seq for c in out if isinstance(c, Keep)}
         for seq, msg in messages:
             if not isinstance(msg, Invoke | Cancel | Unknown):

@@ -67,6 +67,7 @@ from fusee.runtime.object_life import (
     Reply,
     RunEdit,
     RunHandler,
+    error_fields,
 )
 from fusee.runtime.objects import ReadOnlyState, StateView, edit_changes, encode_state, fold
 from fusee.runtime.records import Invocation, ObjectDone, ObjectStarted
@@ -75,8 +76,6 @@ from fusee.runtime.waits import Park
 __all__ = ("ObjectActor", "REPROJECT_AFTER")
 
 log = get_logger()
-
-_LOG = {"info": log.info, "warning": log.warning, "error": log.error}
 
 
 class ObjectActor:
@@ -151,7 +150,7 @@ class ObjectActor:
         cancel = False
         for cmd in commands:
             if isinstance(cmd, Log):
-                _LOG[cmd.level](cmd.event, **cmd.fields)
+                getattr(log, cmd.level)(cmd.event, **cmd.fields)
             elif isinstance(cmd, Reply):
                 await self._reply(cmd.invocation, cmd.done, cmd.at)
             elif isinstance(cmd, PutState):
@@ -253,9 +252,8 @@ class ObjectActor:
         messages = await self.core.inbox_messages()  # (an invocation may end or begin)
         begun = self._begun()  # (as it is now: the one a cancel must reach)
         began_at = self.core.history.invocation_at
-        settled = begun is before
         return await self._perform(
-            self.life.inbox(messages, begun=begun, begun_at=began_at, settled=settled)
+            self.life.inbox(messages, begun=begun, begun_at=began_at, before=before)
         )
 
     # -- one invocation ---------------------------------------------------------------
@@ -309,7 +307,7 @@ class ObjectActor:
                     raise  # not even the error fits (the input rides on it: never so)
                 # its result and changes (and the input riding on the record) are too
                 # large together: the invocation fails alone, and the key moves on
-                fields = _error(
+                fields = error_fields(
                     "fusee.NotEncodable",
                     f"handler {inv.handler!r} of object {self.core.run_id!r}: its result and "
                     f"state changes cannot be stored together: {exc}",
@@ -344,7 +342,7 @@ class ObjectActor:
                 self.core.store.max_value,
             )
         except NotEncodable as exc:
-            return _error("fusee.NotEncodable", f"{exc} Its changes were dropped.")
+            return error_fields("fusee.NotEncodable", f"{exc} Its changes were dropped.")
         return fields
 
     def _edit(self, inv: Invocation) -> dict[str, Any]:
@@ -354,7 +352,7 @@ class ObjectActor:
             changes = edit_changes(msgspec.json.decode(bytes(inv.input)), "objects edit")
             return {"result": msgspec.Raw(b"null"), **changes}
         except Exception as exc:  # noqa: BLE001 - a bad edit fails alone, state untouched
-            return _error(error_type_name(exc), str(exc))
+            return error_fields(error_type_name(exc), str(exc))
 
     async def _run(
         self,
@@ -396,7 +394,7 @@ class ObjectActor:
                     fields.update(view.changes())
                 return fields
             except ContinueAsNew:
-                return _error(
+                return error_fields(
                     "fusee.InvalidArgument",
                     f"{where}: ctx.continue_as_new is for runs; an object keeps going as is",
                 )
@@ -408,11 +406,11 @@ class ObjectActor:
                     # The key must not stay held by code that no longer matches its
                     # journal: the invocation fails (state unchanged) and the next one runs.
                     log.error("invocation.nondeterministic", error=failure.message)
-                return _error(failure.error_type, failure.message)
+                return error_fields(failure.error_type, failure.message)
         if self.life.cancel_reason is not None:
-            return _error("fusee.Cancelled", self.life.cancel_reason)
+            return error_fields("fusee.Cancelled", self.life.cancel_reason)
         assert inv.timeout is not None
-        return _error(
+        return error_fields(
             "fusee.Timeout",
             f"{where} took longer than its timeout of {format_duration(inv.timeout)} "
             f"(set it with fusee.object(..., timeout=) or fusee.exclusive(fn, timeout=))",
@@ -475,10 +473,6 @@ def _timeout(obj: ObjectType | None, handler: str) -> float | None:
     if handler in obj.handlers:
         return obj.handler_timeout(obj.handlers[handler])
     return obj.timeout
-
-
-def _error(error_type: str, message: str) -> dict[str, Any]:
-    return {"error_type": error_type, "message": message}
 
 
 def reply_body(done: ObjectDone, at: int) -> bytes:

@@ -57,6 +57,7 @@ from fusee.runtime.waits import Idle, Park, Sleep
 
 __all__ = (
     "REPROJECT_AFTER",
+    "error_fields",
     "ObjectLife",
     "Loaded",
     "Reply",
@@ -175,7 +176,8 @@ Command: TypeAlias = (
 )
 
 
-def _error(error_type: str, message: str) -> dict[str, Any]:
+def error_fields(error_type: str, message: str) -> dict[str, Any]:
+    """An ``obj.done``'s error fields (what ``Decided`` and a handler's end carry)."""
     return {"error_type": error_type, "message": message}
 
 
@@ -249,14 +251,15 @@ class ObjectLife:
         *,
         begun: Invocation | None,
         begun_at: int,
-        settled: bool = True,
+        before: Invocation | None,
     ) -> list[Command]:
         """What a read of the inbox brought. ``begun``: the invocation the journal
         shows begun and not ended as the read returned (the one a cancel must reach);
-        ``begun_at``: the journal record it began at; ``settled``: it is the one that
-        was begun when the read began (else an invocation ended or began during the
-        read: an untargeted cancel means the new one only when its first record landed
-        before the cancel was stored)."""
+        ``begun_at``: the journal record it began at; ``before``: the one begun as the
+        read began (another than ``begun``: an invocation ended or began during the
+        read, so an untargeted cancel means the new one only when its first record
+        landed before the cancel was stored)."""
+        settled = begun is before
         out: list[Command] = []
         queued = False
         for seq, msg in messages:
@@ -344,17 +347,19 @@ class ObjectLife:
         not; None: the type is not registered here); ``journaled``: the records its
         generation holds already (a resumed invocation's)."""
         self.running = inv
-        if self.cancel_of != inv.inbox_seq:  # (a cancel of another: never this one's)
+        if self.cancel_of != inv.inbox_seq:
+            # defensive: a cancel of another is never this one's (``ended`` clears the
+            # reason, and ``inbox`` sets it only for the one begun; no test reaches it)
             self.cancel_reason = None
         if inv.inbox_seq in self.cancels:
             self.cancel_reason = self.cancels.pop(inv.inbox_seq)
             self.cancel_of = inv.inbox_seq
         malformed = self.malformed.pop(inv.inbox_seq, None)  # (also when cancelled first)
         if self.cancel_reason is not None and journaled == 0:
-            return Decided(_error("fusee.Cancelled", self.cancel_reason))  # while queued
+            return Decided(error_fields("fusee.Cancelled", self.cancel_reason))  # while queued
         if malformed is not None:
             return Decided(
-                _error(
+                error_fields(
                     "fusee.InvalidInput",
                     f"the invocation at inbox sequence {inv.inbox_seq} of object "
                     f"{self.object_id!r} is malformed: {malformed}",
@@ -366,7 +371,7 @@ class ObjectLife:
         if inv.handler not in handlers:
             object_type = self.object_type
             return Decided(
-                _error(
+                error_fields(
                     "fusee.UnknownHandler",
                     f"object {object_type!r} has no handler {inv.handler!r} "
                     f"(it has: {', '.join(sorted(handlers))})",
@@ -399,7 +404,9 @@ class ObjectLife:
         self._boundary = at
         if not self.revision or size - self._projected_size >= self.reproject_after:
             out.append(self._put(size))
-        self.cancels.pop(inv.inbox_seq, None)  # (one read as it ended: it is over)
+        # defensive (no test reaches it): a cancel of this one still queued is dropped,
+        # it is over
+        self.cancels.pop(inv.inbox_seq, None)
         self.running = None
         self.cancel_reason, self.cancel_of = None, 0
         return out
