@@ -76,7 +76,9 @@ class MemoryJournal:
     async def clear_active(self, partition: int, eid: str) -> None:
         return None
 
-    async def end_run(self, partition: int, eid: str, value: bytes, *, journal_seq: int) -> None:
+    async def end_run(
+        self, partition: int, eid: str, value: bytes, *, journal_seq: int, fresh: bool = False
+    ) -> None:
         return None
 
     async def clear_run_active(self, partition: int, eid: str) -> None:
