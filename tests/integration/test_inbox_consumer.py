@@ -33,11 +33,19 @@ async def _consumers(store: NatsStore) -> set[str]:
     return {c.name for c in await store.js.consumers_info(store.layout.stream)}
 
 
-async def _other_consumer(store: NatsStore, gone: str) -> None:
-    """Until nats-py made a consumer in place of ``gone`` (it missed two heartbeats)."""
-    with anyio.fail_after(20):
-        while (await _consumers(store)) - {gone} == set():
-            await anyio.sleep(0.05)
+async def _created(store: NatsStore) -> tuple[anyio.Event, Callable[[], Awaitable[None]]]:
+    """An event set when the server announces a consumer created on the stream (its
+    ``CONSUMER.CREATED`` advisory), and how to stop listening."""
+    created = anyio.Event()
+
+    async def on_advisory(msg: Msg) -> None:
+        created.set()
+
+    sub = await store.nc.subscribe(
+        f"$JS.EVENT.ADVISORY.CONSUMER.CREATED.{store.layout.stream}.*", cb=on_advisory
+    )
+    await store.nc.flush()  # (the subscription is the server's before anything is deleted)
+    return created, sub.unsubscribe
 
 
 async def test_a_reset_consumer_that_delivered_nothing_hands_nothing_old_again(
@@ -78,8 +86,13 @@ async def test_a_reset_consumer_that_delivered_nothing_hands_nothing_old_again(
         with anyio.fail_after(10):  # its first delivery, the last inbox message stored
             await last_old_read.wait()  # (dropped by the worker: it is old; never with
             # DeliverPolicy.NEW, which sends nothing before a new message)
-        await store.js.delete_consumer(store.layout.stream, made)  # its heartbeats stop
-        await _other_consumer(store, made)
+        remade_event, stop_listening = await _created(store)
+        try:
+            await store.js.delete_consumer(store.layout.stream, made)  # its heartbeats stop
+            with anyio.fail_after(20):  # nats-py makes another once it missed two
+                await remade_event.wait()
+        finally:
+            await stop_listening()
         (remade,) = (await _consumers(store)) - before - {made}
         config = (await store.js.consumer_info(store.layout.stream, remade)).config
         assert config.opt_start_seq == last_old + 1  # not 1: nothing old on the wire either

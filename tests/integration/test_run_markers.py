@@ -6,6 +6,7 @@ which keep being listed and resumed."""
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -231,39 +232,33 @@ async def _in_work(store: Any, key: str) -> bool:
     return bool(entry.value)
 
 
+async def _list_partition(engine: fusee.Engine, p: int) -> None:
+    await engine.store.list_active({p})  # a worker that owned the partition once
+
+
+async def _list_objects(engine: fusee.Engine, p: int) -> None:
+    await engine.list_objects("anytype")  # every partition, on the engine's store
+
+
+@pytest.mark.parametrize("listing", [_list_partition, _list_objects], ids=["owner", "objects"])
 async def test_an_ended_run_activated_again_purges_a_marker_an_old_listing_missed(
-    engine: fusee.Engine, nats_server: Any
+    engine: fusee.Engine,
+    nats_server: Any,
+    listing: Callable[[fusee.Engine, int], Awaitable[None]],
 ) -> None:
     """A store's last listing of a partition may be old (its worker owned it once, a
-    guest now): a marker another process wrote after it is purged when the ended run
-    is activated again (each time its marker is removed the work bucket is read), not
-    skipped for ever because that listing did not hold it."""
+    guest now; or ``Engine.list_objects`` listed every partition): a marker another
+    process wrote after it is purged when the ended run is activated again (each time
+    its marker is removed the work bucket is read), not skipped for ever because that
+    listing did not hold it."""
     other = await fusee.connect(nats_server.url, namespace=engine.namespace, partitions=4)
     try:
-        run_id = "m-stale-listing"
+        run_id = f"m-stale-{listing.__name__}"
         eid, p = escape(run_id), partition_of(run_id, engine.partitions)
         key = f"active.{p}.{eid}"
-        await engine.store.list_active({p})  # listed once, long ago: nothing there
+        await listing(engine, p)  # listed once, long ago: nothing there
         await other.store.work.put(key, b"{}")  # an older fusee's client, a note
         await engine.store.clear_run_active(p, eid)  # the ended run activated again
-        assert not await _in_work(other.store, key), "the marker is left in the work bucket"
-    finally:
-        await other.close()
-
-
-async def test_a_marker_after_list_objects_goes_when_the_ended_run_is_activated_again(
-    engine: fusee.Engine, nats_server: Any
-) -> None:
-    """``Engine.list_objects`` lists every partition on the engine's store (a worker's
-    too): no listing it leaves keeps a later marker from being purged."""
-    other = await fusee.connect(nats_server.url, namespace=engine.namespace, partitions=4)
-    try:
-        run_id = "m-stale-objects"
-        eid, p = escape(run_id), partition_of(run_id, engine.partitions)
-        key = f"active.{p}.{eid}"
-        await engine.list_objects("anytype")
-        await other.store.work.put(key, b"{}")
-        await engine.store.clear_run_active(p, eid)
         assert not await _in_work(other.store, key), "the marker is left in the work bucket"
     finally:
         await other.close()

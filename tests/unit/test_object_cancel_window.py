@@ -59,6 +59,24 @@ class HookStore(MemoryStore):
         await super().publish_core(subject, data)
 
 
+def _counter(store: MemoryStore, work: Any, **core: Any) -> ObjectActor:
+    """Key ``k`` of a ``counter`` object whose one handler is ``work``, on ``store``."""
+    registry = Registry()
+    registry.add_object(ObjectSpec("counter", {"work": Handler("work", work, input_type=str)}))
+    actor_core = ActorCore(
+        store=store,
+        namespace="t",
+        eid=EID,
+        run_id=OID,
+        partition=P,
+        clock=time.time,
+        park_after=0.0,
+        partitions=1,
+        **core,
+    )
+    return ObjectActor(object_type="counter", key="k", registry=registry, core=actor_core)
+
+
 async def _scenario(target: str, *, during_reply: bool, untargeted: bool = False) -> dict[str, Any]:
     """A runs, B is queued; a cancel of ``target`` is read by a read that began while
     A ran and returns after A ended: once B runs (``during_reply``: while A's reply is
@@ -74,20 +92,8 @@ async def _scenario(target: str, *, during_reply: bool, untargeted: bool = False
         await gates[which].wait()
         return which
 
-    registry = Registry()
-    registry.add_object(ObjectSpec("counter", {"work": Handler("work", work, input_type=str)}))
-    core = ActorCore(
-        store=store,
-        namespace="t",
-        eid=EID,
-        run_id=OID,
-        partition=P,
-        clock=time.time,
-        park_after=0.0,
-        partitions=1,
-    )
-    core.pushes = False  # every read asks the server (as after push_lost)
-    actor = ObjectActor(object_type="counter", key="k", registry=registry, core=core)
+    actor = _counter(store, work)
+    actor.core.pushes = False  # every read asks the server (as after push_lost)
 
     def invoke(which: str) -> bytes:
         body = msgspec.Raw(b'"%s"' % which.encode())
@@ -101,8 +107,8 @@ async def _scenario(target: str, *, during_reply: bool, untargeted: bool = False
         cancel = encode_message(aimed)
         await store.send_inbox(P, EID, "cancel", cancel)
         store.armed = True  # the watcher's read begins while A runs ...
-        assert core.woken is not None
-        core.woken.set()
+        assert actor.core.woken is not None
+        actor.core.woken.set()
         await store.entered.wait()
         gates["a"].set()  # ... and during its await A ends
         if during_reply:
@@ -164,20 +170,8 @@ async def _evicted_with_a_failed_write() -> BaseException:
     async def work(ctx: Any, which: str) -> str:
         return which
 
-    registry = Registry()
-    registry.add_object(ObjectSpec("counter", {"work": Handler("work", work, input_type=str)}))
-    core = ActorCore(
-        store=store,
-        namespace="t",
-        eid=EID,
-        run_id=OID,
-        partition=P,
-        clock=time.time,
-        park_after=0.0,
-        partitions=1,
-        evict_requested=lambda: True,  # (after the invocation: Evicted escapes _serve)
-    )
-    actor = ObjectActor(object_type="counter", key="k", registry=registry, core=core)
+    # (evict_requested: after the invocation, Evicted escapes _serve)
+    actor = _counter(store, work, evict_requested=lambda: True)
     await store.send_inbox(P, EID, "invoke", encode_message(Invoke(handler="work", input=NULL)))
     try:
         await actor.run()
