@@ -46,7 +46,8 @@ MODULE = Path(__file__).resolve().parent.parent / "workers" / "objects_chaos.py"
 PARTITIONS = 2
 CLIENTS_PER_KEY = 3
 # each client calls until the kills are over: at least 7 calls (42 in all), at most 60
-# (a kill aimed at a projection waits for one: a busy key projects every 64 records)
+# (a kill aimed at a projection waits for one: a key of the chaos worker projects every
+# 4 records, see objects_chaos.py)
 MIN_CALLS, MAX_CALLS = 7, 60
 KILLS = 20
 CALL_TIMEOUT = 45.0  # a call that has not returned by then hangs: the test fails

@@ -28,6 +28,7 @@ import structlog
 
 import fusee
 from fusee.actors.object_actor import ObjectActor
+from fusee.runtime.object_life import ObjectLife
 from tests.workers.effects import record_line
 
 log = structlog.get_logger("fusee")
@@ -79,6 +80,22 @@ async def _stopping_put(self: ObjectActor, data: bytes, seq: int, cursor: int) -
 
 
 ObjectActor._put = _stopping_put  # type: ignore[method-assign]
+
+
+# A key writes its projection every REPROJECT_AFTER (64) records, about every 20 calls
+# here: a kill that asks for the next projection could wait seconds for one, and the
+# test's 3 s found none in some runs. Every 4 records (about every other call) the
+# window opens often; the kill still lands between an obj.done and its projection.
+_life_init = ObjectLife.__init__
+
+
+def _projecting_often(
+    self: ObjectLife, object_id: str, *, park_after: float, reproject_after: int = 4
+) -> None:
+    _life_init(self, object_id, park_after=park_after, reproject_after=reproject_after)
+
+
+ObjectLife.__init__ = _projecting_often  # type: ignore[method-assign]
 
 
 _run = ObjectActor.run
