@@ -33,10 +33,12 @@ from fusee.errors import InvalidId as InvalidId
 from fusee.errors import InvalidToken as InvalidToken
 from fusee.errors import NotEncodable as NotEncodable
 from fusee.errors import NothingToCancel as NothingToCancel
+from fusee.errors import NotPausedError as NotPausedError
 from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
 from fusee.errors import RunNotFound as RunNotFound
+from fusee.errors import StepBudgetExceeded as StepBudgetExceeded
 from fusee.errors import StepError as StepError
 from fusee.errors import StepFailedError as StepFailedError
 from fusee.errors import StepTimeout as StepTimeout
@@ -86,6 +88,8 @@ __all__ = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "NotPausedError",
+    "StepBudgetExceeded",
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",
