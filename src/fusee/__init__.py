@@ -45,6 +45,7 @@ from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StorageFull as StorageFull
 from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
+from fusee.runtime.bulk import BulkSummary as BulkSummary
 from fusee.runtime.completions import Completion as Completion
 from fusee.runtime.index import RunInfo as RunInfo
 from fusee.runtime.retry import Retry as Retry
@@ -56,6 +57,7 @@ __all__ = (
     "WorkerConfig",
     "Run",
     "RunInfo",
+    "BulkSummary",
     "TokenEvent",
     "CompletionInfo",
     "workflow",

@@ -14,6 +14,7 @@ PUBLIC = (
     "WorkerConfig",
     "Run",
     "RunInfo",
+    "BulkSummary",
     "TokenEvent",
     "CompletionInfo",
     "workflow",

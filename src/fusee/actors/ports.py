@@ -186,8 +186,11 @@ class RunStore(Protocol):
         first record, or was left out by a starter that died), then hint its owner."""
         ...
 
-    async def clear_run_active(self, partition: int, eid: str) -> None:
-        """Remove an ended or paused run's active marker."""
+    async def clear_run_active(
+        self, partition: int, eid: str, *, listed: bytes | None = None
+    ) -> None:
+        """Remove an ended or paused run's active marker; ``listed``: a paused run's
+        index entry, listed under its status and workflow in the same write."""
         ...
 
     async def clear_unstarted(self, partition: int, eid: str) -> None:

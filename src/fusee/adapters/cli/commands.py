@@ -291,15 +291,20 @@ async def api(
 
 
 async def runs_list(
-    opts: GlobalOptions, *, status: str | None, workflow: str | None, as_json: bool
+    opts: GlobalOptions,
+    *,
+    status: str | None,
+    workflow: str | None,
+    as_json: bool,
+    since: str | None = None,
+    until: str | None = None,
+    id_prefix: str | None = None,
 ) -> int:
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        infos = await engine.list_runs()
-    infos = [
-        i
-        for i in infos
-        if (status is None or i.status == status) and (workflow is None or i.workflow == workflow)
-    ]
+        # filtered by the index itself: a status and a workflow read only their runs
+        infos = await engine.list_runs(
+            status=status, workflow=workflow, since=since, until=until, id_prefix=id_prefix
+        )
     if as_json:
         _out(json_text(infos))
         return 0

@@ -3,7 +3,8 @@
     fusee dev FILE [--serve] [--api-port N]   embedded NATS + a worker + FILE's main(engine)
     fusee worker FILE [FILE...]         serve the workflows in FILEs until SIGTERM
     fusee api [--host H] [--port N]     serve the HTTP API until SIGTERM
-    fusee runs list [--status S] [--workflow W] [--json]
+    fusee runs list [--status S] [--workflow W] [--since T] [--until T] [--id-prefix P] [--json]
+    fusee runs bulk resume|cancel [FILTERS] [--reason TEXT] [--dry-run]
     fusee runs show RUN_ID [--json]
     fusee runs result RUN_ID [--timeout 30s]
     fusee runs signal RUN_ID NAME [JSON] [--key K]
@@ -34,6 +35,7 @@ from typing import Any, Literal, cast, get_args
 import anyio
 
 from fusee.adapters.cli import commands, objects
+from fusee.adapters.cli.bulk import bulk_parser, runs_bulk
 from fusee.adapters.cli.commands import CliError
 from fusee.adapters.cli.loader import LoadError
 from fusee.adapters.cli.options import CURRENT, DEFAULT_NAMESPACE, DEFAULT_STORE, GlobalOptions
@@ -82,6 +84,22 @@ def _global_options() -> argparse.ArgumentParser:
         help="the lowest level logged (default: info for dev and worker, warning for runs)",
     )
     return common
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--status", metavar="S", help=f"only runs with this status: {', '.join(STATUSES)}"
+    )
+    p.add_argument(
+        "--workflow", "--type", dest="workflow", metavar="NAME", help="only runs of this workflow"
+    )
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only runs started at or after WHEN: a duration back from now (1h) or an ISO time",
+    )
+    p.add_argument("--until", metavar="WHEN", help="only runs started before WHEN (as --since)")
+    p.add_argument("--id-prefix", metavar="PREFIX", help="only runs whose ID starts with PREFIX")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,9 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls = runs_sub.add_parser(
         "list", parents=[common], help="list runs, newest first", description="List runs."
     )
-    ls.add_argument("--status", choices=STATUSES, help="only runs with this status")
-    ls.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    _filters(ls)
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bulk_parser(runs_sub, common, _filters)
 
     show = runs_sub.add_parser(
         "show",
@@ -441,8 +459,16 @@ def _one_shot_command(
         return lambda: commands.streams_follow(opts, args.run_id, args.name, offset=args.offset)
     if args.runs_command == "list":
         return lambda: commands.runs_list(
-            opts, status=args.status, workflow=args.workflow, as_json=args.json
+            opts,
+            status=args.status,
+            workflow=args.workflow,
+            as_json=args.json,
+            since=args.since,
+            until=args.until,
+            id_prefix=args.id_prefix,
         )
+    if args.runs_command == "bulk":
+        return lambda: runs_bulk(opts, args)
     if args.runs_command == "show":
         return lambda: commands.runs_show(opts, args.run_id, as_json=args.json)
     if args.runs_command == "cancel":

@@ -203,6 +203,10 @@ def _detail(info: RunInfo) -> str:
     if info.status == "failed":
         step = f" (step {info.step})" if info.step else ""
         return clip(f"{info.error_type}: {info.message}", 60) + step
+    if info.status == "paused" and info.step:
+        attempts = f", {info.attempts} attempts" if info.attempts else ""
+        why = info.reason or f"{info.error_type}: {info.message}"
+        return clip(why, 60) + f" (step {info.step}{attempts})"
     return clip(info.reason or "", 60)
 
 
