@@ -12,7 +12,9 @@ import anyio
 import pytest
 
 import fusee
+from fusee.adapters.cli.bulk import KILL_AFTER
 from fusee.runtime.bulk import STATUSES
+from fusee.runtime.records import RunCancelled, RunResumed
 from tests.helpers import cli_cmd, cli_env
 from tests.workers.procs import HERE, wait_until
 
@@ -121,3 +123,117 @@ async def test_bad_filters_are_refused_and_nothing_is_done(
     assert done.returncode != 0
     assert message in done.stderr.decode()
     assert [type(r).__name__ for _, r in await run.journal()] == ["RunStarted"]
+
+
+async def _cli(
+    nats_server: Any, namespace: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    done = await anyio.run_process(
+        cli_cmd(*args, "--nats", nats_server.url, "--namespace", namespace),
+        check=False,
+        env={**cli_env(), **(env or {})},
+    )
+    return done.returncode, done.stdout.decode() + done.stderr.decode()
+
+
+async def _cancels(engine: fusee.Engine, run_id: str) -> int:
+    return sum(isinstance(r, RunCancelled) for _, r in await engine.run(run_id).journal())
+
+
+async def test_bulk_cancel_cancels_exactly_the_matching_runs_and_dry_run_nothing(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for wf in ("bk_a", "bk_b"):
+        for mode in ("block", "done"):
+            for i in range(6):
+                run_id = f"{wf}-{mode}-{i}"
+                await engine.start(wf, run_id, _arg(tmp_path, mode))
+                made[run_id] = (wf, MODES[mode], time.time())
+    await _settled(engine, made)
+    journals = {r: await engine.run(r).journal() for r in made}
+    code, out = await _cli(
+        nats_server, namespace, "runs", "bulk", "cancel", "--type", "bk_a",
+        "--status", "running", "--since", "1h", "--reason", "bad deploy", "--dry-run",
+    )  # fmt: skip
+    assert code == 0, out
+    assert out.count("would cancel bk_a-block-") == 6
+    assert "6 done, 0 skipped, 0 failed" in out
+    assert {r: await engine.run(r).journal() for r in made} == journals  # nothing changed
+    code, out = await _cli(
+        nats_server, namespace, "runs", "bulk", "cancel", "--workflow", "bk_a",
+        "--status", "running", "--since", "1h", "--reason", "bad deploy",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "6 done, 0 skipped, 0 failed" in out
+    cancelled = {r for r, (w, s, _) in made.items() if w == "bk_a" and s == "running"}
+    for run_id in made:
+        want = "cancelled" if run_id in cancelled else made[run_id][1]
+        await wait_until(
+            functools.partial(_status_is, engine, run_id, want), timeout=20, what=run_id
+        )
+        assert await _cancels(engine, run_id) == (run_id in cancelled)
+    info = await engine.run("bk_a-block-0").describe()
+    assert info.reason == "bad deploy"
+
+
+async def test_bulk_cancel_killed_halfway_and_run_again_cancels_each_once(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for i in range(40):
+        await engine.start("bk_a", f"k-{i}", _arg(tmp_path, "block"))
+        made[f"k-{i}"] = ("bk_a", "running", time.time())
+    await _settled(engine, made)
+    args = ("runs", "bulk", "cancel", "--workflow", "bk_a", "--reason", "halfway")
+    code, out = await _cli(nats_server, namespace, *args, env={KILL_AFTER: "15"})
+    assert code == -9, out  # SIGKILLed after 15 cancels
+    before = [r for r in made if await _cancels(engine, r)]
+    assert 15 <= len(before) < 40
+    code, out = await _cli(nats_server, namespace, *args)
+    assert code == 0, out
+    for run_id in made:
+        await wait_until(
+            functools.partial(_status_is, engine, run_id, "cancelled"), timeout=20, what=run_id
+        )
+        assert await _cancels(engine, run_id) == 1
+    code, out = await _cli(nats_server, namespace, *args)  # a third time: nothing to do
+    assert code == 0, out
+    assert "0 done, 0 skipped, 0 failed" in out
+
+
+async def _resumes(engine: fusee.Engine, run_id: str) -> int:
+    return sum(isinstance(r, RunResumed) for _, r in await engine.run(run_id).journal())
+
+
+async def test_bulk_resume_of_500_paused_runs_killed_halfway_resumes_each_once(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for i in range(500):
+        await engine.start("bk_b", f"p-{i}", _arg(tmp_path, "pause"))
+        made[f"p-{i}"] = ("bk_b", "paused", time.time())
+    await engine.start("bk_a", "other-paused", _arg(tmp_path, "pause"))  # another workflow
+    await _settled(engine, {**made, "other-paused": ("bk_a", "paused", 0.0)})
+    assert len(await engine.list_runs(status="paused", workflow="bk_b")) == 500
+    (tmp_path / "fixed").touch()  # the provider is back
+    args = ("runs", "bulk", "resume", "--workflow", "bk_b")
+    code, out = await _cli(nats_server, namespace, *args, env={KILL_AFTER: "200"})
+    assert code == -9, out
+    code, out = await _cli(nats_server, namespace, *args)
+    assert code == 0, out
+    for run_id in made:
+        assert await engine.run(run_id).result(timeout=60) == "answered"
+        assert await _resumes(engine, run_id) == 1
+    assert await _status(engine, "other-paused") == "paused"
+    calls = (tmp_path / "calls.log").read_text().split()
+    assert all(calls.count(r) == 3 for r in made)  # 2 attempts, then 1 after the resume
