@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 import fusee
@@ -16,7 +17,7 @@ from fusee.adapters.cli.bulk import KILL_AFTER
 from fusee.runtime.bulk import STATUSES
 from fusee.runtime.records import RunCancelled, RunResumed
 from tests.helpers import cli_cmd, cli_env
-from tests.workers.procs import HERE, wait_until
+from tests.workers.procs import HERE, api_server, wait_until
 
 BULK = HERE / "bulk.py"
 MODES = {"done": "completed", "fail": "failed", "block": "running", "wait": "waiting"}
@@ -237,3 +238,40 @@ async def test_bulk_resume_of_500_paused_runs_killed_halfway_resumes_each_once(
     assert await _status(engine, "other-paused") == "paused"
     calls = (tmp_path / "calls.log").read_text().split()
     assert all(calls.count(r) == 3 for r in made)  # 2 attempts, then 1 after the resume
+
+
+async def test_http_bulk_cancel_takes_the_same_filters_and_answers_the_summary(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for wf in ("bk_a", "bk_b"):
+        for i in range(3):
+            await engine.start(wf, f"h-{wf}-{i}", _arg(tmp_path, "block"))
+            made[f"h-{wf}-{i}"] = (wf, "running", 0.0)
+    await _settled(engine, made)
+    with api_server(nats_server.url, namespace, tmp_path) as server:
+        url = (await server.wait_for("api.serving", timeout=20))["url"]
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            bad = await http.post("/v1/runs/bulk/cancel", json={"status": "sleeping"})
+            assert bad.status_code == 400
+            assert "not a run status" in bad.json()["error"]["message"]
+            bad = await http.post("/v1/runs/bulk/cancel", json={"since": "1h", "until": "2h"})
+            assert bad.status_code == 400
+            body = {"workflow": "bk_b", "status": "running", "since": "1h", "reason": "http"}
+            dry = await http.post("/v1/runs/bulk/cancel", json={**body, "dry_run": True})
+            assert dry.json() == {
+                "action": "cancel", "dry_run": True, "done": 3, "skipped": 0, "failed": {}
+            }  # fmt: skip
+            done = await http.post("/v1/runs/bulk/cancel", json=body)
+            assert done.status_code == 200, done.text
+            assert (done.json()["done"], done.json()["failed"]) == (3, {})
+            resumed = await http.post("/v1/runs/bulk/resume", json={"workflow": "bk_b"})
+            assert resumed.json()["done"] == 0  # nothing paused
+    for run_id, (wf, _, _) in made.items():
+        want = "cancelled" if wf == "bk_b" else "running"
+        await wait_until(
+            functools.partial(_status_is, engine, run_id, want), timeout=20, what=run_id
+        )

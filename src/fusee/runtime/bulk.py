@@ -68,25 +68,31 @@ def parse_time(value: TimeLike | None, what: str, *, now: float) -> float | None
     if isinstance(value, datetime.timedelta):
         return now - parse_duration(value, what)
     if isinstance(value, datetime.datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
-        return moment.timestamp()
+        return _timestamp(value if value.tzinfo else value.replace(tzinfo=datetime.UTC))
     if isinstance(value, str) and value[:1].isdigit() and ("-" in value or "T" in value):
         try:
             moment = datetime.datetime.fromisoformat(value)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=datetime.UTC)
+            return _timestamp(moment)
         except ValueError:
             raise ConfigError(
                 f"{what}={value!r}: not an ISO 8601 time (like 2026-12-01T10:00:00Z) "
                 f"nor a duration (like 1h: since an hour ago)"
             ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=datetime.UTC)
-        return moment.timestamp()
     try:
         return now - parse_duration(value, what)
     except ConfigError as exc:
         raise ConfigError(
             f"{exc} ({what} takes a duration back from now, like 1h, or an ISO 8601 time)"
         ) from None
+
+
+def _timestamp(moment: datetime.datetime) -> float:
+    try:
+        return moment.timestamp()
+    except (OverflowError, ValueError):  # at the ends of datetime's range: before any run
+        return 0.0 if moment.year < 1970 else 1e12
 
 
 def make_filter(
