@@ -12,7 +12,7 @@ skips it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -23,7 +23,23 @@ from fusee.runtime.ids import escape
 from fusee.runtime.index import RunInfo, decode_info
 
 if TYPE_CHECKING:
-    from fusee._engine import Engine
+    from fusee.adapters.jetstream.store import NatsStore
+
+
+class _Handle(Protocol):
+    async def cancel(self, reason: str = ...) -> bool: ...
+
+    async def resume(self, *, force: bool = ...) -> None: ...
+
+
+class Engine(Protocol):
+    """What these functions use of ``fusee.Engine`` (which imports them)."""
+
+    @property
+    def store(self) -> NatsStore: ...
+
+    def run(self, run_id: str) -> _Handle: ...
+
 
 __all__ = ("iter_runs", "bulk", "PAGE", "CONCURRENCY", "Action", "OnRun")
 
