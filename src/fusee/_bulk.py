@@ -165,7 +165,14 @@ async def iter_runs(
     for source in sources(f):
         if only is not None and source not in only:
             continue
+        # A marker or a paused listing written again while the pass reads (a resume
+        # writes the marker again; a paused run activated again lists itself again) is
+        # met again further on: each run once per pass. Ended runs' entries are final.
+        seen: set[str] | None = None if source == "listed" else set()
         async for found in readers[source](engine, f, page):
+            if seen is not None:
+                found = [i for i in found if i.run_id not in seen]
+                seen.update(i.run_id for i in found)
             if found:
                 yield found
 
