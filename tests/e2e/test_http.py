@@ -327,6 +327,8 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/v1/runs/{run_id}",
         "/v1/runs/{run_id}/result",
         "/v1/runs/{run_id}/streams/{name}",
+        "/v1/runs/bulk/resume",
+        "/v1/runs/bulk/cancel",
         "/v1/objects/{type}",
         "/v1/objects/{type}/{key}",
         "/v1/objects/{type}/{key}/state",
