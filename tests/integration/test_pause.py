@@ -54,7 +54,9 @@ async def test_a_step_that_runs_out_pauses_and_resume_completes_it(
         assert "attempt 5" in (info.message or "")
         journal = [r for _, r in await run.journal()]
         paused = [r for r in journal if isinstance(r, RunPaused)]
-        assert len(paused) == 1 and paused[0].attempts == 5 and paused[0].step == "model"
+        assert len(paused) == 1
+        assert paused[0].attempts == 5
+        assert paused[0].step == "model"
         assert CALLS["model"] == 5
         FLAG["fixed"].touch()
         await run.resume()
