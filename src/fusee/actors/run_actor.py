@@ -32,8 +32,10 @@ from fusee.errors import (
     Evicted,
     JournalGap,
     Parked,
+    StepBudgetExceeded,
     StepPaused,
     Unreplayable,
+    error_type_name,
 )
 from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value, encode_value
@@ -280,6 +282,8 @@ class RunActor:
                         result = await wf.fn(ctx)
                 except ContinueAsNew as exc:  # return ctx.continue_as_new(...)
                     continued = exc
+                except StepBudgetExceeded as exc:  # (the code cannot catch it)
+                    return Raised(error_type_name(exc), str(exc), exc.step)
                 if replayer.broken is not None:
                     raise replayer.broken  # raised at a step, and the workflow caught it
                 replayer.check_finished(f"the return of {wf.fn.__qualname__}")
