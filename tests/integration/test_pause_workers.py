@@ -144,7 +144,7 @@ async def test_the_fresh_budget_does_not_count_the_earlier_attempts(
     pause completes it."""
     workers = worker_procs()
     workers.module = PAUSING
-    await workers.start()
+    worker = await workers.start()
     log, fixed = tmp_path / "effects.log", tmp_path / "fixed"
     run = await engine.start("pz_provider", "r-budget", {"log": str(log), "fixed": str(fixed)})
     await wait_until(lambda: _paused(run), timeout=20, what="the run to pause")
@@ -163,8 +163,14 @@ async def test_the_fresh_budget_does_not_count_the_earlier_attempts(
         5,
         "the provider is down (attempt 10)",
     )
-    # a resume of the first pause (a retried one) stores nothing the run acts on
     assert len(await run.journal()) == len(first) + 1 + 4 + 1  # resumed, 4 retries, paused
+    # woken again (a signal), the run reads the first pause's resume in its inbox: stale,
+    # it must not resume the second pause
+    journal = await run.journal()
+    await run.signal("nudge")
+    await worker.wait_for("run.resume_ignored", run_id="r-budget", timeout=20)
+    assert await run.journal() == journal
+    assert await _status(run) == "paused"
     fixed.touch()
     await run.resume()
     assert await run.result(timeout=20) == ["planned", "answered at attempt 11", "done"]
