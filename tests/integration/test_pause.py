@@ -62,7 +62,6 @@ async def test_a_step_that_runs_out_pauses_and_resume_completes_it(
         assert CALLS["model"] == 5
         FLAG["fixed"].touch()
         await run.resume()
-        await run.resume()  # twice: resumed once
         assert await run.result(timeout=20) == ["planned", "answered at attempt 6"]
     journal = [r for _, r in await run.journal()]
     assert sum(isinstance(r, RunResumed) for r in journal) == 1
@@ -160,3 +159,37 @@ async def test_an_object_step_cannot_pause(engine: fusee.Engine) -> None:
             await key.call("call", timeout=20)
         assert failed.value.error_type == "fusee.ConfigError"
         assert await key.call("ok", timeout=20) == 1
+
+
+@fusee.workflow("pz_undo")
+async def pz_undo(ctx: fusee.Context) -> str:
+    def book() -> str:
+        CALLS["book"] = CALLS.get("book", 0) + 1
+        return "B-1"
+
+    def unbook() -> None:
+        CALLS["unbook"] = CALLS.get("unbook", 0) + 1
+
+    def down(s: fusee.StepInfo) -> str:
+        CALLS["down"] = CALLS.get("down", 0) + 1
+        raise ConnectionError("down")
+
+    await ctx.step("book", book)
+    ctx.compensate("unbook", unbook)
+    policy = fusee.Retry(attempts=2, initial="1ms", max="2ms", on_exhausted="pause")
+    return str(await ctx.step("down", down, retry=policy))
+
+
+async def test_cancelling_a_run_paused_at_a_step_ends_it_with_its_compensations(
+    engine: fusee.Engine,
+) -> None:
+    CALLS.clear()
+    run = await engine.start(pz_undo, "pz-undo")
+    async with engine.worker():
+        await wait_until(lambda: _paused(run), timeout=20, what="the run to pause")
+        assert await run.cancel("the user gave up")
+        with pytest.raises(fusee.RunCancelled, match="the user gave up"):
+            await run.result(timeout=20)
+    assert CALLS == {"book": 1, "down": 2, "unbook": 1}  # the step is not run again
+    journal = [r for _, r in await run.journal()]
+    assert sum(isinstance(r, RunResumed) for r in journal) == 1

@@ -19,6 +19,7 @@ import pytest
 import fusee
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.errors import JournalGap
+from fusee.runtime.inbox import Resume, encode_message
 from fusee.runtime.records import (
     RunPaused,
     RunResumed,
@@ -114,10 +115,19 @@ async def test_a_paused_run_survives_restarts_and_resumes_once_the_provider_is_f
         assert await run.journal() == journal
         assert _counts(log) == {"plan": 1, "model": 5}
 
-        # the provider is fixed: resume completes it (twice asked, resumed once)
+        # the provider is fixed: resume completes it. Asked again (a retry after a lost
+        # reply): stored nothing new (deduplicated) or told the run is no longer paused;
+        # a copy of the message that got past the deduplication is stale: resumed once
         fixed.touch()
         await run.resume()
-        await run.resume()
+        again: fusee.NotPausedError | None = None
+        try:
+            await run.resume()
+        except fusee.NotPausedError as exc:
+            again = exc
+        assert again is None or again.status in ("running", "completed")
+        copy = encode_message(Resume(paused=journal[-1][0]))
+        await engine.store.send_unless_ended(run.partition, run.eid, "resume", copy, msg_id="dup")
         assert await run.result(timeout=30) == ["planned", "answered at attempt 6", "done"]
         after = await run.journal()
         assert_chained(after)

@@ -173,6 +173,9 @@ class RunActor:
                 except Evicted as exc:
                     event, evicted = EvictedOut(), exc
                 if isinstance(event, Finish):
+                    if event.outcome == "paused":
+                        # what it read, it acted on: its worker watches for what follows
+                        self.core.left_at = self.core.view.seen
                     return event.outcome
                 if isinstance(event, Reraise):
                     raise evicted
