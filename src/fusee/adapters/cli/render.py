@@ -140,7 +140,7 @@ def format_record(record: Any, name_width: int = 0) -> str:
         body = clip(f"{record.error_type}: {record.message}") + where
     elif isinstance(record, RunPaused) and isinstance(record.step, str):
         body = (
-            f"{record.step.ljust(name_width)}  (attempt(s): {record.attempts})  "
+            f"{record.step.ljust(name_width)}  ({record.attempts} attempt(s))  "
             f"{clip(f'{record.error_type}: {record.message}')}; attempts ran out: paused"
         )
     elif isinstance(record, RunCancelled | RunPaused):
