@@ -33,6 +33,7 @@ from fusee.errors import InvalidId as InvalidId
 from fusee.errors import InvalidToken as InvalidToken
 from fusee.errors import NotEncodable as NotEncodable
 from fusee.errors import NothingToCancel as NothingToCancel
+from fusee.errors import NotPausedError as NotPausedError
 from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
@@ -86,6 +87,7 @@ __all__ = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "NotPausedError",
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",

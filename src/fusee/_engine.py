@@ -388,7 +388,8 @@ class Engine:
         the journal holds exactly a prefix of the copies (nothing ran it yet)."""
         history, records = History(run_id), []
         for msg in await self.store.read_journal(eid):
-            records.append(history.feed(msg.seq, msg.data))
+            if (record := history.feed(msg.seq, msg.data)) is not None:
+                records.append(record)
         started = history.started
         if started is None or not isinstance(started.from_run, str) or history.generation > 1:
             return

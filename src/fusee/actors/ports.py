@@ -428,6 +428,11 @@ class HandleStore(ObjectReads, Protocol):
         """Make sure the actor has an active marker (not an idle one), then hint its owner."""
         ...
 
+    async def mark_run_active(self, partition: int, eid: str, marker: bytes) -> None:
+        """Write a run's active marker (its index entry as its start makes it), then
+        hint its owner: a paused run that is resumed is active again."""
+        ...
+
     async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None:
         """The JSON object the actor's active marker holds, or None without a marker."""
         ...

@@ -30,6 +30,7 @@ __all__ = (
     "Completion",
     "ChildEnded",
     "Invoke",
+    "Resume",
     "Unknown",
     "InboxMessage",
     "decode_message",
@@ -110,6 +111,18 @@ class Invoke(Message, tag="invoke", frozen=True):
     reply: str = ""
 
 
+class Resume(Message, tag="resume", frozen=True):
+    """``engine.run(id).resume()``: resume the run paused by its ``run.paused`` record
+    at journal sequence ``paused`` (a message naming another pause, or a run no longer
+    paused there, is ignored: two resumes of one pause resume once). ``force``: resume
+    a run paused on a broken journal chain (nothing journaled names that pause:
+    ``paused`` is 0), accepting the break at journal sequence ``gap``."""
+
+    paused: int = 0
+    force: bool = False
+    gap: int = 0
+
+
 class Unknown(msgspec.Struct, frozen=True):
     """A JSON object whose ``kind`` this version does not know (a newer writer's), or
     one that does not fit its kind: kept so the actor can log it, never acted on (but
@@ -120,8 +133,8 @@ class Unknown(msgspec.Struct, frozen=True):
     reply: str = ""
 
 
-InboxMessage = Signal | Cancel | TimerFired | Completion | ChildEnded | Invoke
-KINDS: Final = frozenset({"signal", "cancel", "timer", "completion", "child", "invoke"})
+InboxMessage = Signal | Cancel | TimerFired | Completion | ChildEnded | Invoke | Resume
+KINDS: Final = frozenset({"signal", "cancel", "timer", "completion", "child", "invoke", "resume"})
 
 _decoder: Final = msgspec.json.Decoder(InboxMessage)
 _encoder: Final = msgspec.json.Encoder()
