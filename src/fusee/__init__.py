@@ -38,7 +38,6 @@ from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
 from fusee.errors import RunNotFound as RunNotFound
-from fusee.errors import StepBudgetExceeded as StepBudgetExceeded
 from fusee.errors import StepError as StepError
 from fusee.errors import StepFailedError as StepFailedError
 from fusee.errors import StepTimeout as StepTimeout
@@ -91,7 +90,6 @@ __all__ = (
     "RunFailed",
     "RunCancelled",
     "NotPausedError",
-    "StepBudgetExceeded",
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",

@@ -281,8 +281,14 @@ class JournalGap(FuseeError):
         self.seq = seq
 
 
-class StepBudgetExceeded(FuseeError):
-    """A step would start beyond the workflow's ``max_steps``: the run fails."""
+class StepBudgetExceeded(ControlFlow):
+    """A step would start beyond the workflow's ``max_steps``: the run fails with this
+    error (``fusee.StepBudgetExceeded``, naming the budget and the ``step``), whatever
+    the code catches: a budget the code could catch would bound nothing."""
+
+    def __init__(self, message: str, step: str) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 class StepPaused(ControlFlow):

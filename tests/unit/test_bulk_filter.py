@@ -102,4 +102,4 @@ def test_a_paused_run_shows_its_reason_and_failing_step() -> None:
         attempts=5,
     )
     row = format_runs_table([info], now=NOW)[1]
-    assert "ran out of its 5 attempts (step model, 5 attempts)" in row
+    assert "step model ran out of attempts (5): ConnectionError: the provider is down" in row

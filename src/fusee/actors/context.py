@@ -530,7 +530,8 @@ class Context:
             raise StepBudgetExceeded(
                 f"run {self.run_id!r}: step {name!r} would be step {count + 1} of the run, "
                 f"beyond its workflow's budget max_steps={budget} "
-                f"(@fusee.workflow({self.workflow!r}, max_steps={budget}))"
+                f"(@fusee.workflow({self.workflow!r}, max_steps={budget}))",
+                name,
             )
         self._new_steps.add(pos)
 

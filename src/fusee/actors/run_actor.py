@@ -32,8 +32,10 @@ from fusee.errors import (
     Evicted,
     JournalGap,
     Parked,
+    StepBudgetExceeded,
     StepPaused,
     Unreplayable,
+    error_type_name,
 )
 from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value, encode_value
@@ -171,6 +173,9 @@ class RunActor:
                 except Evicted as exc:
                     event, evicted = EvictedOut(), exc
                 if isinstance(event, Finish):
+                    if event.outcome == "paused":
+                        # what it read, it acted on: its worker watches for what follows
+                        self.core.left_at = self.core.view.seen
                     return event.outcome
                 if isinstance(event, Reraise):
                     raise evicted
@@ -280,6 +285,8 @@ class RunActor:
                         result = await wf.fn(ctx)
                 except ContinueAsNew as exc:  # return ctx.continue_as_new(...)
                     continued = exc
+                except StepBudgetExceeded as exc:  # (the code cannot catch it)
+                    return Raised(error_type_name(exc), str(exc), exc.step)
                 if replayer.broken is not None:
                     raise replayer.broken  # raised at a step, and the workflow caught it
                 replayer.check_finished(f"the return of {wf.fn.__qualname__}")

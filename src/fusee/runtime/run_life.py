@@ -261,7 +261,16 @@ class RunLife:
                 Commit(self._record),
             ]
         if history.paused is not None:
-            return [*self._project(now, leaving=True), self._finish("paused")]
+            out: list[Command] = []
+            if resume is not None:  # stale: said, so an operator sees why nothing ran
+                out.append(
+                    Log(
+                        "info",
+                        "run.resume_ignored",
+                        {"paused": history.paused_seq, "names": resume[1].paused},
+                    )
+                )
+            return [*out, *self._project(now, leaving=True), self._finish("paused")]
         return self._activate(event, new_cancel, now)
 
     def _activate(self, event: Loaded, new_cancel: bool, now: float) -> list[Command]:

@@ -9,6 +9,9 @@
     fusee runs result RUN_ID [--timeout 30s]
     fusee runs signal RUN_ID NAME [JSON] [--key K]
     fusee runs cancel RUN_ID [--reason TEXT]
+    fusee runs resume RUN_ID [--force]  resume a paused run (a step whose retries ran
+                                        out gets a fresh budget; --force: past a
+                                        broken journal chain)
     fusee streams follow RUN_ID NAME [--from N]
     fusee objects ls TYPE [--json]
     fusee objects get TYPE KEY
@@ -218,6 +221,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cancel.add_argument("run_id", metavar="RUN_ID")
     cancel.add_argument("--reason", default="cancelled from the CLI", help="why (shown on the run)")
+
+    resume = runs_sub.add_parser(
+        "resume",
+        parents=[common],
+        help="resume a paused run",
+        description=(
+            "Resume a paused run: a step whose attempts ran out under "
+            "Retry(on_exhausted='pause') runs again with a fresh retry budget; a run "
+            "paused because its code no longer matched its journal is replayed by the "
+            "code deployed now. Exit 0 when asked (twice is fine: it resumes once), 1 "
+            "when the run is not paused (nothing is stored)."
+        ),
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="resume a run paused on a broken journal chain, taking the chain as it is",
+    )
 
     signal = runs_sub.add_parser(
         "signal",
@@ -473,6 +495,8 @@ def _one_shot_command(
         return lambda: commands.runs_show(opts, args.run_id, as_json=args.json)
     if args.runs_command == "cancel":
         return lambda: commands.runs_cancel(opts, args.run_id, reason=args.reason)
+    if args.runs_command == "resume":
+        return lambda: commands.runs_resume(opts, args.run_id, force=args.force)
     if args.runs_command == "signal":
         return lambda: commands.runs_signal(
             opts, args.run_id, args.name, args.payload, key=args.key

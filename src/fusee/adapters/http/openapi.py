@@ -125,6 +125,36 @@ PATHS: dict[str, dict[str, Any]] = {
             },
         }
     },
+    "/v1/runs/{run_id}/resume": {
+        "post": {
+            "operationId": "resumeRun",
+            "summary": "Resume a paused run",
+            "description": (
+                "What `Run.resume()` does: a step whose attempts ran out under "
+                "`Retry(on_exhausted='pause')` runs again with a fresh retry budget; a run "
+                "paused on a determinism error is replayed by the code deployed now. "
+                "Idempotent: two resumes of one pause resume it once. `force`: resume a run "
+                "paused on a broken journal chain."
+            ),
+            "parameters": [_RUN_ID],
+            "requestBody": {
+                "required": False,
+                "content": {_JSON: {"schema": _ref("RunResume")}},
+            },
+            "responses": {
+                "202": {
+                    "description": "The resume is stored.",
+                    "content": {_JSON: {"schema": _ref("RunResuming")}},
+                },
+                "400": _error("`InvalidId` (run ID) or `InvalidArgument` (the body)."),
+                "404": _NO_RUN,
+                "409": _error(
+                    "`NotPausedError`: the run is not paused (nothing stored), or it is "
+                    "paused on a broken journal chain and `force` is not set."
+                ),
+            },
+        }
+    },
     "/v1/runs/{run_id}/streams/{name}": {
         "get": {
             "operationId": "followStream",
@@ -690,7 +720,15 @@ _SCHEMAS: dict[str, Any] = {
             "reason": {"type": "string", "description": "Why it is paused, cancelled or waiting."},
             "error_type": {"type": "string", "description": "A failed run's error type."},
             "message": {"type": "string", "description": "A failed run's error message."},
-            "step": {"type": "string", "description": "The step a failed run failed in."},
+            "step": {
+                "type": "string",
+                "description": "The step a failed run failed in, or a paused run paused at.",
+            },
+            "attempts": {
+                "type": "integer",
+                "description": "A paused step's attempts (of the retry budget that ran out).",
+            },
+            "generation": {"type": "integer"},
         },
     },
     "BulkFilters": {
@@ -723,6 +761,21 @@ _SCHEMAS: dict[str, Any] = {
                 "description": "Run ID -> why its action failed.",
             },
         },
+    },
+    "RunResume": {
+        "type": "object",
+        "properties": {
+            "force": {
+                "type": "boolean",
+                "description": "Resume a run paused on a broken journal chain.",
+            }
+        },
+        "additionalProperties": False,
+    },
+    "RunResuming": {
+        "type": "object",
+        "required": ["run_id", "status"],
+        "properties": {"run_id": {"type": "string"}, "status": {"const": "resuming"}},
     },
     "RunOutcome": {
         "type": "object",
