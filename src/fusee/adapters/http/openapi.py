@@ -734,7 +734,10 @@ _SCHEMAS: dict[str, Any] = {
     "BulkFilters": {
         "type": "object",
         "additionalProperties": False,
-        "properties": _BULK_FILTERS,
+        "properties": {
+            **_BULK_FILTERS,
+            "status": {"enum": ["paused"], "description": "Paused runs (the default)."},
+        },
     },
     "BulkCancel": {
         "type": "object",
