@@ -591,14 +591,7 @@ class Engine:
             ConfigError: an unknown status, a bad time, ``until`` not after ``since``.
         """
         if (status, workflow, since, until, id_prefix) != (None,) * 5:
-            f = make_filter(
-                status=status,
-                workflow=workflow,
-                since=since,
-                until=until,
-                id_prefix=id_prefix,
-                now=time.time(),
-            )
+            f = self._filter(status, workflow, since, until, id_prefix)
             out = [info async for found in iter_runs(self, f) for info in found]
             return sorted(out, key=lambda i: i.created_at, reverse=True)
         infos = {key: decode_info(value) for key, value in await self.store.list_index()}
@@ -642,14 +635,7 @@ class Engine:
         Example:
             ``async for page in engine.runs(status="failed", workflow="support"): ...``
         """
-        f = make_filter(
-            status=status,
-            workflow=workflow,
-            since=since,
-            until=until,
-            id_prefix=id_prefix,
-            now=time.time(),
-        )
+        f = self._filter(status, workflow, since, until, id_prefix)
         async for found in iter_runs(self, f, page=page):
             yield found
 
