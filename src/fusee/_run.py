@@ -108,10 +108,14 @@ class Run:
         ``Retry(on_exhausted="pause")`` runs again with a fresh retry budget; a run
         paused because its code no longer matched its journal is replayed by the code
         deployed now (it pauses again if that does not match either). Durable once it
-        returns; idempotent (two resumes of one pause resume it once; a resume retried
-        after a lost reply stores nothing new). ``force``: resume a run paused on a
-        broken journal chain (a record missing or replaced), taking the chain as it is
-        from the break on (what the missing records held is lost to its replay).
+        returns. Not idempotent across what follows: two resumes of one pause resume it
+        once, and a resume retried after a lost reply while the run is still in that
+        pause stores nothing new; once the first took, a retry raises NotPausedError
+        while the run is running or after it ended, and resumes the new pause if the
+        run has paused again (a caller cannot tell its own resume from another's).
+        ``force``: resume a run paused on a broken journal chain (a record missing or
+        replaced), taking the chain as it is from the break on (what the missing
+        records held is lost to its replay).
 
         Raises:
             RunNotFound: no such run.

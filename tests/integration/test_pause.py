@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import fusee
@@ -193,3 +195,36 @@ async def test_cancelling_a_run_paused_at_a_step_ends_it_with_its_compensations(
     assert CALLS == {"book": 1, "down": 2, "unbook": 1}  # the step is not run again
     journal = [r for _, r in await run.journal()]
     assert sum(isinstance(r, RunResumed) for r in journal) == 1
+
+
+async def test_paused_run_with_signal_is_not_reactivated_in_a_loop(
+    engine: fusee.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal to a run paused at a step reactivates it once, not in a loop.
+
+    The run actor records what it read when it pauses (`left_at`); without that
+    its worker sees the signal as unread for ever and reloads the run in a loop
+    (507 journal reads in 3 s in review). This counts reads over a bounded
+    window as a ceiling; it orders nothing by sleeping.
+    """
+    from fusee.adapters.jetstream.store import NatsStore
+
+    FLAG["fixed"] = tmp_path / "fixed"
+    CALLS.clear()
+    reads: dict[str, int] = {}
+    original = NatsStore.read_journal
+
+    async def counting(self: NatsStore, eid: str, *args: Any, **kwargs: Any) -> Any:
+        reads[eid] = reads.get(eid, 0) + 1
+        return await original(self, eid, *args, **kwargs)
+
+    monkeypatch.setattr(NatsStore, "read_journal", counting)
+    run = await engine.start(pz_agent, "pz-signal-loop")
+    async with engine.worker():
+        await wait_until(lambda: _paused(run), timeout=20, what="the run to pause at its step")
+        await run.signal("poke")
+        before = reads.get(run.eid, 0)
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            await anyio.sleep(0.25)
+        assert reads.get(run.eid, 0) - before < 10
