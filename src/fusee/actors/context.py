@@ -428,6 +428,8 @@ class Context:
         retry: Retry | None = ...,
         timeout: str | float | timedelta | None = ...,
         type: None = ...,
+        limit: str | None = ...,
+        fairness_key: str | None = ...,
     ) -> Any: ...
 
     @overload
@@ -439,6 +441,8 @@ class Context:
         retry: Retry | None = ...,
         timeout: str | float | timedelta | None = ...,
         type: type[T],
+        limit: str | None = ...,
+        fairness_key: str | None = ...,
     ) -> T: ...
 
     async def step(
@@ -449,8 +453,16 @@ class Context:
         retry: Retry | None = None,
         timeout: str | float | timedelta | None = None,
         type: Any = None,  # noqa: A002 - reads well at the call site
+        limit: str | None = None,
+        fairness_key: str | None = None,
     ) -> Any:
         """Run ``fn`` once, durably: its result is journaled and replayed, never re-run.
+
+        With ``limit=`` (a name set by ``engine.limit()``), each attempt first waits
+        for a permit of that limit, its turn among the waiters of its ``fairness_key``
+        (keys are served round-robin); the permit is returned when the attempt ends.
+        A limit that does not exist fails the step at its first attempt
+        (``StepFailedError`` with ``error_type`` ``fusee.UnknownLimit``).
 
         ``fn`` may be sync or async and take no argument or one (:class:`StepInfo`).
         Its result must be JSON-encodable; the step returns it as a replay would
@@ -475,8 +487,15 @@ class Context:
                 f"step {name!r}: the prefix {COMPENSATE!r} is kept for compensations "
                 f"(ctx.compensate) (at {location})"
             )
+        permits = None
+        if limit is not None:
+            limit = validate_name(limit, "limit name")
+            fairness = "" if fairness_key is None else validate_name(fairness_key, "fairness key")
+            permits = (limit, fairness)
+        elif fairness_key is not None:
+            raise FuseeError(f"step {name!r}: fairness_key= needs limit= (at {location})")
         policy = retry if retry is not None else DEFAULT_RETRY
-        limit = (
+        deadline = (
             parse_duration(timeout, f"timeout of step {name!r}") if timeout is not None else None
         )
         if at_compensations(self._replayer):
@@ -489,7 +508,9 @@ class Context:
         if isinstance(decision, ReplayedFailure):
             rec = decision.record
             raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
-        return await execute(self._host, self._replayer, name, fn, decision, policy, limit, type)
+        return await execute(
+            self._host, self._replayer, name, fn, decision, policy, deadline, type, permits
+        )
 
     async def all(
         self, aws: Iterable[Awaitable[Any]], *, return_exceptions: bool = False

@@ -22,6 +22,7 @@ from fusee.errors import (
     NotEncodable,
     StepFailedError,
     StepTimeout,
+    UnknownLimit,
     error_message,
     error_type_name,
 )
@@ -143,6 +144,7 @@ async def execute(
     policy: Retry,
     limit: float | None,
     type_: Any,
+    permits: tuple[str, str] | None = None,
 ) -> Any:
     # A run that is being cancelled (its scope was cancelled before the workflow got
     # here, or it is replayed to find its compensations) runs nothing new.
@@ -166,6 +168,16 @@ async def execute(
             if takes_info:
                 # made here, in the event loop: the function may read it in a thread
                 _ = info.signal
+            held = None
+            if permits is not None:
+                # a permit of the limit before each attempt (waits its turn, may park)
+                try:
+                    held = await host.acquire_permit(permits[0], permits[1], f"{key}.{attempt}")
+                except UnknownLimit as exc:
+                    failure = await fail_step(
+                        host, decision.pos, name, attempt, "fusee.UnknownLimit", str(exc), 0.0
+                    )
+                    break
             log.debug("step.started", attempt=attempt)
             began = time.monotonic()  # (anyio.current_time(): the same clock, dearer)
             host.running_steps.add(info)  # a cancel of the run stops it
@@ -194,6 +206,8 @@ async def execute(
                     host.running_steps.discard(info)
                     if branch is not None:
                         branch.discard(info)
+                    if held is not None:
+                        await host.release_permit(held)
             except (Evicted, anyio.get_cancelled_exc_class()):
                 info.stop()
                 raise

@@ -30,6 +30,9 @@ __all__ = (
     "Completion",
     "ChildEnded",
     "Invoke",
+    "PermitRequest",
+    "PermitGrant",
+    "LimitSet",
     "Unknown",
     "InboxMessage",
     "decode_message",
@@ -110,6 +113,37 @@ class Invoke(Message, tag="invoke", frozen=True):
     reply: str = ""
 
 
+class PermitRequest(Message, tag="permit", frozen=True):
+    """To a limit's inbox: attempt ``key`` (a step's key and attempt) of run ``run``
+    (its escaped ID, in ``partition``) asks for a permit; ``worker`` runs it (and
+    renews the permit while the attempt runs); ``fairness`` is its fairness key."""
+
+    key: str
+    run: str
+    partition: int
+    worker: str = ""
+    fairness: str = ""
+
+
+class PermitGrant(Message, tag="grant", frozen=True):
+    """To a run's inbox: limit ``limit`` granted the permit asked for by its request
+    at the limit's inbox sequence ``request``; ``error`` (not empty): refused (no such
+    limit), the step fails with it."""
+
+    limit: str
+    request: int
+    error: str = ""
+
+
+class LimitSet(Message, tag="limit", frozen=True):
+    """To a limit's inbox: its config from now on (``engine.limit``, ``fusee limits
+    set``); also kept in the work bucket (``limit.<name>``) for listings."""
+
+    per_second: float | None = None
+    burst: int | None = None
+    concurrent: int | None = None
+
+
 class Unknown(msgspec.Struct, frozen=True):
     """A JSON object whose ``kind`` this version does not know (a newer writer's), or
     one that does not fit its kind: kept so the actor can log it, never acted on (but
@@ -120,8 +154,20 @@ class Unknown(msgspec.Struct, frozen=True):
     reply: str = ""
 
 
-InboxMessage = Signal | Cancel | TimerFired | Completion | ChildEnded | Invoke
-KINDS: Final = frozenset({"signal", "cancel", "timer", "completion", "child", "invoke"})
+InboxMessage = (
+    Signal
+    | Cancel
+    | TimerFired
+    | Completion
+    | ChildEnded
+    | Invoke
+    | PermitRequest
+    | PermitGrant
+    | LimitSet
+)
+KINDS: Final = frozenset(
+    {"signal", "cancel", "timer", "completion", "child", "invoke", "permit", "grant", "limit"}
+)
 
 _decoder: Final = msgspec.json.Decoder(InboxMessage)
 _encoder: Final = msgspec.json.Encoder()
