@@ -3,6 +3,7 @@ limit actor before each attempt; real nats-server, in-process workers."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -11,7 +12,11 @@ from typing import Any
 import pytest
 
 import fusee
+from fusee.runtime.ids import escape, partition_of
+from fusee.runtime.inbox import PermitRequest, encode_message
+from fusee.runtime.limits import LEASE, limit_actor_id
 from tests.helpers import registry_of as _registry
+from tests.helpers import run_cli
 from tests.workers.procs import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -56,7 +61,8 @@ async def test_concurrency_is_never_exceeded_and_the_rate_holds(
         n = sum(1 for u in starts[i:] if u - t <= 1.0)
         assert n <= 5 + 40 + 1, n
     infos = {i.name: i for i in await engine.limits()}
-    assert infos["api"].concurrent == 3 and infos["api"].holders == 0
+    assert infos["api"].concurrent == 3
+    assert infos["api"].holders == 0
 
 
 async def test_an_unknown_limit_fails_the_step_at_its_first_attempt(engine: fusee.Engine) -> None:
@@ -113,3 +119,54 @@ async def test_the_permits_of_a_killed_worker_come_back(
     assert max(counts) <= 2, counts
     infos = {i.name: i for i in await engine.limits()}
     assert infos["k"].waiters == {}
+
+
+async def test_limits_set_and_ls_on_the_command_line(
+    engine: fusee.Engine, nats_server: Any, namespace: str
+) -> None:
+    where = ("--nats", nats_server.url, "--namespace", namespace)
+    bad = await run_cli("limits", "set", "openai", "--per-second", "-5", *where)
+    assert bad.returncode == 2, bad.stderr
+    assert "per_second must be a positive number" in bad.stderr
+    assert await engine.limits() == []  # nothing stored
+    done = await run_cli(
+        "limits", "set", "openai", "--per-second", "20", "--concurrent", "4", *where
+    )
+    assert done.returncode == 0, done.stderr
+    shown = await run_cli("limits", "ls", "--json", *where)
+    assert shown.returncode == 0, shown.stderr
+    (info,) = json.loads(shown.stdout)
+    assert info["name"] == "openai"
+    assert info["per_second"] == 20
+    assert info["concurrent"] == 4
+    # changed at run time
+    await engine.limit("openai", per_second=50)
+    shown = await run_cli("limits", "ls", *where)
+    assert "openai" in shown.stdout
+    assert " 50 " in shown.stdout
+
+
+async def test_a_permit_its_holder_does_not_renew_is_reclaimed(engine: fusee.Engine) -> None:
+    """A holder whose worker is gone (it never renews, never asks again): its permit
+    comes back when the lease runs out, and the waiter behind it proceeds."""
+    await engine.limit("solo", concurrent=1)
+    actor = limit_actor_id("solo")
+    eid, p = escape(actor), partition_of(actor, engine.partitions)
+    ghost = PermitRequest(key="ghost.1", run="ghost-run", partition=0, worker="dead-worker")
+    seq = await engine.store.send_inbox(p, eid, "permit", encode_message(ghost))
+
+    async def limited(ctx: fusee.Context, _: Any) -> str:
+        await ctx.step("call", lambda: None, limit="solo")
+        return "ok"
+
+    async with engine.worker(registry=_registry(limited, "limited")):
+        # the ghost holds the only permit (its grant was sent to its inbox)
+        await wait_until(
+            lambda: engine.store.read_inbox(0, "ghost-run"), timeout=20, what="the ghost's grant"
+        )
+        began = time.monotonic()
+        run = await engine.start("limited", "after-ghost", None)
+        assert await run.result(timeout=30) == "ok"
+    assert time.monotonic() - began >= LEASE - 0.5  # it waited for the lease, not less
+    (grant,) = await engine.store.read_inbox(0, "ghost-run")
+    assert b'"request":%d' % seq in grant.data

@@ -34,4 +34,5 @@ async def limited(ctx: fusee.Context, arg: dict[str, Any]) -> str:
         mine.unlink()
         return "ok"
 
-    return await ctx.step("call", call, limit="k", fairness_key=arg.get("tenant"))
+    result: str = await ctx.step("call", call, limit="k", fairness_key=arg.get("tenant"))
+    return result
