@@ -102,7 +102,10 @@ class LimitActor:
 
     async def _serve(self) -> Outcome:
         core, state = self.core, self.state
+        # releases ride on the next grant's record, or the one written as it parks (a
+        # crash before: their holders come back from the journal, and the leases run out)
         dirty = False
+        idle_since: float | None = None
         while True:
             now = core.clock()
             grants = []
@@ -137,7 +140,7 @@ class LimitActor:
                 )
             refused = state.refuse_all() if state.config is None else []
             grants += state.grants(now)
-            if grants or refused or (dirty and not state.waiting() and not state.holders):
+            if grants or refused:
                 # journaled before any grant is sent: never granted twice
                 await self._commit()
                 dirty = False
@@ -147,9 +150,17 @@ class LimitActor:
                 await self._send(w, f"there is no limit {self.name!r} (engine.limit() sets one)")
             if state.config is None:
                 return "ended"  # no such limit: its requests were told
-            if not state.waiting() and not state.holders and not dirty:
+            if state.waiting() or state.holders:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= core.park_after:
+                # nothing held or queued for a while: releases journaled, then it leaves
+                # (its marker stays; a request brings it back)
+                if dirty:
+                    await self._commit()
                 core.left_at = core.view.seen
-                return "parked"  # its marker stays; a request brings it back
+                return "parked"
             if core.evict_requested():
                 if dirty:
                     await self._commit()
@@ -160,11 +171,6 @@ class LimitActor:
             with anyio.move_on_after(wait):
                 await core.woken.wait()
             core.woken = anyio.Event()
-            if dirty and not grants and not state.waiting():
-                # releases ride on the next grant's record; with none to come, journal
-                # them now (a crash before: the leases run out)
-                await self._commit()
-                dirty = False
             self._pending = [
                 (seq, msg) for seq, msg in await core.inbox_messages() if seq > self._seen
             ]
