@@ -26,6 +26,8 @@ bench: $(VENV)
 	$(PY) -m bench.step_cpu
 	$(PY) -m bench.objects
 	$(PY) -m bench.parked
+	$(PY) -m bench.bulk
+	$(PY) -m bench.minimums
 
 venv: $(VENV)
 

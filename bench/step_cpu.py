@@ -81,7 +81,9 @@ class MemoryJournal:
     ) -> None:
         return None
 
-    async def clear_run_active(self, partition: int, eid: str) -> None:
+    async def clear_run_active(
+        self, partition: int, eid: str, *, listed: bytes | None = None
+    ) -> None:
         return None
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 
 import fusee
@@ -38,3 +40,21 @@ async def _increment(ctx: fusee.ObjectContext) -> int:
 
 # bench.objects: one counter per key, each call adds 1 to its state
 counter = fusee.object("bench_counter", {"incr": _increment})
+
+
+def _provider(flag: str) -> str:
+    if not Path(flag).exists():
+        raise ConnectionError("the provider is down")
+    return "answered"
+
+
+@fusee.workflow("bench.pause")
+async def pause_on_provider(ctx: fusee.Context, flag: str) -> str:
+    """bench.bulk: a step that pauses its run until the file ``flag`` exists."""
+    return str(
+        await ctx.step(
+            "model",
+            lambda: _provider(flag),
+            retry=fusee.Retry(attempts=1, on_exhausted="pause"),
+        )
+    )

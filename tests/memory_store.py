@@ -231,7 +231,9 @@ class MemoryStore:
         self.run_markers[partition, eid] = marker
         await self.wake(partition, eid)
 
-    async def clear_run_active(self, partition: int, eid: str) -> None:
+    async def clear_run_active(
+        self, partition: int, eid: str, *, listed: bytes | None = None
+    ) -> None:
         self.run_markers.pop((partition, eid), None)
         self.active.pop((partition, eid), None)
 

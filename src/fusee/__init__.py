@@ -33,6 +33,7 @@ from fusee.errors import InvalidId as InvalidId
 from fusee.errors import InvalidToken as InvalidToken
 from fusee.errors import NotEncodable as NotEncodable
 from fusee.errors import NothingToCancel as NothingToCancel
+from fusee.errors import NotPausedError as NotPausedError
 from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
@@ -43,6 +44,7 @@ from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StorageFull as StorageFull
 from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
+from fusee.runtime.bulk import BulkSummary as BulkSummary
 from fusee.runtime.completions import Completion as Completion
 from fusee.runtime.index import RunInfo as RunInfo
 from fusee.runtime.retry import Retry as Retry
@@ -54,6 +56,7 @@ __all__ = (
     "WorkerConfig",
     "Run",
     "RunInfo",
+    "BulkSummary",
     "TokenEvent",
     "CompletionInfo",
     "workflow",
@@ -86,6 +89,7 @@ __all__ = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "NotPausedError",
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",

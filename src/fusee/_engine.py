@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import msgspec
 
+from fusee._bulk import CONCURRENCY, PAGE, OnRun, bulk, iter_runs
 from fusee._client import Answered, Client, Replies, enter_client, leave_client
 from fusee._limits import LimitInfo, list_limits, set_limit
 from fusee._objects import ObjectKey, ObjectType
@@ -36,6 +37,7 @@ from fusee.errors import (
     RunNotFound,
 )
 from fusee.logs import get_logger
+from fusee.runtime.bulk import BulkSummary, RunFilter, TimeLike, make_filter
 from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.completions import mac_matches, parse_token
 from fusee.runtime.durations import format_duration, parse_duration
@@ -415,7 +417,8 @@ class Engine:
         the journal holds exactly a prefix of the copies (nothing ran it yet)."""
         history, records = History(run_id), []
         for msg in await self.store.read_journal(eid):
-            records.append(history.feed(msg.seq, msg.data))
+            if (record := history.feed(msg.seq, msg.data)) is not None:
+                records.append(record)
         started = history.started
         if started is None or not isinstance(started.from_run, str) or history.generation > 1:
             return
@@ -593,10 +596,31 @@ class Engine:
                 out.append((msg.seq, canonical(body.value, "")))
         return out
 
-    async def list_runs(self) -> list[RunInfo]:
+    async def list_runs(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        id_prefix: str | None = None,
+    ) -> list[RunInfo]:
         """Every run in the namespace, newest first: the run index, and the runs not in
         it yet (started, never parked, not ended) from their active markers, ``running``
-        when their partition's owner answers its ping, else ``pending``."""
+        when their partition's owner answers its ping, else ``pending``.
+
+        With a filter, only the runs it matches, read from the parts of the index that
+        hold them (a status and a workflow are subject filters: other runs are not
+        read; see :meth:`runs`). ``since``/``until``: start times, a duration back from
+        now (``"1h"``) or an ISO 8601 time.
+
+        Raises:
+            ConfigError: an unknown status, a bad time, ``until`` not after ``since``.
+        """
+        if (status, workflow, since, until, id_prefix) != (None,) * 5:
+            f = self._filter(status, workflow, since, until, id_prefix)
+            out = [info async for found in iter_runs(self, f) for info in found]
+            return sorted(out, key=lambda i: i.created_at, reverse=True)
         infos = {key: decode_info(value) for key, value in await self.store.list_index()}
         unindexed: list[RunInfo] = []
         for eid, value in (await self.store.run_markers()).items():
@@ -616,6 +640,112 @@ class Engine:
                 if info.partition in live:
                     info.status = "running"
         return sorted(infos.values(), key=lambda i: i.created_at, reverse=True)
+
+    async def runs(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        id_prefix: str | None = None,
+        page: int = PAGE,
+    ) -> AsyncIterator[list[RunInfo]]:
+        """The runs the filter matches, a page of at most about ``page`` at a time, never
+        all in memory: ended runs from their listing entries
+        (``<ns>.in.x.<status>.<workflow>.<eid>``), paused runs from theirs, the others
+        from their active markers (see "The run index is a projection").
+
+        Raises:
+            ConfigError: an unknown status, a bad time, ``until`` not after ``since``.
+
+        Example:
+            ``async for page in engine.runs(status="failed", workflow="support"): ...``
+        """
+        f = self._filter(status, workflow, since, until, id_prefix)
+        async for found in iter_runs(self, f, page=page):
+            yield found
+
+    async def bulk_cancel(
+        self,
+        *,
+        reason: str = "cancelled",
+        status: str | None = None,
+        workflow: str | None = None,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        id_prefix: str | None = None,
+        dry_run: bool = False,
+        concurrency: int = CONCURRENCY,
+        on_run: OnRun | None = None,
+    ) -> BulkSummary:
+        """Cancel every run that has not ended and that the filter matches, paging
+        through the index, ``concurrency`` cancels in flight. Safe to run again after an
+        interruption: a run cancelled by the first pass has ended and is not listed (or
+        its cancel returns False: counted as skipped). ``dry_run``: nothing is done,
+        ``done`` counts what would be; ``on_run(info, what)`` is called for each run.
+
+        Raises:
+            ConfigError: bad filter (before anything is done), an ended status.
+
+        Example:
+            ``await engine.bulk_cancel(workflow="support", status="running", since="1h",
+            reason="bad deploy")``
+        """
+        return await bulk(
+            self,
+            "cancel",
+            self._filter(status, workflow, since, until, id_prefix),
+            reason=reason,
+            dry_run=dry_run,
+            concurrency=concurrency,
+            on_run=on_run,
+        )
+
+    async def bulk_resume(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        id_prefix: str | None = None,
+        dry_run: bool = False,
+        concurrency: int = CONCURRENCY,
+        on_run: OnRun | None = None,
+    ) -> BulkSummary:
+        """Resume every paused run the filter matches (``Run.resume()`` each), as
+        :meth:`bulk_cancel` does: a run resumed by an interrupted pass is not paused any
+        more (skipped) or its resume is the same, idempotent one.
+
+        Raises:
+            ConfigError: bad filter, a status other than ``paused``.
+        """
+        return await bulk(
+            self,
+            "resume",
+            self._filter(status, workflow, since, until, id_prefix),
+            dry_run=dry_run,
+            concurrency=concurrency,
+            on_run=on_run,
+        )
+
+    @staticmethod
+    def _filter(
+        status: str | None,
+        workflow: str | None,
+        since: TimeLike | None,
+        until: TimeLike | None,
+        id_prefix: str | None,
+    ) -> RunFilter:
+        return make_filter(
+            status=status,
+            workflow=workflow,
+            since=since,
+            until=until,
+            id_prefix=id_prefix,
+            now=time.time(),
+        )
 
     # -- serving ------------------------------------------------------------------
 

@@ -17,10 +17,12 @@ import anyio
 
 from fusee._client import Client
 from fusee.actors.ports import StoredMessage
+from fusee.actors.starts import start_marker
 from fusee.errors import (
     FuseeError,
     InvalidArgument,
     JournalGap,
+    NotPausedError,
     RunCancelled,
     RunFailed,
     RunNotFound,
@@ -28,13 +30,14 @@ from fusee.errors import (
 )
 from fusee.runtime.codec import decode_value
 from fusee.runtime.durations import parse_duration
-from fusee.runtime.history import History
+from fusee.runtime.history import History, load_journal
 from fusee.runtime.ids import escape, partition_of, validate_id, validate_name
-from fusee.runtime.inbox import Cancel, encode_message, signal_message
+from fusee.runtime.inbox import Cancel, Resume, encode_message, signal_message
 from fusee.runtime.index import RunInfo, decode_info, info_from_history
 from fusee.runtime.records import RunCancelled as RunCancelledRecord
 from fusee.runtime.records import RunCompleted, decode_record, unfold
 from fusee.runtime.records import RunFailed as RunFailedRecord
+from fusee.runtime.records import RunPaused as RunPausedRecord
 from fusee.runtime.tokens import TokenEvent
 
 __all__ = ("Run", "ENDED", "DurationLike")
@@ -55,6 +58,7 @@ class Run:
         # The run was seen to exist (started by this handle's engine, or its journal
         # read): a signal or cancel need not ask again, since a journal is never deleted.
         self._exists = exists
+        self._first: bytes | None = None  # the journal's first record, as last read
         self.partition = partition_of(run_id, engine.partitions)
 
     def __repr__(self) -> str:
@@ -62,8 +66,11 @@ class Run:
 
     async def _history(self) -> History:
         history = History(self.run_id)
-        for msg in await self.engine.store.read_journal(self.eid):
-            history.feed(msg.seq, msg.data)
+        self._first = None
+        messages = await self.engine.store.read_journal(self.eid)
+        if messages:
+            self._first = messages[0].data
+        load_journal(history, [(m.seq, m.data) for m in messages])
         if history.started is None:
             raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
         return history
@@ -95,6 +102,66 @@ class Run:
         elif await self.engine.store.owner_alive(info.partition):
             info.status = "running"  # its partition's owner lives: it runs or will at once
         return info
+
+    async def resume(self, *, force: bool = False) -> None:
+        """Resume the run where it paused: a step whose attempts ran out under
+        ``Retry(on_exhausted="pause")`` runs again with a fresh retry budget; a run
+        paused because its code no longer matched its journal is replayed by the code
+        deployed now (it pauses again if that does not match either). Durable once it
+        returns; idempotent (two resumes of one pause resume it once; a resume retried
+        after a lost reply stores nothing new). ``force``: resume a run paused on a
+        broken journal chain (a record missing or replaced), taking the chain as it is
+        from the break on (what the missing records held is lost to its replay).
+
+        Raises:
+            RunNotFound: no such run.
+            NotPausedError: the run is not paused (running, waiting, ended: nothing is
+                stored), or it is paused on a broken chain and ``force`` is not set.
+
+        Example:
+            ``await engine.run("support-42").resume()``
+        """
+        if not isinstance(force, bool):
+            raise InvalidArgument(f"force={force!r}: must be a bool")
+        try:
+            history = await self._history()
+        except JournalGap as gap:
+            if not force:
+                raise NotPausedError(
+                    self.run_id,
+                    "paused",
+                    f"run {self.run_id!r} is paused on a broken journal chain ({gap}); "
+                    f"resume(force=True) (fusee runs resume --force) runs it on from the "
+                    f"journal as it is, without what the missing records held",
+                ) from None
+            msg, msg_id = Resume(force=True, gap=gap.seq), f"{self.eid}:resume:gap:{gap.seq}"
+        else:
+            if history.paused is None:
+                status = info_from_history(history, now=time.time()).status
+                if status == "pending":
+                    status = "running"
+                raise NotPausedError(
+                    self.run_id,
+                    status,
+                    f"run {self.run_id!r} is not paused ({status}): nothing to resume",
+                )
+            msg = Resume(paused=history.paused_seq)
+            msg_id = f"{self.eid}:resume:{history.paused_seq}"
+        store = self.engine.store
+        body = encode_message(msg)
+        if (
+            await store.send_unless_ended(self.partition, self.eid, "resume", body, msg_id=msg_id)
+            is None
+        ):
+            raise NotPausedError(
+                self.run_id, "ended", f"run {self.run_id!r} ended: nothing to resume"
+            )
+        # the paused run left the active runs: its marker brings it back to an owner,
+        # who reads the message (also after a restart, with no consumer to deliver it)
+        assert self._first is not None
+        await store.mark_run_active(
+            self.partition, self.eid, start_marker(self.run_id, self._first, now=time.time())
+        )
 
     async def journal(self) -> list[tuple[int, Any]]:
         """The run's records as ``(sequence, record)``, oldest first. A wait's end that
@@ -164,6 +231,11 @@ class Run:
 
         Returns False (and does nothing) when the run had already ended.
 
+        A run paused at a step whose attempts ran out is resumed to be cancelled (it is
+        replayed to that step, where it stops and runs its compensations). A run paused
+        because its code or journal no longer matches is cancelled once it is resumed
+        (a replay would only pause it again).
+
         Raises:
             RunNotFound: no such run.
 
@@ -172,7 +244,30 @@ class Run:
         """
         if not isinstance(reason, str):
             raise InvalidArgument(f"reason={reason!r}: must be a str")
-        return await self._send("cancel", encode_message(Cancel(reason=reason)))
+        if not await self._send("cancel", encode_message(Cancel(reason=reason))):
+            return False
+        await self._resume_to_cancel()
+        return True
+
+    async def _resume_to_cancel(self) -> None:
+        """After a cancel is stored: if the run is paused at a step, resume it (its
+        activation reads the resume and the cancel together: the cancel wins)."""
+        store = self.engine.store
+        last = await store.last_in_journal(self.eid)
+        if last is None or last.headers.get("Fusee-Kind") != "run.paused":
+            return
+        paused = decode_record(last.data)
+        if not isinstance(paused, RunPausedRecord) or paused.cause != "retries":
+            return
+        body = encode_message(Resume(paused=last.seq))
+        msg_id = f"{self.eid}:resume:{last.seq}"
+        stored = await store.send_unless_ended(
+            self.partition, self.eid, "resume", body, msg_id=msg_id
+        )
+        if stored is not None:
+            first = (await store.read_journal(self.eid))[0].data
+            marker = start_marker(self.run_id, first, now=time.time())
+            await store.mark_run_active(self.partition, self.eid, marker)
 
     async def result(self, *, timeout: DurationLike | None = None) -> Any:
         """Wait for the run to end; return its result or raise its error.

@@ -9,6 +9,11 @@ them apart in an ``except BaseException``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fusee.runtime.records import RunPaused
+
 __all__ = (
     "FuseeError",
     "InvalidId",
@@ -26,6 +31,7 @@ __all__ = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "NotPausedError",
     "StreamNotFound",
     "StepTimeout",
     "Timeout",
@@ -36,6 +42,8 @@ __all__ = (
     "is_control_flow",
     "Fenced",
     "JournalGap",
+    "StepBudgetExceeded",
+    "StepPaused",
     "Evicted",
     "Parked",
     "CommitFailed",
@@ -155,6 +163,18 @@ class RunCancelled(RunFailed):
         self.reason = reason
 
 
+class NotPausedError(FuseeError):
+    """``resume()`` of a run that is not paused (running, waiting, ended), or of a
+    journal-gap pause without ``force=True``: nothing was stored. ``status`` is the
+    run's status as read (``"running"``, ``"completed"``..., ``"paused"`` for a gap
+    pause that needs ``force``)."""
+
+    def __init__(self, run_id: str, status: str, message: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.status = status
+
+
 class HandlerFailed(FuseeError):
     """An object handler's invocation ended with an error (``error_type`` and
     ``message`` are the handler's own; ``fusee.Timeout`` when it ran out of time)."""
@@ -259,7 +279,31 @@ class Fenced(ControlFlow):
 
 
 class JournalGap(FuseeError):
-    """A journal record does not chain to its predecessor: the run is paused."""
+    """A journal record does not chain to its predecessor: the run is paused. ``seq``:
+    the stream sequence of the record that breaks the chain (0: not known)."""
+
+    def __init__(self, *args: object, seq: int = 0) -> None:
+        super().__init__(*args)
+        self.seq = seq
+
+
+class StepBudgetExceeded(ControlFlow):
+    """A step would start beyond the workflow's ``max_steps``: the run fails with this
+    error (``fusee.StepBudgetExceeded``, naming the budget and the ``step``), whatever
+    the code catches: a budget the code could catch would bound nothing."""
+
+    def __init__(self, message: str, step: str) -> None:
+        super().__init__(message)
+        self.step = step
+
+
+class StepPaused(ControlFlow):
+    """A step's attempts ran out under ``Retry(on_exhausted="pause")``: the run leaves
+    and is journaled paused with ``record`` (a ``run.paused`` naming the step)."""
+
+    def __init__(self, record: RunPaused) -> None:
+        super().__init__(f"paused: {record.reason}")
+        self.record = record
 
 
 class Parked(ControlFlow):

@@ -45,6 +45,18 @@ WORKFLOWS = textwrap.dedent(
         await ctx.step("boom", lambda: _boom(text), retry=fusee.Retry(attempts=1))
         return "unreachable"
 
+    @fusee.workflow("http-pause")
+    async def pause(ctx, arg):
+        import os
+
+        def flaky():
+            if not os.path.exists(arg["fixed"]):
+                raise ConnectionError("the provider is down")
+            return "fixed"
+
+        policy = fusee.Retry(attempts=2, initial="1ms", max="2ms", on_exhausted="pause")
+        return await ctx.step("model", flaky, retry=policy)
+
     @fusee.workflow("http-held")
     async def held(ctx, arg):
         # running until the file arg["until"] exists: the test creates it
@@ -316,6 +328,30 @@ async def test_describe(client: httpx.AsyncClient, engine: fusee.Engine) -> None
 # -- the API itself -----------------------------------------------------------------------
 
 
+async def test_resume_a_paused_run(
+    client: httpx.AsyncClient, engine: fusee.Engine, tmp_path: Path
+) -> None:
+    run_id, fixed = _rid("http-pause"), tmp_path / "fixed"
+    await engine.start("http-pause", run_id, {"fixed": str(fixed)})
+    with anyio.fail_after(20):
+        while (await engine.run(run_id).describe()).status != "paused":
+            await anyio.sleep(0.05)
+    r = await client.get(f"/v1/runs/{run_id}")
+    assert r.status_code == 200
+    assert (r.json()["status"], r.json()["step"], r.json()["attempts"]) == ("paused", "model", 2)
+    bad = await client.post(f"/v1/runs/{run_id}/resume", json={"force": "yes"})
+    assert bad.status_code == 400
+    fixed.touch()
+    r = await client.post(f"/v1/runs/{run_id}/resume")
+    assert r.status_code == 202, r.text
+    assert r.json() == {"run_id": run_id, "status": "resuming"}
+    assert await engine.run(run_id).result(timeout="15s") == "fixed"
+    r = await client.post(f"/v1/runs/{run_id}/resume")
+    assert r.status_code == 409
+    assert r.json()["error"]["type"] == "NotPausedError"
+    assert (await client.post("/v1/runs/nope-never/resume")).status_code == 404
+
+
 async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
     r = await client.get("/openapi.json")
     assert r.status_code == 200
@@ -326,7 +362,10 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/openapi.json",
         "/v1/runs/{run_id}",
         "/v1/runs/{run_id}/result",
+        "/v1/runs/{run_id}/resume",
         "/v1/runs/{run_id}/streams/{name}",
+        "/v1/runs/bulk/resume",
+        "/v1/runs/bulk/cancel",
         "/v1/objects/{type}",
         "/v1/objects/{type}/{key}",
         "/v1/objects/{type}/{key}/state",

@@ -32,7 +32,18 @@ def test_there_is_a_golden_file() -> None:
 # -- inbox messages: the contract other SDKs write -------------------------------------
 
 INBOX = sorted(HERE.glob("inbox-v*.jsonl"))
-INBOX_KINDS = {"signal", "cancel", "timer", "completion", "child", "invoke"}
+INBOX_KINDS = {
+    "signal",
+    "cancel",
+    "timer",
+    "completion",
+    "child",
+    "invoke",
+    "resume",
+    "permit",
+    "grant",
+    "limit",
+}
 
 
 @pytest.mark.parametrize("path", INBOX, ids=lambda p: p.name)
@@ -48,7 +59,9 @@ def test_every_golden_inbox_message_decodes_to_its_kind(path: Path) -> None:
         assert decode_message(encode_message(msg)) == msg
         # nothing the writer put there is dropped on the way
         assert msgspec.json.decode(encode_message(msg)).keys() <= msgspec.json.decode(line).keys()
-    assert kinds == INBOX_KINDS  # every kind has a sample
+    assert kinds <= INBOX_KINDS
+    if path == INBOX[-1]:
+        assert kinds == INBOX_KINDS  # every kind has a sample in the latest
 
 
 def test_this_version_writes_the_latest_inbox_samples_byte_for_byte() -> None:
@@ -60,8 +73,8 @@ def test_this_version_writes_the_latest_inbox_samples_byte_for_byte() -> None:
 
 
 def test_an_inbox_message_of_another_kind_is_unknown_not_an_error() -> None:
-    assert decode_message(b'{"kind":"resume","from":3}') == Unknown(
-        kind="resume", why="Invalid value 'resume' - at `$.kind`"
+    assert decode_message(b'{"kind":"rewind","from":3}') == Unknown(
+        kind="rewind", why="Invalid value 'rewind' - at `$.kind`"
     )
     assert decode_message(b'{"kind":"invoke","reply":"_INBOX.x"}') == Unknown(
         kind="invoke", why="Object missing required field `handler`", reply="_INBOX.x"

@@ -103,6 +103,8 @@ async def test_a_run_stores_its_steps_and_three_writes_besides(engine: fusee.Eng
         f"{ns.upper()} (removed)",  # the active marker, <ns>.in.<p>.<eid>.a: replaced...
         f"{ns.upper()} {ns}.run.{eid}.end (run.completed)",
         f"{ns.upper()} {ns}.in.x.{eid} (run.index)",  # the index entry: completed
+        # its listing entry, under its status and workflow (a filter's subject)
+        f"{ns.upper()} {ns}.in.x.completed.writes_three_steps.{eid} (run.listed)",
         f"{ns.upper()} (removed)",  # ...by this, which expires a second later
     ], "\n".join(besides)
     # The writes, as sent: an atomic batch is one write (one fsync, all or none).
@@ -110,7 +112,12 @@ async def test_a_run_stores_its_steps_and_three_writes_besides(engine: fusee.Eng
     assert writes == [
         ["run.started", f"run.active {ns}.in.{p}.{eid}.a"],  # the start, one batch
         ["run.completed"],  # the end record alone: a waiter is told at once
-        ["run.index", f"run.inactive {ns}.in.{p}.{eid}.a"],  # after it, one batch
+        # after it, one batch: the entry, its listing entry, the marker's removal
+        [
+            "run.index",
+            "run.listed",
+            f"run.inactive {ns}.in.{p}.{eid}.a",
+        ],
     ], writes
 
 

@@ -125,9 +125,11 @@ class DyingStore(MemoryStore):
         await super().mark_run_active(partition, eid, marker)
         self._write("after", "mark")
 
-    async def clear_run_active(self, partition: int, eid: str) -> None:
+    async def clear_run_active(
+        self, partition: int, eid: str, *, listed: bytes | None = None
+    ) -> None:
         self._write("before", "clear", f"clear {eid}")
-        await super().clear_run_active(partition, eid)
+        await super().clear_run_active(partition, eid, listed=listed)
         self._write("after", "clear")
 
     async def clear_unstarted(self, partition: int, eid: str) -> None:

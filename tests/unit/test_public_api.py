@@ -14,6 +14,7 @@ PUBLIC = (
     "WorkerConfig",
     "Run",
     "RunInfo",
+    "BulkSummary",
     "TokenEvent",
     "CompletionInfo",
     "workflow",
@@ -46,6 +47,7 @@ PUBLIC = (
     "RunNotFound",
     "RunFailed",
     "RunCancelled",
+    "NotPausedError",
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",
@@ -84,7 +86,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 22
+    assert len(errors) == 23
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

@@ -191,8 +191,8 @@ class ReplayMachine(RuleBasedStateMachine):
         history = History("r")
         for m in self.store.journal("r"):
             history.feed(m.seq, m.data)  # raises JournalGap on a broken link
-        positions = [
-            decode_record(m.data).pos  # type: ignore[union-attr]
+        positions: list[int] = [
+            decode_record(m.data).pos  # type: ignore[union-attr,misc]
             for m in self.store.journal("r")
             if isinstance(decode_record(m.data), StepCompleted)
         ]

@@ -52,6 +52,7 @@ from hypothesis import strategies as st
 
 from fusee.runtime import life_events, run_life
 from fusee.runtime.history import History
+from fusee.runtime.inbox import Resume
 from fusee.runtime.index import UNREAD, RunInfo, encode_info
 from fusee.runtime.life_events import (
     Broken,
@@ -76,6 +77,7 @@ from fusee.runtime.life_events import (
     Log,
     NotifyParent,
     ParkedOut,
+    PausedOut,
     Project,
     Raised,
     ReadIndex,
@@ -95,6 +97,7 @@ from fusee.runtime.records import (
     RunContinued,
     RunFailed,
     RunPaused,
+    RunResumed,
     RunStarted,
     StepCompleted,
     WaitDone,
@@ -127,6 +130,8 @@ class World:
     parent_heard: int = -1  # the journal length when the parent was last told
     cancelled_children: set[str] = field(default_factory=set)
     projected: RunInfo | None = None
+    # the journal sequence the inbox's resume message names (None: no resume sent)
+    resume: int | None = None
     deaths: int = 0  # how many more times the process may die
     detours: int = 0  # parks and evictions left
     continues: int = 0  # continue-as-new left
@@ -178,11 +183,25 @@ def worlds(draw: st.DrawFn) -> World:
         ]
         world.journal.append(draw(st.sampled_from(ends)))
     elif shape == "paused":
-        world.journal.append(RunPaused(reason="earlier"))
+        world.journal.append(draw(st.sampled_from([RunPaused(reason="earlier"), STEP_PAUSE])))
+    # a resume message: of this pause, of another (stale: an earlier pause's, resumed)
+    names = [None, len(world.journal), len(world.journal) - 1]
+    world.resume = draw(st.sampled_from(names if shape == "paused" else [None, 1]))
     world.broken = shape == "broken"
     if draw(st.booleans()):
         world.inbox.append("first")
     return world
+
+
+STEP_PAUSE = RunPaused(
+    reason="step 's9' ran out of attempts",
+    cause="retries",
+    pos=9,
+    step="s9",
+    error_type="ConnectionError",
+    message="down",
+    attempts=5,
+)
 
 
 def _info(status: Any) -> RunInfo:
@@ -278,7 +297,9 @@ class Driver:
     def commit(self, record: AnyRecord) -> None:
         history = self.history
         assert history.end is None, f"{record} committed after the end {history.end}"
-        assert history.paused is None, f"{record} committed after the pause"
+        assert history.paused is None or isinstance(record, RunResumed), (
+            f"{record} committed after the pause"
+        )
         self.may_die("before the commit")
         self.world.journal.append(record)
         history.add(len(self.world.journal), record, encode_record(record))
@@ -310,7 +331,14 @@ class Driver:
             self.read = len(world.inbox)
             if world.broken:
                 return LoadFailed(self.history, "a record is missing")
-            return Loaded(self.history, new[0] if new else None, self.registered, ("other",))
+            resume = None if world.resume is None else (100, Resume(paused=world.resume))
+            return Loaded(
+                self.history,
+                new[0] if new else None,
+                self.registered,
+                ("other",),
+                resume=resume,
+            )
         if isinstance(cmd, ReadIndex):
             entry = None if world.indexed is None else (world.indexed, 3, world.revision)
             return IndexRead(entry)
@@ -342,6 +370,7 @@ class Driver:
         if world.detours:
             choices.append(ParkedOut())
         choices += [Stopped(), Raised("ValueError", "bad"), Broken("the code changed")]
+        choices.append(PausedOut(STEP_PAUSE))
         choices.append(Returned(b"7"))
         if world.detours:
             choices.append(EvictedOut())
@@ -364,15 +393,36 @@ def check_activation(world: World, act: Activation) -> None:
     stopped_watch = False
     landed: AnyRecord | None = None  # the end that landed last (Committed)
     loads = iter(act.loads)
+    resumed = False  # a resume of the pause the last load found landed
     found = History(RUN)  # the journal as the last load found it
     for i, item in enumerate(trace):
         if isinstance(item, Loaded | LoadFailed):
             found = history = next(loads)
         if isinstance(item, Loaded):
             loaded, executed, code_end, compensated, stopped_watch = item, False, None, False, False
+            resumed = False
+            pause = history.paused_seq if history.paused is not None else 0
+            if (
+                pause
+                and not history.ended
+                and item.resume is not None
+                and item.resume[1].paused == pause
+                and act.outcome != "died"
+            ):
+                assert any(
+                    isinstance(c, Commit) and isinstance(c.record, RunResumed) for c in trace[i:]
+                ), "a resume naming the run's pause is ignored"
             if cancel is None and item.cancel is not None:
                 cancel = item.cancel or "cancelled"
-            if history.started is None or history.ended or history.paused is not None:
+            # (a cancel sent while it was paused applies once it is resumed)
+            resuming = any(
+                isinstance(c, Commit) and isinstance(c.record, RunResumed) for c in trace[i:]
+            )
+            if (
+                history.started is None
+                or history.ended
+                or (history.paused is not None and not resuming)
+            ):
                 said = [c for c in trace[i:] if isinstance(c, Log) and c.event == "run.cancelling"]
                 assert not said, "an ended, paused or unstarted run said it is being cancelled"
             if history.ended and act.outcome != "died":
@@ -385,7 +435,9 @@ def check_activation(world: World, act: Activation) -> None:
                 project = next(c for c in rest if isinstance(c, Project))
                 assert project.unmark
                 assert project.info.ended
-                assert project.current is UNREAD
+                assert project.current is UNREAD, (
+                    f"an end not written by this activation, its entry written unread: {project}"
+                )
         elif isinstance(item, CancelRead) and cancel is None:
             cancel = item.reason or "cancelled"
         elif isinstance(item, Execute):
@@ -393,13 +445,15 @@ def check_activation(world: World, act: Activation) -> None:
             history = found
             assert history.started is not None
             assert not history.ended, "an ended run executed"
-            assert history.paused is None, "a paused run executed"
-            assert item.cancelled == (cancel is not None), (item, cancel)
+            assert history.paused is None or resumed, "a paused run executed"
+            assert item.cancelled == (cancel is not None), (
+                f"a cancel ({cancel!r}) read before the code's end, but {item}"
+            )
             timeout = history.started.timeout  # (the first generation's start, and its time)
             left = None if timeout is None else history.started.started_at + timeout - NOW
             assert item.remaining == left, item
             executed = True
-        elif isinstance(item, Returned | Raised | Broken | Stopped | Continued):
+        elif isinstance(item, Returned | Raised | Broken | Stopped | Continued | PausedOut):
             code_end = item
         elif isinstance(item, WatchStopped):
             stopped_watch = True
@@ -407,8 +461,24 @@ def check_activation(world: World, act: Activation) -> None:
             compensated = True
         elif isinstance(item, Commit):
             record = item.record
+            if isinstance(code_end, PausedOut):
+                assert record is code_end.record, f"a step's pause journaled as another: {record}"
             if isinstance(record, RunCompleted):
                 assert isinstance(code_end, Returned), "completed, but its code did not return"
+            elif isinstance(record, RunResumed):
+                assert loaded is not None
+                assert loaded.resume is not None
+                assert found.paused is not None, "a run that is not paused resumed"
+                assert record.paused == found.paused_seq == loaded.resume[1].paused, (
+                    f"a resume committed for a pause it does not name: {record}"
+                )
+                assert not any(
+                    isinstance(r, RunResumed) and r.paused == record.paused
+                    for r in world.journal[: found.last_seq]
+                ), "a pause resumed twice"
+                assert not executed
+            elif isinstance(record, RunPaused) and isinstance(code_end, PausedOut):
+                pass  # (checked above)
             elif isinstance(record, RunPaused):
                 assert isinstance(code_end, Broken) or any(
                     isinstance(c, CompensationsBroken) for c in trace[:i]
@@ -442,6 +512,8 @@ def check_activation(world: World, act: Activation) -> None:
             before = next(c for c in reversed(trace[:i]) if isinstance(c, Commit))
             if isinstance(before.record, TERMINAL):
                 landed = before.record
+            if isinstance(before.record, RunResumed):
+                resumed = True
         elif isinstance(item, Project) and item.current is None:
             assert landed is not None, "an end not written by this activation"
             assert item.info.ended
@@ -716,7 +788,58 @@ def _unrunnable_unprojected(real: Any) -> Any:
     return loaded
 
 
+def _any_resume(real: Any) -> Any:
+    """A resume message resumes the run whatever pause it names (a stale one too)."""
+
+    def loaded(self: RunLife, event: Loaded, now: float) -> list[Command]:
+        history = event.history
+        if event.resume is not None and history.paused is not None:
+            seq, _ = event.resume
+            event = dataclasses.replace(event, resume=(seq, Resume(paused=history.paused_seq)))
+        return list(real(self, event, now))
+
+    return loaded
+
+
+def _resume_ignored(real: Any) -> Any:
+    """The resume message is not looked at: a paused run stays paused."""
+
+    def loaded(self: RunLife, event: Loaded, now: float) -> list[Command]:
+        return list(real(self, dataclasses.replace(event, resume=None), now))
+
+    return loaded
+
+
+def _resume_unjournaled(real: Any) -> Any:
+    """A resumed run executes without journaling its resume first."""
+
+    def loaded(self: RunLife, event: Loaded, now: float) -> list[Command]:
+        out = list(real(self, event, now))
+        if out and isinstance(out[-1], Commit) and isinstance(out[-1].record, RunResumed):
+            event.history.paused = None
+            self._phase = "load"
+            return list(self._activate(event, False, now))
+        return out
+
+    return loaded
+
+
+def _step_pause_failed(real: Any) -> Any:
+    """A step that ran out under "pause" fails the run instead."""
+
+    def feed(self: RunLife, event: Event, now: float) -> list[Command]:
+        if isinstance(event, PausedOut):
+            event = Raised("ConnectionError", "down", "s9")
+        return list(real(self, event, now))
+
+    return feed
+
+
 MUTANTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
+    "any resume resumes": ("_loaded", _any_resume, "a resume committed for a pause it does not"),
+    "a resume ignored": ("_loaded", _resume_ignored, "a resume naming the run's pause is ignored"),
+    "a resume not journaled": ("_loaded", _resume_unjournaled, "a paused run executed"),
+    "a step's pause fails the run": ("feed", _step_pause_failed, "a step's pause journaled as"),
     # defect: (the method it wraps, the wrapper, what the property that finds it says)
     "no re-send of an ended run's notices": (
         "_loaded",
@@ -744,7 +867,11 @@ MUTANTS: dict[str, tuple[str, Callable[[Any], Any], str]] = {
         _cancelling_when_ended,
         "an ended, paused or unstarted run said it is being cancelled",
     ),
-    "a paused run executed": ("_loaded", _paused_runs, "a paused run executed"),
+    "a paused run executed": (
+        "_loaded",
+        _paused_runs,
+        "a paused run executed|an ended, paused or unstarted run said it is being",
+    ),
     "children outlive a continue": (
         "_end",
         _children_outlive_continue,

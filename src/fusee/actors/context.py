@@ -31,10 +31,12 @@ from fusee.actors.steps import (
 )
 from fusee.actors.waits import wait, wait_completion
 from fusee.errors import (
+    ConfigError,
     ContinueAsNew,
     FatalError,
     FuseeError,
     InvalidArgument,
+    StepBudgetExceeded,
     StepFailedError,
     Timeout,
     error_message,
@@ -99,9 +101,23 @@ class Context:
         workflow: the workflow's name.
     """
 
-    def __init__(self, host: ActorHost, replayer: Replayer) -> None:
+    # a step's attempts that run out under on_exhausted="pause" pause the run (an
+    # object's invocation cannot pause: see ObjectContext)
+    _pauses = True
+
+    def __init__(
+        self,
+        host: ActorHost,
+        replayer: Replayer,
+        *,
+        retry: Retry | None = None,
+        max_steps: int | None = None,
+    ) -> None:
         self._host = host
         self._replayer = replayer
+        self._retry = retry if retry is not None else DEFAULT_RETRY  # the workflow's
+        self._max_steps = max_steps
+        self._new_steps: set[int] = set()  # positions first run in this activation
         replayer.on_position = took_position  # ctx.all / ctx.race track their branches
         self.run_id = host.run_id
         started = replayer.history.started
@@ -324,7 +340,7 @@ class Context:
                 rec = decision.record
                 failed.append(StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt))
                 continue
-            policy = comp.retry if comp.retry is not None else DEFAULT_RETRY
+            policy = comp.retry if comp.retry is not None else self._retry
             try:
                 await execute(
                     self._host,
@@ -335,6 +351,7 @@ class Context:
                     policy,
                     comp.timeout,
                     None,
+                    pause=False,  # (a compensation runs out as under "fail")
                 )
             except StepFailedError as exc:
                 failed.append(exc)
@@ -494,7 +511,13 @@ class Context:
             permits = (limit, fairness)
         elif fairness_key is not None:
             raise FuseeError(f"step {name!r}: fairness_key= needs limit= (at {location})")
-        policy = retry if retry is not None else DEFAULT_RETRY
+        policy = retry if retry is not None else self._retry
+        if policy.on_exhausted == "pause" and not self._pauses:
+            raise ConfigError(
+                f"step {name!r}: Retry(on_exhausted='pause') is for workflow runs; an "
+                f"object's invocation cannot pause (it would hold its key's queue): use "
+                f"on_exhausted='fail' and handle the StepFailedError (at {location})"
+            )
         deadline = (
             parse_duration(timeout, f"timeout of step {name!r}") if timeout is not None else None
         )
@@ -508,9 +531,30 @@ class Context:
         if isinstance(decision, ReplayedFailure):
             rec = decision.record
             raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
+        if self._max_steps is not None and decision.attempt == 1:
+            self._check_budget(name, decision.pos, self._max_steps)
         return await execute(
             self._host, self._replayer, name, fn, decision, policy, deadline, type, permits
         )
+
+    def _check_budget(self, name: str, pos: int, budget: int) -> None:
+        """A new step at ``pos`` is about to start: within the workflow's ``max_steps``?
+
+        Raises:
+            StepBudgetExceeded: it would be a step beyond the budget.
+        """
+        history = self._replayer.history
+        journaled = history.outcomes.keys() | history.retries.keys() | history.pauses.keys()
+        self._new_steps -= journaled
+        count = history.steps_before + len(journaled) + len(self._new_steps - {pos})
+        if count >= budget:
+            raise StepBudgetExceeded(
+                f"run {self.run_id!r}: step {name!r} would be step {count + 1} of the run, "
+                f"beyond its workflow's budget max_steps={budget} "
+                f"(@fusee.workflow({self.workflow!r}, max_steps={budget}))",
+                name,
+            )
+        self._new_steps.add(pos)
 
     async def all(
         self, aws: Iterable[Awaitable[Any]], *, return_exceptions: bool = False
@@ -574,6 +618,8 @@ class ObjectContext(Context):
         object_type: the object type's name.
         key: the object's key.
     """
+
+    _pauses = False  # (its key's queue would wait behind a paused invocation)
 
     def __init__(
         self,

@@ -186,8 +186,11 @@ class RunStore(Protocol):
         first record, or was left out by a starter that died), then hint its owner."""
         ...
 
-    async def clear_run_active(self, partition: int, eid: str) -> None:
-        """Remove an ended or paused run's active marker."""
+    async def clear_run_active(
+        self, partition: int, eid: str, *, listed: bytes | None = None
+    ) -> None:
+        """Remove an ended or paused run's active marker; ``listed``: a paused run's
+        index entry, listed under its status and workflow in the same write."""
         ...
 
     async def clear_unstarted(self, partition: int, eid: str) -> None:
@@ -426,6 +429,11 @@ class HandleStore(ObjectReads, Protocol):
 
     async def ensure_active(self, partition: int, eid: str) -> None:
         """Make sure the actor has an active marker (not an idle one), then hint its owner."""
+        ...
+
+    async def mark_run_active(self, partition: int, eid: str, marker: bytes) -> None:
+        """Write a run's active marker (its index entry as its start makes it), then
+        hint its owner: a paused run that is resumed is active again."""
         ...
 
     async def active_note(self, partition: int, eid: str) -> dict[str, Any] | None:

@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, get_type_hints
 
-from fusee.errors import InvalidArgument
+from fusee.errors import ConfigError, InvalidArgument
 from fusee.runtime.ids import validate_name
+from fusee.runtime.retry import Retry
 
 __all__ = (
     "Workflow",
@@ -38,6 +39,8 @@ class Workflow(Generic[R]):
     fn: Callable[..., Awaitable[R]]
     input_type: Any
     takes_input: bool
+    retry: Retry | None = None  # every step's, unless the step has its own
+    max_steps: int | None = None  # steps a run may journal, all generations
 
     async def __call__(self, ctx: Any, *args: Any) -> R:  # ctx: a fusee.Context
         return await self.fn(ctx, *args)
@@ -170,17 +173,32 @@ def _where(fn: Callable[..., Any]) -> str:
 REGISTRY = Registry()
 
 
-def workflow(name: str) -> Callable[[Callable[..., Awaitable[R]]], Workflow[R]]:
+def workflow(
+    name: str, *, retry: Retry | None = None, max_steps: int | None = None
+) -> Callable[[Callable[..., Awaitable[R]]], Workflow[R]]:
     """Register an async function ``fn(ctx, arg)`` as the workflow ``name``.
 
     The second parameter's annotation, when it has one, is the type the run's input
-    is decoded into (a dataclass, a msgspec Struct, ``list[str]``...).
+    is decoded into (a dataclass, a msgspec Struct, ``list[str]``...). ``retry``: the
+    retry policy of every step of its runs (a step's own ``retry=`` wins; its
+    compensations' too). ``max_steps``: a run may journal at most this many steps
+    (across replays and generations, not attempts); the step that would start beyond
+    it fails the run with ``fusee.StepBudgetExceeded``.
+
+    Raises:
+        ConfigError: ``retry`` is not a ``fusee.Retry``, or ``max_steps`` not an int >= 1.
 
     Example:
         ``@fusee.workflow("agent")
         async def agent(ctx: fusee.Context, question: str) -> str: ...``
     """
     checked = validate_name(name, "workflow name")
+    if retry is not None and not isinstance(retry, Retry):
+        raise ConfigError(f"workflow {checked!r}: retry={retry!r} must be a fusee.Retry")
+    if max_steps is not None and (
+        isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1
+    ):
+        raise ConfigError(f"workflow {checked!r}: max_steps={max_steps!r} must be an int >= 1")
 
     def register(fn: Callable[..., Awaitable[R]]) -> Workflow[R]:
         if not inspect.iscoroutinefunction(fn):
@@ -190,7 +208,7 @@ def workflow(name: str) -> Callable[[Callable[..., Awaitable[R]]], Workflow[R]]:
             raise InvalidArgument(
                 f"workflow {checked!r}: {fn.__qualname__} must take (ctx) or (ctx, input)"
             )
-        wf = Workflow(checked, fn, _input_type(fn, params), len(params) == 2)
+        wf = Workflow(checked, fn, _input_type(fn, params), len(params) == 2, retry, max_steps)
         REGISTRY.add(wf)
         return wf
 

@@ -26,11 +26,21 @@ from fusee.actors.core import ActorCore
 from fusee.actors.outcomes import Outcome, failure_of
 from fusee.actors.registry import Registry
 from fusee.actors.run_index import project_index
-from fusee.errors import ContinueAsNew, DeterminismError, Evicted, JournalGap, Parked, Unreplayable
+from fusee.errors import (
+    ContinueAsNew,
+    DeterminismError,
+    Evicted,
+    JournalGap,
+    Parked,
+    StepBudgetExceeded,
+    StepPaused,
+    Unreplayable,
+    error_type_name,
+)
 from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value, encode_value
-from fusee.runtime.history import History, Replayer
-from fusee.runtime.inbox import Cancel, Invoke, Unknown
+from fusee.runtime.history import History, Replayer, load_journal
+from fusee.runtime.inbox import Cancel, Invoke, Resume, Unknown
 from fusee.runtime.life_events import (
     Broken,
     CancelChildren,
@@ -55,6 +65,7 @@ from fusee.runtime.life_events import (
     Log,
     NotifyParent,
     ParkedOut,
+    PausedOut,
     Project,
     Raised,
     ReadIndex,
@@ -85,16 +96,21 @@ class RunActor:
         self.registry = registry
         self.life = RunLife(always_replay=core.always_replay)
         self._ctx: Context | None = None  # the code's context, for its compensations
+        self._resume: tuple[int, Resume] | None = None  # the last resume read in the inbox
 
     # -- activation ---------------------------------------------------------------
 
-    async def _load(self) -> None:
+    async def _load(self, forgive: int = 0) -> None:
+        """Read the journal (``forgive``: breaks of its chain up to this sequence are
+        accepted, by a forced resume read in the inbox)."""
         self.core.history = History(self.core.run_id)
+        self.core.history.forgive = forgive
         self.core.view.claimed = set()
         self.core.fence = 0
-        for msg in await self.core.store.read_journal(self.core.eid):
-            self.core.fence = msg.seq
-            self.core.history.feed(msg.seq, msg.data)
+        messages = await self.core.store.read_journal(self.core.eid)
+        if messages:
+            self.core.fence = messages[-1].seq
+        load_journal(self.core.history, [(m.seq, m.data) for m in messages])
 
     async def _load_and_read(self) -> Loaded | LoadFailed:
         """The journal and the inbox, read at once: an activation's two round trips go
@@ -115,6 +131,15 @@ class RunActor:
                 await self._load()
             except Exception as exc:  # noqa: BLE001 - raised below, outside the group
                 failed.insert(0, exc)
+        if failed and isinstance(failed[0], JournalGap) and len(failed) == 1:
+            gap, resume = failed[0], self._resume
+            if resume is not None and resume[1].force and resume[1].gap >= gap.seq > 0:
+                # a forced resume accepts the break: read again, taking it as it is
+                try:
+                    await self._load(forgive=resume[1].gap)
+                    failed = []
+                except JournalGap as again:
+                    failed = [again]
         history = self.core.history
         if failed and isinstance(failed[0], JournalGap):
             return LoadFailed(history, str(failed[0]))
@@ -122,8 +147,14 @@ class RunActor:
             raise failed[0]
         started = history.started
         if started is None or self.registry.get(started.workflow) is not None:
-            return Loaded(history, cancel[0])
-        return Loaded(history, cancel[0], registered=False, workflows=tuple(self.registry.names()))
+            return Loaded(history, cancel[0], resume=self._resume)
+        return Loaded(
+            history,
+            cancel[0],
+            registered=False,
+            workflows=tuple(self.registry.names()),
+            resume=self._resume,
+        )
 
     async def run(self) -> Outcome:
         """Activate, execute until the run ends or parks, and say how it left. What to
@@ -137,9 +168,14 @@ class RunActor:
                     event = await self._perform(commands)
                 except Parked:
                     event = ParkedOut()
+                except StepPaused as paused:
+                    event = PausedOut(paused.record)
                 except Evicted as exc:
                     event, evicted = EvictedOut(), exc
                 if isinstance(event, Finish):
+                    if event.outcome == "paused":
+                        # what it read, it acted on: its worker watches for what follows
+                        self.core.left_at = self.core.view.seen
                     return event.outcome
                 if isinstance(event, Reraise):
                     raise evicted
@@ -201,7 +237,7 @@ class RunActor:
         wf = self.registry.get(started.workflow)
         assert wf is not None
         replayer = Replayer(self.core.history)
-        ctx = self._ctx = Context(self.core, replayer)
+        ctx = self._ctx = Context(self.core, replayer, retry=wf.retry, max_steps=wf.max_steps)
         deadline = None if cmd.remaining is None else anyio.current_time() + cmd.remaining
         escaped: BaseException | None = None
         async with anyio.create_task_group() as watch:
@@ -249,11 +285,13 @@ class RunActor:
                         result = await wf.fn(ctx)
                 except ContinueAsNew as exc:  # return ctx.continue_as_new(...)
                     continued = exc
+                except StepBudgetExceeded as exc:  # (the code cannot catch it)
+                    return Raised(error_type_name(exc), str(exc), exc.step)
                 if replayer.broken is not None:
                     raise replayer.broken  # raised at a step, and the workflow caught it
                 replayer.check_finished(f"the return of {wf.fn.__qualname__}")
                 if continued is not None:
-                    ended = Continued(continued.data)
+                    ended = Continued(continued.data, count_steps=wf.max_steps is not None)
                 else:
                     ended = Returned(
                         encode_value(
@@ -288,6 +326,8 @@ class RunActor:
             if isinstance(msg, Cancel):
                 if cancel is None:
                     cancel = msg.reason or ""
+            elif isinstance(msg, Resume):
+                self._resume = (seq, msg)  # (the machine decides whether it is stale)
             elif not isinstance(msg, Unknown | Invoke):
                 self.core.keep(seq, msg)
         return cancel

@@ -87,7 +87,7 @@ async def project_index(
             if old is not None and seq == journal_seq and _same(old, info):
                 # an ended run activated again (a reconcile listed its marker in the
                 # second it lingers): the entry says this already, nothing is written
-                await _unmark(store, eid, unmark)
+                await _unmark(store, eid, unmark, info)
                 return True
         if info.ended:
             # made from the journal's end: no later record can make it wrong, so it is
@@ -100,7 +100,7 @@ async def project_index(
             return True
         written = await store.put_index(eid, encode_info(info), journal_seq=journal_seq, last=last)
         if written is not None:
-            await _unmark(store, eid, unmark)
+            await _unmark(store, eid, unmark, info)
             return True
     raise FuseeError(
         f"the index entry of run {unescape(eid)!r} was not written: its compare-and-set was refused "
@@ -118,6 +118,14 @@ async def _read(store: RunStore, eid: str, *, ended: bool) -> IndexEntry | None:
     return None if final is None else (final[0], final[1], 0)
 
 
-async def _unmark(store: RunStore, eid: str, partition: int | None) -> None:
-    if partition is not None:
+async def _unmark(
+    store: RunStore, eid: str, partition: int | None, info: RunInfo | None = None
+) -> None:
+    """Remove the run's marker; a paused run's entry just written (``info``) is listed
+    under its status and workflow in the same write (see ``Layout.listing``)."""
+    if partition is None:
+        return
+    if info is not None and info.status == "paused":
+        await store.clear_run_active(partition, eid, listed=encode_info(info))
+    else:
         await store.clear_run_active(partition, eid)

@@ -21,6 +21,7 @@ from fusee.errors import (
     Evicted,
     NotEncodable,
     StepFailedError,
+    StepPaused,
     StepTimeout,
     UnknownLimit,
     error_message,
@@ -30,7 +31,7 @@ from fusee.logs import get_logger
 from fusee.runtime.codec import MAX_LARGE_VALUE, check_size, decode_value, encode_value
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import Execute, Replayer
-from fusee.runtime.records import StepCompleted, StepFailed, StepRetrying
+from fusee.runtime.records import RunPaused, StepCompleted, StepFailed, StepRetrying
 from fusee.runtime.retry import Retry
 
 __all__ = (
@@ -145,13 +146,24 @@ async def execute(
     limit: float | None,
     type_: Any,
     permits: tuple[str, str] | None = None,
+    *,
+    pause: bool = True,
 ) -> Any:
+    """Run the step's attempts from ``decision`` under ``policy`` (``limit``: each
+    attempt's timeout); its result decoded into ``type_``. ``pause``: attempts that
+    run out under ``on_exhausted="pause"`` pause the run (else they fail the step).
+
+    Raises:
+        StepFailedError: the step failed for good.
+        StepPaused: its attempts ran out and the run pauses (journaled by the driver).
+    """
     # A run that is being cancelled (its scope was cancelled before the workflow got
     # here, or it is replayed to find its compensations) runs nothing new.
     await anyio.lowlevel.checkpoint_if_cancelled()
     await host.before_step()
     key = step_key(host, replayer, decision.pos)
-    attempt = decision.attempt
+    attempt, base = decision.attempt, decision.base  # base: earlier budgets' failures
+    paused: RunPaused | None = None
     if decision.last_retry is not None:
         # resumed between attempts: wait out what is left of the journaled delay
         due = decision.last_retry.failed_at + decision.last_retry.retry_in
@@ -213,8 +225,12 @@ async def execute(
                 raise
             except Exception as exc:  # noqa: BLE001 - journaled, raised as StepFailedError
                 elapsed = time.monotonic() - began
-                wait = policy.after_failure(attempt, exc, key)
+                wait = policy.after_failure(attempt - base, exc, key)
                 etype, message = error_type_name(exc), error_message(exc)
+                if wait is None and pause and policy.pauses_on(attempt - base, exc):
+                    paused = _pause_record(decision.pos, name, attempt - base, etype, message)
+                    log.warning("step.paused", attempt=attempt, error=f"{etype}: {message}")
+                    break  # raised outside the handler
                 if wait is None:
                     failure = await fail_step(
                         host, decision.pos, name, attempt, etype, message, elapsed
@@ -273,7 +289,26 @@ async def execute(
             return decode_value(data, type_)
     finally:
         structlog.contextvars.reset_contextvars(**bound)
+    if paused is not None:
+        raise StepPaused(paused)  # the run leaves; its driver journals the pause
     raise failure
+
+
+def _pause_record(pos: int, name: str, attempts: int, etype: str, message: str) -> RunPaused:
+    return RunPaused(
+        reason=(
+            f"step {name!r} failed {attempts} attempt(s), the last with {etype}, under "
+            f"Retry(on_exhausted='pause'); resume the run (fusee runs resume, or "
+            f"engine.run(id).resume()) once the cause is fixed: the step runs again "
+            f"with a fresh retry budget"
+        ),
+        cause="retries",
+        pos=pos,
+        step=name,
+        error_type=etype,
+        message=message,
+        attempts=attempts,
+    )
 
 
 async def fail_step(

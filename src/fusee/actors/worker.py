@@ -824,9 +824,12 @@ class Worker:
                     # server removes in IDLE_MARKER_TTL (if this worker dies before the
                     # re-read below, the next owner still sees it), then it parks.
                     await self.store.mark_idle(p, eid, IDLE_MARKER_TTL)
-                if outcome in ("idle", "parked"):
+                if outcome in ("idle", "parked") or (outcome == "paused" and named is None):
                     # waits for its inbox (a parked run keeps its marker: a new owner
-                    # activates it); this worker brings it back when a message arrives
+                    # activates it); this worker brings it back when a message arrives.
+                    # A paused run too: a resume (or a cancel) stored while it was
+                    # leaving went to an actor that no longer listens (an object that
+                    # pauses, on a broken journal, leaves as before)
                     again = await self._park(slot, eid, core.left_at)
                     if again and outcome == "idle":
                         await self.store.mark_active(p, eid)

@@ -22,7 +22,7 @@ __all__ = ("CommitQueue", "Route", "MAX_BATCH")
 
 T = TypeVar("T")
 
-MAX_BATCH = 500  # the server takes up to 1,000 messages in a batch
+MAX_BATCH = 333  # the server takes up to 1,000 messages in a batch: a record and two riders each
 
 
 class Route(Enum):

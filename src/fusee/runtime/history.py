@@ -7,7 +7,7 @@ it: a position that has an outcome is replayed, the first one that has none runs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from fusee.runtime.records import (
     ObjectDone,
     RunContinued,
     RunPaused,
+    RunResumed,
     RunStarted,
     StepCompleted,
     StepFailed,
@@ -35,7 +36,15 @@ from fusee.runtime.records import (
     record_hash,
 )
 
-__all__ = ("History", "Replayer", "Replayed", "ReplayedFailure", "Execute", "ReplayedCancel")
+__all__ = (
+    "History",
+    "Replayer",
+    "Replayed",
+    "ReplayedFailure",
+    "Execute",
+    "ReplayedCancel",
+    "load_journal",
+)
 
 
 @dataclass
@@ -63,6 +72,18 @@ class History:
     resolved: list[WaitDone] = field(default_factory=list)
     end: AnyRecord | None = None
     paused: RunPaused | None = None
+    paused_seq: int = 0  # the sequence of ``paused``
+    # a step's pauses (its attempts ran out under on_exhausted="pause"), by position;
+    # at a position resumed: its failed attempts and its step.retrying records before
+    # the last resume (an earlier budget's)
+    pauses: dict[int, list[RunPaused]] = field(default_factory=dict)
+    resumed_failed: dict[int, int] = field(default_factory=dict)
+    resumed_retries: dict[int, int] = field(default_factory=dict)
+    # breaks of the chain at a sequence up to this are taken as they are: a forced
+    # resume accepted them (journaled: ``forgiven``; read from the inbox: ``forgive``)
+    forgive: int = 0
+    forgiven: int = 0
+    steps_before: int = 0  # steps journaled in the generations before this one
     last_seq: int = 0
     last_hash: str = ""
     size: int = 0
@@ -77,11 +98,14 @@ class History:
     invocation_at: int = 0  # the sequence of its first journaled record (0: none yet)
     done: ObjectDone | None = None
 
-    def feed(self, seq: int, data: bytes, *, anchor: bool = False) -> AnyRecord:
+    def feed(self, seq: int, data: bytes, *, anchor: bool = False) -> AnyRecord | None:
         """Add the record stored at stream sequence ``seq``. An ``anchor`` is the first
         record read of a journal read from the middle (an object's, from the record its
         state projection was made at): it is taken as it is, and what follows must link
         to it.
+
+        A break at a sequence up to :attr:`forgive` (a forced resume accepted it) is
+        taken as it is: the record as an anchor, or skipped (None) if unreadable.
 
         Raises:
             JournalGap: the record does not name the previous record as its predecessor,
@@ -90,10 +114,13 @@ class History:
         try:
             record = decode_record(data)
         except msgspec.DecodeError as exc:
+            if seq <= self.forgive:  # a forced resume accepted the break: skipped
+                return None
             raise JournalGap(
-                f"run {self.run_id!r}: the journal record at sequence {seq} cannot be read ({exc})"
+                f"run {self.run_id!r}: the journal record at sequence {seq} cannot be read ({exc})",
+                seq=seq,
             ) from None
-        if anchor:
+        if anchor or (self.size > 0 and seq <= self.forgive):
             self.add(seq, record, data)
             return record
         if self.size > 0 and (record.prev != self.last_seq or record.prev_hash != self.last_hash):
@@ -101,12 +128,14 @@ class History:
                 f"run {self.run_id!r}: the journal record at sequence {seq} ({kind_of(record)}) "
                 f"names sequence {record.prev} (hash {record.prev_hash or '-'}) as its "
                 f"predecessor, but the one before it is sequence {self.last_seq} "
-                f"(hash {self.last_hash}): a record is missing or was replaced"
+                f"(hash {self.last_hash}): a record is missing or was replaced",
+                seq=seq,
             )
         if self.size == 0 and not isinstance(record, RunStarted) and not record.invoked:
             raise JournalGap(
                 f"run {self.run_id!r}: the journal starts with {kind_of(record)} at sequence {seq}, "
-                f"not run.started"
+                f"not run.started",
+                seq=seq,
             )
         self.add(seq, record, data)
         return record
@@ -148,6 +177,8 @@ class History:
 
     def _new_generation(self, generation: int) -> None:
         self.outcomes, self.retries, self.waits, self.waited = {}, {}, {}, {}
+        self.pauses, self.resumed_failed, self.resumed_retries = {}, {}, {}
+        self.paused_seq = 0
         self.size_at = {}
         self.values = []
         self.end = self.paused = None
@@ -178,6 +209,8 @@ class History:
                 if isinstance(record, RunContinued):  # a new generation: forget the last
                     self._new_generation(record.generation)
                     self.pending = []
+                    if isinstance(record.steps, int):
+                        self.steps_before = record.steps
                 self.started, self.started_seq = record, seq
                 self.generation_size = 0
             case ObjectDone():
@@ -195,9 +228,30 @@ class History:
             case WaitDone():
                 self._wait_done(seq, record)
             case RunPaused():
-                self.paused = record
+                self.paused, self.paused_seq = record, seq
+                if isinstance(record.pos, int):
+                    self.pauses.setdefault(record.pos, []).append(record)
+            case RunResumed():
+                self._resumed(record)
             case _ if isinstance(record, TERMINAL):
                 self.end = record
+
+    def _resumed(self, record: RunResumed) -> None:
+        if record.force:
+            self.forgiven = max(self.forgiven, record.gap)
+            self.forgive = max(self.forgive, record.gap)
+        paused = self.paused
+        if paused is None or record.paused != self.paused_seq:
+            return  # (a forced resume of a break names no pause)
+        self.paused, self.paused_seq = None, 0
+        if isinstance(paused.pos, int):  # the step gets a fresh budget
+            self.resumed_failed[paused.pos] = self.failed_attempts(paused.pos)
+            self.resumed_retries[paused.pos] = len(self.retries.get(paused.pos, ()))
+
+    def step_positions(self) -> int:
+        """How many steps this generation journaled (ended, retried or paused), the
+        compensations included: what ``max_steps`` counts, with :attr:`steps_before`."""
+        return len(self.outcomes.keys() | self.retries.keys() | self.pauses.keys())
 
     def _wait_done(self, seq: int, done: WaitDone) -> None:
         self.waited[done.pos] = done
@@ -245,8 +299,9 @@ class History:
         return self.last_seq, self.last_hash
 
     def failed_attempts(self, pos: int) -> int:
-        """How many attempts of the step at ``pos`` failed and were journaled."""
-        return len(self.retries.get(pos, ()))
+        """How many attempts of the step at ``pos`` failed and were journaled (its
+        retries, and the last attempt of each budget that paused the run)."""
+        return len(self.retries.get(pos, ())) + len(self.pauses.get(pos, ()))
 
     @property
     def ended(self) -> bool:
@@ -273,11 +328,15 @@ class ReplayedFailure:
 
 @dataclass(frozen=True)
 class Execute:
-    """No outcome yet at this position: run the step, as attempt ``attempt``."""
+    """No outcome yet at this position: run the step, as attempt ``attempt``.
+    ``last_retry``: the journaled wait to finish first; ``base``: the failed attempts
+    of earlier budgets (the run paused there and was resumed), not counted against
+    the retry policy's attempts."""
 
     pos: int
     attempt: int
     last_retry: StepRetrying | None
+    base: int = 0
 
 
 class ReplayedCancel(ControlFlow):
@@ -335,7 +394,14 @@ class Replayer:
             case StepFailed():
                 return ReplayedFailure(pos, outcome)
             case _:
-                return Execute(pos, len(retries) + 1, retries[-1] if retries else None)
+                history = self.history
+                since = retries[history.resumed_retries.get(pos, 0) :]
+                return Execute(
+                    pos,
+                    history.failed_attempts(pos) + 1,
+                    since[-1] if since else None,
+                    history.resumed_failed.get(pos, 0),
+                )
 
     def begin_wait(
         self, name: str, wait: str, location: str
@@ -415,7 +481,10 @@ class Replayer:
         if outcome is not None:
             return outcome.name
         retries = self.history.retries.get(pos)
-        return retries[0].name if retries else None
+        if retries:
+            return retries[0].name
+        pauses = self.history.pauses.get(pos)
+        return pauses[0].step if pauses and isinstance(pauses[0].step, str) else None
 
     def _journaled_at(self, pos: int) -> str | None:
         """What the journal holds at ``pos``: ``step 'name'``, ``signal 'name'``,
@@ -442,6 +511,7 @@ class Replayer:
         journaled = (
             history.outcomes.keys()
             | history.retries.keys()
+            | history.pauses.keys()
             | history.waits.keys()
             | history.waited.keys()
             | history.cancelled.keys()
@@ -465,3 +535,38 @@ class Replayer:
                 f"{self.next_value} value(s) (at {location}). The workflow's code changed "
                 f"while the run was in flight."
             )
+
+
+def load_journal(history: History, messages: Sequence[tuple[int, bytes]]) -> None:
+    """Feed ``messages`` (``(seq, data)``, in order) to ``history``. A break of the
+    chain that a forced resume journaled later in them accepted (``run.resumed`` with
+    ``force``, its ``gap`` at or past the break) is taken as it is.
+
+    Raises:
+        JournalGap: a break no forced resume accepted.
+    """
+    i = 0
+    while i < len(messages):
+        seq, data = messages[i]
+        try:
+            history.feed(seq, data)
+        except JournalGap as gap:
+            accepted = _forced_gap(messages[i + 1 :])
+            if accepted < gap.seq:
+                raise
+            history.forgive = max(history.forgive, accepted)
+            continue  # fed again, forgiven
+        i += 1
+
+
+def _forced_gap(messages: Sequence[tuple[int, bytes]]) -> int:
+    """The furthest ``gap`` a forced ``run.resumed`` among ``messages`` accepts (0: none)."""
+    furthest = 0
+    for _, data in messages:
+        try:
+            record = decode_record(data)
+        except msgspec.DecodeError:
+            continue
+        if isinstance(record, RunResumed) and record.force:
+            furthest = max(furthest, record.gap)
+    return furthest

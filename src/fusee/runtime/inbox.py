@@ -33,6 +33,7 @@ __all__ = (
     "PermitRequest",
     "PermitGrant",
     "LimitSet",
+    "Resume",
     "Unknown",
     "InboxMessage",
     "decode_message",
@@ -144,6 +145,18 @@ class LimitSet(Message, tag="limit", frozen=True):
     concurrent: int | None = None
 
 
+class Resume(Message, tag="resume", frozen=True):
+    """``engine.run(id).resume()``: resume the run paused by its ``run.paused`` record
+    at journal sequence ``paused`` (a message naming another pause, or a run no longer
+    paused there, is ignored: two resumes of one pause resume once). ``force``: resume
+    a run paused on a broken journal chain (nothing journaled names that pause:
+    ``paused`` is 0), accepting the break at journal sequence ``gap``."""
+
+    paused: int = 0
+    force: bool = False
+    gap: int = 0
+
+
 class Unknown(msgspec.Struct, frozen=True):
     """A JSON object whose ``kind`` this version does not know (a newer writer's), or
     one that does not fit its kind: kept so the actor can log it, never acted on (but
@@ -164,9 +177,21 @@ InboxMessage = (
     | PermitRequest
     | PermitGrant
     | LimitSet
+    | Resume
 )
 KINDS: Final = frozenset(
-    {"signal", "cancel", "timer", "completion", "child", "invoke", "permit", "grant", "limit"}
+    {
+        "signal",
+        "cancel",
+        "timer",
+        "completion",
+        "child",
+        "invoke",
+        "permit",
+        "grant",
+        "limit",
+        "resume",
+    }
 )
 
 _decoder: Final = msgspec.json.Decoder(InboxMessage)

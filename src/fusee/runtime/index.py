@@ -61,6 +61,7 @@ class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     error_type: str | None = None
     message: str | None = None
     step: str | None = None
+    attempts: int | None = None  # a paused step's attempts (of the budget that ran out)
     generation: int = 1  # how many times it continued as new, plus one
 
     @property
@@ -95,7 +96,13 @@ def info_from_history(history: History, *, now: float, running: bool = False) ->
     elif isinstance(end, RunCancelled):
         info.status, info.reason = "cancelled", end.reason
     elif history.paused is not None:
-        info.status, info.reason = "paused", history.paused.reason
+        paused = history.paused
+        info.status, info.reason = "paused", paused.reason
+        if isinstance(paused.step, str):  # a step's attempts ran out: which, and how
+            info.step = paused.step
+            info.error_type = paused.error_type if isinstance(paused.error_type, str) else None
+            info.message = paused.message if isinstance(paused.message, str) else None
+            info.attempts = paused.attempts if isinstance(paused.attempts, int) else None
     return info
 
 

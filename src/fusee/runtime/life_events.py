@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from fusee.runtime.history import History
+from fusee.runtime.inbox import Resume
 from fusee.runtime.index import UNREAD, Current, IndexEntry, RunInfo
-from fusee.runtime.records import AnyRecord
+from fusee.runtime.records import AnyRecord, RunPaused
 
 __all__ = (
     "Left",
@@ -41,6 +42,7 @@ __all__ = (
     "CodeEnded",
     "ParkedOut",
     "EvictedOut",
+    "PausedOut",
     "Committed",
     "WatchStopped",
     "CompensationsRan",
@@ -188,6 +190,7 @@ class Loaded:
     cancel: str | None = None
     registered: bool = True
     workflows: tuple[str, ...] = ()
+    resume: tuple[int, Resume] | None = None  # the last resume message (inbox seq, it)
 
 
 @dataclass(frozen=True)
@@ -212,9 +215,12 @@ class Returned:
 
 @dataclass(frozen=True)
 class Continued:
-    """The workflow returned ``ctx.continue_as_new`` with ``input`` (encoded)."""
+    """The workflow returned ``ctx.continue_as_new`` with ``input`` (encoded).
+    ``count_steps``: its workflow has a ``max_steps``, so the next generation is told
+    how many steps the run journaled so far."""
 
     input: bytes
+    count_steps: bool = False
 
 
 @dataclass(frozen=True)
@@ -244,6 +250,14 @@ CodeEnded: TypeAlias = Returned | Continued | Raised | Broken | Stopped
 @dataclass(frozen=True)
 class ParkedOut:
     """The code left memory to wait (``Parked``)."""
+
+
+@dataclass(frozen=True)
+class PausedOut:
+    """A step's attempts ran out under ``on_exhausted="pause"`` (``StepPaused``): the
+    run pauses with ``record``."""
+
+    record: RunPaused
 
 
 @dataclass(frozen=True)
@@ -287,6 +301,7 @@ Event: TypeAlias = (
     | CodeEnded
     | ParkedOut
     | EvictedOut
+    | PausedOut
     | Committed
     | WatchStopped
     | CompensationsRan

@@ -36,6 +36,7 @@ __all__ = (
     "RunFailed",
     "RunCancelled",
     "RunPaused",
+    "RunResumed",
     "Invocation",
     "ObjectStarted",
     "ObjectDone",
@@ -126,6 +127,8 @@ class RunContinued(RunStarted, tag="run.continued", frozen=True):
 
     generation: int = 2
     continued_at: float = 0.0
+    # steps journaled in the generations before (for ``max_steps``; omitted: none known)
+    steps: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class StepCompleted(Record, tag="step.completed", frozen=True):
@@ -219,9 +222,34 @@ class RunCancelled(Record, tag="run.cancelled", frozen=True):
 
 
 class RunPaused(Record, tag="run.paused", frozen=True):
-    """The run stopped on purpose and waits for an operator (``reason`` says why)."""
+    """The run stopped on purpose and waits for an operator (``reason`` says why):
+    its code no longer matches its journal, a value it names cannot be read back, or
+    (``cause`` is ``"retries"``) the step ``step`` at ``pos`` ran out of its
+    ``attempts`` under ``Retry(on_exhausted="pause")``, its last attempt raising
+    ``error_type``: ``message`` (that attempt is journaled here, not as a
+    ``step.retrying``). A pause of an older version has ``reason`` alone."""
 
     reason: str
+    cause: str | msgspec.UnsetType = msgspec.UNSET
+    pos: int | msgspec.UnsetType = msgspec.UNSET
+    step: str | msgspec.UnsetType = msgspec.UNSET
+    error_type: str | msgspec.UnsetType = msgspec.UNSET
+    message: str | msgspec.UnsetType = msgspec.UNSET
+    attempts: int | msgspec.UnsetType = msgspec.UNSET
+
+
+class RunResumed(Record, tag="run.resumed", frozen=True):
+    """An operator's ``resume()`` (the inbox message at ``inbox_seq``) resumed the pause
+    journaled at sequence ``paused``: the run runs on from its journal, and a step that
+    paused gets a fresh retry budget (its earlier failed attempts still count in
+    ``StepInfo.attempt``). ``force`` with ``gap``: the run was paused on a broken
+    journal chain (``paused`` is 0); every break at a sequence up to ``gap`` is taken
+    as it is from here on (an unreadable record there is skipped)."""
+
+    paused: int = 0
+    inbox_seq: int = 0
+    force: bool = False
+    gap: int = 0
 
 
 class ObjectStarted(Record, tag="obj.started", frozen=True):
@@ -263,6 +291,7 @@ AnyRecord = (
     | RunFailed
     | RunCancelled
     | RunPaused
+    | RunResumed
     | ObjectStarted
     | ObjectDone
 )

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Literal
 
 from fusee.errors import ConfigError, FatalError, NotEncodable
 from fusee.runtime.durations import parse_duration
@@ -27,6 +28,12 @@ class Retry:
         multiplier: each wait is the previous one times this.
         jitter: a fraction (0 to 1) of each wait that is spread, the same way on replay.
         non_retryable: exception types that fail the step at once.
+        on_exhausted: what the run does when the last attempt fails: ``"fail"`` (the
+            step raises :class:`~fusee.StepFailedError`) or ``"pause"`` (the run is
+            journaled paused with the step, its last error and the attempt count, leaves
+            memory, and ``resume()`` runs the step again with a fresh budget). A
+            ``FatalError``, a ``non_retryable`` error or a result that cannot be stored
+            fails the step either way.
 
     Example:
         ``ctx.step("answer", call, retry=fusee.Retry(attempts=5, initial="200ms", max="30s"))``
@@ -38,8 +45,13 @@ class Retry:
     multiplier: float = 2.0
     jitter: float = 0.2
     non_retryable: Sequence[type[BaseException]] = field(default_factory=tuple)
+    on_exhausted: Literal["fail", "pause"] = "fail"
 
     def __post_init__(self) -> None:
+        if self.on_exhausted not in ("fail", "pause"):
+            raise ConfigError(
+                f"Retry(on_exhausted={self.on_exhausted!r}): must be 'fail' or 'pause'"
+            )
         if not isinstance(self.attempts, int) or self.attempts < 1:
             raise ConfigError(f"Retry(attempts={self.attempts!r}): attempts must be an int >= 1")
         if not (isinstance(self.multiplier, int | float) and self.multiplier >= 1.0):
@@ -85,3 +97,13 @@ class Retry:
         ):
             return None
         return self.delay(attempt, key)
+
+    def pauses_on(self, attempt: int, exc: BaseException) -> bool:
+        """Whether failed ``attempt`` (1-based, of this budget) raising ``exc`` pauses
+        the run: its attempts ran out (not a fatal or non-retryable error) and the
+        policy says ``"pause"``."""
+        return (
+            self.on_exhausted == "pause"
+            and attempt >= self.attempts
+            and not (isinstance(exc, FatalError | NotEncodable) or self.gives_up_on(exc))
+        )

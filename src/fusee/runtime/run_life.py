@@ -35,6 +35,7 @@ import msgspec
 
 from fusee.runtime.durations import format_duration
 from fusee.runtime.history import History
+from fusee.runtime.inbox import Resume
 from fusee.runtime.index import UNREAD, IndexEntry, decode_info, info_from_history
 from fusee.runtime.life_events import (
     Broken,
@@ -60,6 +61,7 @@ from fusee.runtime.life_events import (
     Log,
     NotifyParent,
     ParkedOut,
+    PausedOut,
     Project,
     Raised,
     ReadIndex,
@@ -78,9 +80,22 @@ from fusee.runtime.records import (
     RunContinued,
     RunFailed,
     RunPaused,
+    RunResumed,
 )
 
 __all__ = ("RunLife", "live_children", "END_STATUS")
+
+
+def _resumes(history: History, msg: Resume) -> bool:
+    """Whether the resume message ``msg`` resumes the run as read: it names the pause
+    the journal ends paused at, or it forces past a break of the chain that the load
+    accepted and no journaled resume did yet. Any other (a second resume of a pause
+    resumed already, one of an earlier pause) is stale: ignored."""
+    if history.ended:
+        return False
+    if history.paused is not None:
+        return msg.paused == history.paused_seq and history.paused_seq > 0
+    return msg.force and history.forgive > history.forgiven
 
 
 def live_children(history: History) -> list[str]:
@@ -126,6 +141,8 @@ class RunLife:
         self._phase: _Phase = "begin"
         self._record: AnyRecord | None = None  # the end being committed, or made
         self._paused: str | None = None  # a reason to pause, once the watch stopped
+        self._loaded_event: Loaded | None = None  # the last activation's read
+        self._resuming = False  # (a cancel read with the resume is new)
 
     def begin(self) -> list[Command]:
         self._expect("begin")
@@ -151,6 +168,19 @@ class RunLife:
         if isinstance(event, IndexRead):
             self._expect("index")
             return self._index_read(event.entry, now)
+        if isinstance(event, PausedOut):
+            if self._phase != "code":
+                raise ValueError(f"PausedOut while the machine waits for {self._phase}")
+            record = self._record = event.record
+            self._phase = "commit"
+            return [
+                Log(
+                    "error",
+                    "run.paused",
+                    {"reason": record.reason, "step": record.step, "attempts": record.attempts},
+                ),
+                Commit(record),
+            ]
         if isinstance(event, ParkedOut | EvictedOut):
             if self._phase not in ("code", "commit", "watch", "compensate"):
                 raise ValueError(
@@ -199,6 +229,7 @@ class RunLife:
 
     def _loaded(self, event: Loaded, now: float) -> list[Command]:
         history = self.history = event.history
+        self._loaded_event = event
         new_cancel = event.cancel is not None and self.cancel_reason is None
         if new_cancel:
             self.cancel_reason = event.cancel or "cancelled"
@@ -213,8 +244,39 @@ class RunLife:
                 *self._project(now, leaving=True),
                 self._finish("ended"),
             ]
+        resume = event.resume
+        if resume is not None and _resumes(history, resume[1]):
+            # journaled first: a crash after it runs on; before it, reads it again
+            seq, msg = resume
+            self._record = RunResumed(
+                paused=history.paused_seq if history.paused is not None else 0,
+                inbox_seq=seq,
+                force=msg.force and history.forgive > history.forgiven,
+                gap=history.forgive if msg.force else 0,
+            )
+            self._phase = "commit"
+            self._resuming = new_cancel
+            return [
+                Log("info", "run.resuming", {"paused": self._record.paused, "force": msg.force}),
+                Commit(self._record),
+            ]
         if history.paused is not None:
-            return [*self._project(now, leaving=True), self._finish("paused")]
+            out: list[Command] = []
+            if resume is not None:  # stale: said, so an operator sees why nothing ran
+                out.append(
+                    Log(
+                        "info",
+                        "run.resume_ignored",
+                        {"paused": history.paused_seq, "names": resume[1].paused},
+                    )
+                )
+            return [*out, *self._project(now, leaving=True), self._finish("paused")]
+        return self._activate(event, new_cancel, now)
+
+    def _activate(self, event: Loaded, new_cancel: bool, now: float) -> list[Command]:
+        history = self.history
+        started = history.started
+        assert started is not None
         out: list[Command] = []
         if new_cancel:  # (an ended or paused run is not cancelled: nothing said)
             out.append(Log("info", "run.cancelling", {"reason": self.cancel_reason}))
@@ -305,6 +367,11 @@ class RunLife:
                 parent=started.parent,
                 generation=self.history.generation + 1,
                 continued_at=now,
+                steps=(
+                    self.history.steps_before + self.history.step_positions()
+                    if event.count_steps
+                    else msgspec.UNSET
+                ),
             )
         elif isinstance(event, Raised):
             self._record = RunFailed(
@@ -362,6 +429,10 @@ class RunLife:
             return [Log("info", "run.continued", {"generation": record.generation}), Load()]
         if isinstance(record, RunPaused):
             return [*self._project(now, leaving=True), self._finish("paused")]
+        if isinstance(record, RunResumed):
+            assert self._loaded_event is not None
+            self._phase = "load"  # (as if just loaded, the pause gone)
+            return self._activate(self._loaded_event, self._resuming, now)
         assert record is not None
         return self._ended(record, now)
 

@@ -20,7 +20,7 @@ from fusee.actors.registry import REGISTRY
 from fusee.adapters.cli.loader import load_file
 from fusee.adapters.cli.options import GlobalOptions, command_hint
 from fusee.adapters.cli.render import format_run, format_runs_table, json_text
-from fusee.errors import RunCancelled, RunFailed, Timeout
+from fusee.errors import NotPausedError, RunCancelled, RunFailed, Timeout
 from fusee.logs import get_logger
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.ids import unescape, validate_id, validate_name
@@ -291,15 +291,20 @@ async def api(
 
 
 async def runs_list(
-    opts: GlobalOptions, *, status: str | None, workflow: str | None, as_json: bool
+    opts: GlobalOptions,
+    *,
+    status: str | None,
+    workflow: str | None,
+    as_json: bool,
+    since: str | None = None,
+    until: str | None = None,
+    id_prefix: str | None = None,
 ) -> int:
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        infos = await engine.list_runs()
-    infos = [
-        i
-        for i in infos
-        if (status is None or i.status == status) and (workflow is None or i.workflow == workflow)
-    ]
+        # filtered by the index itself: a status and a workflow read only their runs
+        infos = await engine.list_runs(
+            status=status, workflow=workflow, since=since, until=until, id_prefix=id_prefix
+        )
     if as_json:
         _out(json_text(infos))
         return 0
@@ -362,6 +367,17 @@ async def runs_cancel(opts: GlobalOptions, run_id: str, *, reason: str) -> int:
         if not await engine.run(run_id).cancel(reason):
             raise CliError(f"run {run_id!r} has already ended; nothing to cancel")
     _out(f"asked run {run_id!r} to stop: {reason}")
+    return 0
+
+
+async def runs_resume(opts: GlobalOptions, run_id: str, *, force: bool) -> int:
+    run_id = validate_id(run_id, "run ID")
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
+        try:
+            await engine.run(run_id).resume(force=force)
+        except NotPausedError as exc:
+            raise CliError(str(exc)) from None
+    _out(f"asked run {run_id!r} to resume{' (forced)' if force else ''}")
     return 0
 
 

@@ -3,11 +3,15 @@
     fusee dev FILE [--serve] [--api-port N]   embedded NATS + a worker + FILE's main(engine)
     fusee worker FILE [FILE...]         serve the workflows in FILEs until SIGTERM
     fusee api [--host H] [--port N]     serve the HTTP API until SIGTERM
-    fusee runs list [--status S] [--workflow W] [--json]
+    fusee runs list [--status S] [--workflow W] [--since T] [--until T] [--id-prefix P] [--json]
+    fusee runs bulk resume|cancel [FILTERS] [--reason TEXT] [--dry-run]
     fusee runs show RUN_ID [--json]
     fusee runs result RUN_ID [--timeout 30s]
     fusee runs signal RUN_ID NAME [JSON] [--key K]
     fusee runs cancel RUN_ID [--reason TEXT]
+    fusee runs resume RUN_ID [--force]  resume a paused run (a step whose retries ran
+                                        out gets a fresh budget; --force: past a
+                                        broken journal chain)
     fusee streams follow RUN_ID NAME [--from N]
     fusee objects ls TYPE [--json]
     fusee objects get TYPE KEY
@@ -34,6 +38,7 @@ from typing import Any, Literal, cast, get_args
 import anyio
 
 from fusee.adapters.cli import commands, limits, objects
+from fusee.adapters.cli.bulk import bulk_parser, runs_bulk
 from fusee.adapters.cli.commands import CliError
 from fusee.adapters.cli.loader import LoadError
 from fusee.adapters.cli.options import CURRENT, DEFAULT_NAMESPACE, DEFAULT_STORE, GlobalOptions
@@ -82,6 +87,22 @@ def _global_options() -> argparse.ArgumentParser:
         help="the lowest level logged (default: info for dev and worker, warning for runs)",
     )
     return common
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--status", metavar="S", help=f"only runs with this status: {', '.join(STATUSES)}"
+    )
+    p.add_argument(
+        "--workflow", "--type", dest="workflow", metavar="NAME", help="only runs of this workflow"
+    )
+    p.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only runs started at or after WHEN: a duration back from now (1h) or an ISO time",
+    )
+    p.add_argument("--until", metavar="WHEN", help="only runs started before WHEN (as --since)")
+    p.add_argument("--id-prefix", metavar="PREFIX", help="only runs whose ID starts with PREFIX")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -161,9 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls = runs_sub.add_parser(
         "list", parents=[common], help="list runs, newest first", description="List runs."
     )
-    ls.add_argument("--status", choices=STATUSES, help="only runs with this status")
-    ls.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    _filters(ls)
     ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bulk_parser(runs_sub, common, _filters)
 
     show = runs_sub.add_parser(
         "show",
@@ -200,6 +221,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cancel.add_argument("run_id", metavar="RUN_ID")
     cancel.add_argument("--reason", default="cancelled from the CLI", help="why (shown on the run)")
+
+    resume = runs_sub.add_parser(
+        "resume",
+        parents=[common],
+        help="resume a paused run",
+        description=(
+            "Resume a paused run: a step whose attempts ran out under "
+            "Retry(on_exhausted='pause') runs again with a fresh retry budget; a run "
+            "paused because its code no longer matched its journal is replayed by the "
+            "code deployed now. Exit 0 when asked (twice is fine: it resumes once), 1 "
+            "when the run is not paused (nothing is stored)."
+        ),
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument(
+        "--force",
+        action="store_true",
+        help="resume a run paused on a broken journal chain, taking the chain as it is",
+    )
 
     signal = runs_sub.add_parser(
         "signal",
@@ -472,12 +512,22 @@ def _one_shot_command(
         return lambda: commands.streams_follow(opts, args.run_id, args.name, offset=args.offset)
     if args.runs_command == "list":
         return lambda: commands.runs_list(
-            opts, status=args.status, workflow=args.workflow, as_json=args.json
+            opts,
+            status=args.status,
+            workflow=args.workflow,
+            as_json=args.json,
+            since=args.since,
+            until=args.until,
+            id_prefix=args.id_prefix,
         )
+    if args.runs_command == "bulk":
+        return lambda: runs_bulk(opts, args)
     if args.runs_command == "show":
         return lambda: commands.runs_show(opts, args.run_id, as_json=args.json)
     if args.runs_command == "cancel":
         return lambda: commands.runs_cancel(opts, args.run_id, reason=args.reason)
+    if args.runs_command == "resume":
+        return lambda: commands.runs_resume(opts, args.run_id, force=args.force)
     if args.runs_command == "signal":
         return lambda: commands.runs_signal(
             opts, args.run_id, args.name, args.payload, key=args.key

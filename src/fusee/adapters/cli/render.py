@@ -20,6 +20,7 @@ from fusee.runtime.records import (
     RunCompleted,
     RunFailed,
     RunPaused,
+    RunResumed,
     RunStarted,
     StepCompleted,
     StepFailed,
@@ -137,8 +138,18 @@ def format_record(record: Any, name_width: int = 0) -> str:
     elif isinstance(record, RunFailed):
         where = f"  (in step {record.step})" if record.step else ""
         body = clip(f"{record.error_type}: {record.message}") + where
+    elif isinstance(record, RunPaused) and isinstance(record.step, str):
+        body = (
+            f"{record.step.ljust(name_width)}  ({record.attempts} attempt(s))  "
+            f"{clip(f'{record.error_type}: {record.message}')}; attempts ran out: paused"
+        )
     elif isinstance(record, RunCancelled | RunPaused):
         body = clip(record.reason, 200)
+    elif isinstance(record, RunResumed):
+        body = f"the pause at #{record.paused}" if record.paused else "a broken chain"
+        if record.force:
+            body += f", forced past the break(s) up to #{record.gap}"
+        body += f"  (inbox #{record.inbox_seq})" if record.inbox_seq else ""
     else:  # pragma: no cover - a record kind newer than this CLI
         body = clip(msgspec.json.encode(record).decode())
     values = getattr(record, "values", None)
@@ -162,7 +173,7 @@ def format_journal(journal: Sequence[tuple[int, Any]], indent: str = "  ") -> li
     """
     names = [
         len(r.name) for _, r in journal if isinstance(r, StepCompleted | StepRetrying | StepFailed)
-    ]
+    ] + [len(r.step) for _, r in journal if isinstance(r, RunPaused) and isinstance(r.step, str)]
     width = max(names, default=0)
     seq_width = max((len(str(seq)) for seq, _ in journal), default=1) + 1
     return [f"{indent}{f'#{seq}':<{seq_width}}  {format_record(r, width)}" for seq, r in journal]
@@ -182,6 +193,12 @@ def format_run(
     if info.status == "paused":
         lines.append("status    PAUSED: it waits for an operator, nothing runs until then")
         lines.append(f"reason    {info.reason or '(none recorded)'}")
+        if info.step is not None:
+            lines.append(
+                f"step      {info.step}, after {info.attempts} attempt(s): "
+                f"{info.error_type}: {clip(info.message or '', 200)}"
+            )
+        lines.append(f"resume    fusee runs resume {info.run_id}")
     elif info.ended:
         took = format_ms(max(0.0, info.updated_at - info.created_at) * 1000)
         lines.append(f"status    {info.status} after {steps}, in {took}")
@@ -203,6 +220,10 @@ def _detail(info: RunInfo) -> str:
     if info.status == "failed":
         step = f" (step {info.step})" if info.step else ""
         return clip(f"{info.error_type}: {info.message}", 60) + step
+    if info.status == "paused" and info.step is not None:
+        return f"step {info.step} ran out of attempts ({info.attempts}): " + clip(
+            f"{info.error_type}: {info.message}", 60
+        )
     return clip(info.reason or "", 60)
 
 

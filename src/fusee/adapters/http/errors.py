@@ -75,6 +75,7 @@ _STATUS_BY_NAME: dict[str, int] = {
     "NotEncodable": 400,
     "RunExists": 409,
     "NothingToCancel": 409,
+    "NotPausedError": 409,
     "Timeout": 504,
     "ConnectionLost": 503,
     "StorageFull": 503,

@@ -125,6 +125,36 @@ PATHS: dict[str, dict[str, Any]] = {
             },
         }
     },
+    "/v1/runs/{run_id}/resume": {
+        "post": {
+            "operationId": "resumeRun",
+            "summary": "Resume a paused run",
+            "description": (
+                "What `Run.resume()` does: a step whose attempts ran out under "
+                "`Retry(on_exhausted='pause')` runs again with a fresh retry budget; a run "
+                "paused on a determinism error is replayed by the code deployed now. "
+                "Idempotent: two resumes of one pause resume it once. `force`: resume a run "
+                "paused on a broken journal chain."
+            ),
+            "parameters": [_RUN_ID],
+            "requestBody": {
+                "required": False,
+                "content": {_JSON: {"schema": _ref("RunResume")}},
+            },
+            "responses": {
+                "202": {
+                    "description": "The resume is stored.",
+                    "content": {_JSON: {"schema": _ref("RunResuming")}},
+                },
+                "400": _error("`InvalidId` (run ID) or `InvalidArgument` (the body)."),
+                "404": _NO_RUN,
+                "409": _error(
+                    "`NotPausedError`: the run is not paused (nothing stored), or it is "
+                    "paused on a broken journal chain and `force` is not set."
+                ),
+            },
+        }
+    },
     "/v1/runs/{run_id}/streams/{name}": {
         "get": {
             "operationId": "followStream",
@@ -385,6 +415,62 @@ OBJECT_PATHS: dict[str, dict[str, Any]] = {
         }
     },
 }
+
+# a duration back from now ("1h", "90m", "1h30m") or an RFC 3339 time
+_WHEN = {
+    "anyOf": [
+        {"type": "string", "pattern": "^([0-9]{1,6}(ms|s|m|h|d))+$"},
+        {"type": "string", "format": "date-time"},
+    ]
+}
+_BULK_FILTERS = {
+    "status": {
+        "enum": ["pending", "running", "waiting", "paused"],
+        "description": "Only runs with this status (bulk resume: `paused` only).",
+    },
+    "workflow": {**_NAME, "description": "Only runs of this workflow."},
+    "since": {
+        **_WHEN,
+        "description": "Only runs started at or after: a duration back from now (`1h`) "
+        "or an ISO 8601 time. With `until`, `until` must be after it (else 400).",
+    },
+    "until": {**_WHEN, "description": "Only runs started before (as `since`)."},
+    "id_prefix": {**_ID, "description": "Only runs whose ID starts with this."},
+    "dry_run": {"type": "boolean", "description": "Count what would be done; change nothing."},
+}
+
+
+def _bulk(action: str, summary: str, description: str, body: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "operationId": f"bulk{action.title()}Runs",
+            "summary": summary,
+            "description": description + " The index is read a page at a time, 32 runs "
+            "are acted on at once, and the request answers when all are done. Safe to send "
+            "again after an interruption: runs already acted on are skipped.",
+            "requestBody": {"required": False, "content": {_JSON: {"schema": _ref(body)}}},
+            "responses": {
+                "200": {
+                    "description": "What was done (with `dry_run`: what would be).",
+                    "content": {_JSON: {"schema": _ref("BulkSummary")}},
+                },
+                "400": _error(
+                    "`InvalidArgument` / `ConfigError`: an unknown status, a bad time, "
+                    "`until` not after `since`, an unknown field; nothing was done."
+                ),
+            },
+        }
+    }
+
+
+PATHS["/v1/runs/bulk/resume"] = _bulk(
+    "resume", "Resume paused runs in bulk", "Resumes every paused run the filters match.",
+    "BulkFilters",
+)  # fmt: skip
+PATHS["/v1/runs/bulk/cancel"] = _bulk(
+    "cancel", "Cancel runs in bulk", "Cancels every run that has not ended and that the "
+    "filters match, with `reason`.", "BulkCancel",
+)  # fmt: skip
 PATHS.update(OBJECT_PATHS)
 
 _TOKEN = {
@@ -634,8 +720,65 @@ _SCHEMAS: dict[str, Any] = {
             "reason": {"type": "string", "description": "Why it is paused, cancelled or waiting."},
             "error_type": {"type": "string", "description": "A failed run's error type."},
             "message": {"type": "string", "description": "A failed run's error message."},
-            "step": {"type": "string", "description": "The step a failed run failed in."},
+            "step": {
+                "type": "string",
+                "description": "The step a failed run failed in, or a paused run paused at.",
+            },
+            "attempts": {
+                "type": "integer",
+                "description": "A paused step's attempts (of the retry budget that ran out).",
+            },
+            "generation": {"type": "integer"},
         },
+    },
+    "BulkFilters": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **_BULK_FILTERS,
+            "status": {"enum": ["paused"], "description": "Paused runs (the default)."},
+        },
+    },
+    "BulkCancel": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            **_BULK_FILTERS,
+            "reason": {"type": "string", "description": "Why (shown on each run)."},
+        },
+    },
+    "BulkSummary": {
+        "type": "object",
+        "required": ["action", "dry_run", "done", "skipped", "failed"],
+        "properties": {
+            "action": {"enum": ["resume", "cancel"]},
+            "dry_run": {"type": "boolean"},
+            "done": {"type": "integer", "description": "Runs acted on (would be, dry)."},
+            "skipped": {
+                "type": "integer",
+                "description": "Runs already resumed or cancelled, or ended meanwhile.",
+            },
+            "failed": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "Run ID -> why its action failed.",
+            },
+        },
+    },
+    "RunResume": {
+        "type": "object",
+        "properties": {
+            "force": {
+                "type": "boolean",
+                "description": "Resume a run paused on a broken journal chain.",
+            }
+        },
+        "additionalProperties": False,
+    },
+    "RunResuming": {
+        "type": "object",
+        "required": ["run_id", "status"],
+        "properties": {"run_id": {"type": "string"}, "status": {"const": "resuming"}},
     },
     "RunOutcome": {
         "type": "object",

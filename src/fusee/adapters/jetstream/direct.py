@@ -342,6 +342,24 @@ async def direct_batch(
         seq = page[-1].seq + 1
 
 
+async def direct_pages(
+    nc: Client, stream: str, subject: str, start: int, page: int
+) -> AsyncIterator[list[StoredMsg]]:
+    """The messages on ``subject`` of ``stream`` from sequence ``start``, a page of at
+    most ``page`` at a time (one batched Direct Get each, retried while NATS does not
+    answer): for a reader that must not hold them all."""
+    seq = start
+    while True:
+        found = await retrying(
+            _page, nc, stream, subject, seq, page, what=f"direct_pages({subject!r})"
+        )
+        if found:
+            yield found
+        if len(found) < page:
+            return
+        seq = found[-1].seq + 1
+
+
 async def _page(nc: Client, stream: str, subject: str, start: int, batch: int) -> list[StoredMsg]:
     api = f"$JS.API.DIRECT.GET.{stream}"
     return [

@@ -128,6 +128,26 @@ class Layout:
     def index_entries(self) -> str:
         return f"{self.namespace}.in.x.*"
 
+    def listing(self, status: str, workflow: str, eid: str) -> str:
+        # A run's listing entry, named by its status and (escaped) workflow so that a
+        # subject filter answers "status S of workflow W" without reading other runs:
+        # an ended run's (final) rides its end's index entry, a paused run's its
+        # marker's removal. Six tokens: never an index entry (four) nor a marker (five).
+        return f"{self.namespace}.in.x.{status}.{escape(workflow)}.{eid}"
+
+    def listings(self, status: str | None = None, workflow: str | None = None) -> str:
+        # the listing entries of ``status`` and ``workflow`` (None: any), a subject filter
+        s = status or "*"
+        w = "*" if workflow is None else escape(workflow)
+        return f"{self.namespace}.in.x.{s}.{w}.*"
+
+    def parse_listing(self, subject: str) -> tuple[str, str, str] | None:
+        """``(status, escaped workflow, eid)`` of a listing subject, or None."""
+        parts = subject.removeprefix(f"{self.namespace}.in.x.").split(".")
+        if len(parts) != 3 or not all(parts):
+            return None
+        return parts[0], parts[1], parts[2]
+
     def wake(self, partition: int) -> str:
         # Core NATS, not stored: a hint that a partition has new work. The active
         # markers are the durable truth; a lost hint is found by the owner's next

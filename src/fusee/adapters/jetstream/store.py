@@ -14,11 +14,12 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import anyio
+import msgspec
 import nats
 import nats.errors
 import nats.js.errors
@@ -38,6 +39,7 @@ from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, pu
 from fusee.adapters.jetstream.direct import (
     CLIENT_PATIENCE,
     direct_batch,
+    direct_pages,
     patience,
     publish_acked,
     publish_acked_once,
@@ -59,6 +61,7 @@ from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import ConnectionLost, Fenced, FuseeError, JournalGap, NotEncodable, StorageFull
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.inbox import TimerFired, encode_message
+from fusee.runtime.index import decode_info
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
 
@@ -82,6 +85,8 @@ TTL = "Nats-TTL"  # seconds: the server removes the message then
 MARKER_KIND = "run.active"  # a run's active marker (Layout.marker)
 INDEX_KIND = "run.index"  # a run's index entry (Layout.index_entry)
 UNMARKED_KIND = "run.inactive"  # its removal: replaces it, then expires
+LISTED_KIND = "run.listed"  # a run's listing entry (Layout.listing)
+LISTED_FROM = "config.listed_from"  # in the work bucket: see NatsStore.legacy_pages
 
 # Room kept in every message for what is not the value: the record's other fields
 # (links, name, the values ctx.now() took) and its headers. A value may be the
@@ -170,6 +175,7 @@ class NatsStore:
         # landed reads that bucket for a marker to purge only when one may be there
         # (see _clear_old_marker)
         self._work_listed: dict[int, set[str]] = {}
+        self._listed_upto: int | None = None  # config.listed_from, once read
 
     @classmethod
     async def connect(
@@ -284,6 +290,11 @@ class NatsStore:
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
         self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
         await self.tokens.ensure()  # token streams: <NS>_TOKENS (see tokens.py)
+        # where the final entries with a listing entry begin (see legacy_pages): the
+        # stream's last sequence when a fusee that writes them first opened the namespace
+        if await self._config(LISTED_FROM) is None:
+            info = await retrying(self.js.stream_info, lay.stream, what="the stream's info")
+            await self.init_config(LISTED_FROM, str(info.state.last_seq).encode())
 
     async def _bucket(self, name: str, what: str) -> KeyValue:
         try:
@@ -939,6 +950,9 @@ class NatsStore:
         give_up = time.monotonic() + patience()
         tombstone = self._unmarked(partition, eid)
         headers = {KIND: INDEX_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
+        riders: tuple[Message, ...] = (tombstone,)
+        if (listed := self._listed(eid, value, journal_seq)) is not None:
+            riders = (listed, tombstone)  # the listing entry rides the same batch
         item = Pending(
             self.layout.index_entry(eid),
             value,
@@ -948,7 +962,7 @@ class NatsStore:
             "",
             INDEX_KIND,
             give_up,
-            riders=(tombstone,),
+            riders=riders,
         )
         await self.committer.append(item)
         await self._clear_old_marker(partition, eid, listed_only=fresh)
@@ -969,6 +983,54 @@ class NatsStore:
             if msg.data and msg.headers.get(KIND) == INDEX_KIND:
                 out[msg.subject[prefix:]] = msg.data
         return list(out.items())
+
+    async def listed_pages(
+        self, status: str | None, workflow: str | None, *, page: int = 500
+    ) -> AsyncIterator[list[tuple[str, bytes]]]:
+        """The listing entries of ``status`` and ``workflow`` (None: any), a page at a
+        time: ``(eid, value)``. Ended runs' are final; a paused run's may be stale (it
+        resumed since: the caller checks the run's entry)."""
+        with lost_on_transient("listing the run index"):
+            async for found in direct_pages(
+                self.nc, self.layout.stream, self.layout.listings(status, workflow), 1, page
+            ):
+                out = []
+                for msg in found:
+                    named = self.layout.parse_listing(msg.subject)
+                    if msg.data and named is not None and msg.headers.get(KIND) == LISTED_KIND:
+                        out.append((named[2], msg.data))
+                yield out
+
+    async def legacy_pages(self, *, page: int = 500) -> AsyncIterator[list[tuple[str, bytes]]]:
+        """The final entries of ended runs a previous fusee wrote (``<ns>.in.x.<eid>``
+        without a listing entry): those stored before this store's namespace was first
+        opened by a fusee that writes listing entries (``config.listed_from``). A page
+        at a time, ``(eid, value)``."""
+        upto = await self._listed_from()
+        if upto <= 0:
+            return
+        prefix = len(self.layout.index_entry(""))
+        with lost_on_transient("listing the run index"):
+            async for found in direct_pages(
+                self.nc, self.layout.stream, self.layout.index_entries, 1, page
+            ):
+                out = [
+                    (msg.subject[prefix:], msg.data)
+                    for msg in found
+                    if msg.seq <= upto and msg.data and msg.headers.get(KIND) == INDEX_KIND
+                ]
+                if out:
+                    yield out
+                if found[-1].seq > upto:
+                    return
+
+    async def _listed_from(self) -> int:
+        """The stream's last sequence when a fusee writing listing entries first opened
+        the namespace (every final entry above it has one)."""
+        if self._listed_upto is None:
+            raw = await self._config(LISTED_FROM)
+            self._listed_upto = int(raw) if raw and raw.isdigit() else 0
+        return self._listed_upto
 
     async def mark_active(self, partition: int, eid: str) -> None:
         self._in_work(partition, eid)
@@ -994,7 +1056,19 @@ class NatsStore:
         await retrying(self.js.publish, subject, marker, 5.0, None, headers)
         await self.wake(partition, eid)
 
-    async def clear_run_active(self, partition: int, eid: str) -> None:
+    def _listed(self, eid: str, value: bytes, journal_seq: int) -> Message | None:
+        """The listing entry of the run whose index entry is ``value``
+        (:meth:`Layout.listing`), or None when the value is not fusee's."""
+        try:
+            info = decode_info(value)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        headers = {KIND: LISTED_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
+        return self.layout.listing(info.status, info.workflow, eid), value, headers
+
+    async def clear_run_active(
+        self, partition: int, eid: str, *, listed: bytes | None = None
+    ) -> None:
         """Remove a run's active marker: a message that replaces it (a rollup) and that
         the server removes a second later (its TTL), so the subject leaves the stream
         and the list of active runs does not grow with ended ones (:meth:`end_run`
@@ -1005,8 +1079,11 @@ class NatsStore:
         never on a fresh end's path); without one nothing more is written."""
         subject, data, headers = self._unmarked(partition, eid)
         give_up = time.monotonic() + patience()
+        riders: tuple[Message, ...] = ()
+        if listed is not None and (entry := self._listed(eid, listed, 0)) is not None:
+            riders = (entry,)  # a paused run's listing entry, in the same batch
         await self.committer.append(
-            Pending(subject, data, headers, eid, 0, "", UNMARKED_KIND, give_up)
+            Pending(subject, data, headers, eid, 0, "", UNMARKED_KIND, give_up, riders=riders)
         )
         await self._clear_old_marker(partition, eid)
 
@@ -1071,6 +1148,25 @@ class NatsStore:
             ):
                 out[named[1]] = msg.data
         return out
+
+    async def marker_pages(self, *, page: int = 500) -> AsyncIterator[list[tuple[str, bytes]]]:
+        """Every run's active marker in the journal stream, a page at a time:
+        ``(escaped ID, what it holds)`` (the run's index entry as its starter made it)."""
+        with lost_on_transient("reading the active markers"):
+            async for found in direct_pages(
+                self.nc, self.layout.stream, self.layout.markers, 1, page
+            ):
+                yield [
+                    (named[1], msg.data)
+                    for msg in found
+                    if msg.headers.get(KIND) == MARKER_KIND
+                    and (named := self.layout.parse_marker(msg.subject))
+                ]
+
+    async def has_run_marker(self, partition: int, eid: str) -> bool:
+        """Whether the run has an active marker in the journal stream (one read)."""
+        msg = await retrying(self._direct_last, self.layout.marker(partition, eid))
+        return msg is not None and msg.headers.get(KIND) == MARKER_KIND
 
     async def _marker_subjects(self) -> list[tuple[int, str]]:
         """``(partition, eid)`` of every run's active marker in the journal stream (a

@@ -10,8 +10,8 @@ from starlette.routing import BaseRoute, Route
 
 from fusee import Run
 from fusee.adapters.http.params import parse_wait
-from fusee.adapters.http.state import api_state, json_response, until_disconnect
-from fusee.errors import RunCancelled, RunFailed, Timeout
+from fusee.adapters.http.state import api_state, json_body, json_response, until_disconnect
+from fusee.errors import InvalidArgument, RunCancelled, RunFailed, Timeout
 
 __all__ = ("routes",)
 
@@ -64,7 +64,25 @@ async def _outcome(request: Request, run: Run, wait: float) -> Response | None:
     return json_response({"run_id": run.run_id, "status": "completed", "result": value})
 
 
+async def resume(request: Request) -> Response:
+    """``POST /v1/runs/{run_id}/resume`` with an optional ``{"force": true}``: resume a
+    paused run (``Run.resume()``); ``202 {"run_id", "status": "resuming"}`` once the
+    resume is stored, ``409 NotPausedError`` when the run is not paused."""
+    run = api_state(request).engine.run(request.path_params["run_id"])
+    body = await json_body(request, "the resume")
+    body = {} if body is None else body
+    if (
+        not isinstance(body, dict)
+        or set(body) - {"force"}
+        or not isinstance(body.get("force", False), bool)
+    ):
+        raise InvalidArgument('the body must be {"force": true|false} (optional)')
+    await run.resume(force=body.get("force", False))
+    return json_response({"run_id": run.run_id, "status": "resuming"}, 202)
+
+
 routes: list[BaseRoute] = [
+    Route("/v1/runs/{run_id:id}/resume", resume, methods=["POST"], name="run_resume"),
     # `:id`: one percent-encoded segment (a run ID's "/" is %2F), so no order matters
     Route("/v1/runs/{run_id:id}/result", result, methods=["GET"], name="run_result"),
     Route("/v1/runs/{run_id:id}", describe, methods=["GET"], name="run_describe"),

@@ -1,0 +1,233 @@
+"""Filtered listing of runs, and bulk resume and cancel: the engine's side, shared by the
+CLI (``fusee runs list``, ``fusee runs bulk``) and the HTTP API (``/v1/runs/bulk/...``).
+
+Runs are read a page at a time from the run index (``NatsStore.listed_pages``,
+``paused_pages`` and the active markers), never all at once, and acted on with at most
+``concurrency`` calls in flight. A bulk action is safe to run again after an
+interruption: what it did is in the runs themselves (a cancelled run has ended, a resumed
+one is no longer paused, and the resume of one pause is idempotent), so a second pass
+skips it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+
+import anyio
+import msgspec
+
+from fusee.errors import ConfigError, FuseeError, NotPausedError, RunNotFound
+from fusee.runtime.bulk import ENDED_STATUSES, BulkSummary, RunFilter, matches, sources
+from fusee.runtime.ids import escape
+from fusee.runtime.index import RunInfo, decode_info
+
+if TYPE_CHECKING:
+    from fusee.adapters.jetstream.store import NatsStore
+
+
+class _Handle(Protocol):
+    async def cancel(self, reason: str = ...) -> bool: ...
+
+    async def resume(self, *, force: bool = ...) -> None: ...
+
+
+class Engine(Protocol):
+    """What these functions use of ``fusee.Engine`` (which imports them)."""
+
+    @property
+    def store(self) -> NatsStore: ...
+
+    def run(self, run_id: str) -> _Handle: ...
+
+
+__all__ = ("iter_runs", "bulk", "PAGE", "CONCURRENCY", "Action", "OnRun")
+
+PAGE = 500  # index entries read per page (one batched Direct Get)
+CONCURRENCY = 32  # resumes or cancels in flight at once
+Action = Literal["resume", "cancel"]
+T = TypeVar("T")
+R = TypeVar("R")
+OnRun = Callable[[RunInfo, str], None]  # (the run, "done" | "skipped" | "failed" | "would")
+
+
+def _decoded(raw: bytes) -> RunInfo | None:
+    try:
+        return decode_info(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None  # not fusee's: nothing to show
+
+
+async def _gather(items: list[T], fn: Callable[[T], Awaitable[R]], limit: int) -> list[R]:
+    """``fn`` of each item, at most ``limit`` at once; the results in the items' order."""
+    sem = anyio.Semaphore(limit)
+    out: dict[int, R] = {}
+
+    async def one(i: int, item: T) -> None:
+        async with sem:
+            out[i] = await fn(item)
+
+    async with anyio.create_task_group() as tg:
+        for i, item in enumerate(items):
+            tg.start_soon(one, i, item)
+    return [out[i] for i in range(len(items))]
+
+
+async def _entry(engine: Engine, eid: str) -> RunInfo | None:
+    entry = await engine.store.get_index_entry(eid)
+    return _decoded(entry[0]) if entry and entry[0] else None
+
+
+async def _still_paused(engine: Engine, eid: str, info: RunInfo) -> RunInfo | None:
+    """The run's entry if it is paused still (a listing stays when the run resumes: the
+    marker it gets back says so)."""
+    now = await _entry(engine, eid)
+    if now is None or now.status != "paused":
+        return None  # resumed and parked or ended since
+    if await engine.store.has_run_marker(info.partition, eid):
+        return None  # resumed: active again
+    return now
+
+
+async def _listed(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
+    """Ended runs: their listing entries (final), then a previous fusee's final entries."""
+    store = engine.store
+    wanted = [f.status] if f.status is not None else list(ENDED_STATUSES)
+    for status in wanted:
+        async for found in store.listed_pages(status, f.workflow, page=page):
+            yield [i for _, raw in found if (i := _decoded(raw)) and matches(i, f)]
+    async for found in store.legacy_pages(page=page):
+        yield [i for _, raw in found if (i := _decoded(raw)) and matches(i, f)]
+
+
+async def _paused(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
+    """Paused runs: their listing entries, each checked against the run's entry and
+    marker (a listing stays when the run resumes: the marker it gets back says so)."""
+    store = engine.store
+    pf = msgspec.structs.replace(f, status="paused")
+    async for found in store.listed_pages("paused", f.workflow, page=page):
+        candidates = [(eid, i) for eid, raw in found if (i := _decoded(raw)) and matches(i, pf)]
+        checked = await _gather(
+            candidates, lambda c: _still_paused(engine, c[0], c[1]), CONCURRENCY
+        )
+        yield [i for i in checked if i is not None]
+
+
+async def _active(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
+    """Runs that have not ended or paused: their active markers (each holds the run's
+    workflow and start time), with the bucket's entry of each (``waiting``, a note);
+    without one, ``running`` while the partition's owner answers, else ``pending``."""
+    store = engine.store
+    pre = None if f.id_prefix is None else escape(f.id_prefix)
+    async for found in store.marker_pages(page=page):
+        marked: dict[str, RunInfo] = {}
+        for eid, raw in found:
+            if pre is not None and not eid.startswith(pre):
+                continue
+            info = _decoded(raw)
+            if info is None or not matches(info, msgspec.structs.replace(f, status=None)):
+                continue
+            marked[eid] = info
+        entries = dict(
+            zip(
+                marked,
+                await _gather(list(marked), lambda e: _entry(engine, e), CONCURRENCY),
+                strict=True,
+            )
+        )
+        unindexed = []
+        out = []
+        for eid, info in marked.items():
+            entry = entries.get(eid)
+            if entry is not None and entry.ended:
+                continue  # it ended: listed with the ended runs (its marker lingers a second)
+            if entry is not None and entry.status != "paused":
+                info = entry  # waiting, or a note on why nobody runs it
+            else:
+                # no entry, or a pause it was resumed from (its marker is back)
+                info.status = "pending"
+                unindexed.append(info)
+            out.append(info)
+        if unindexed:
+            live = await store.live_partitions({i.partition for i in unindexed})
+            for info in unindexed:
+                if info.partition in live:
+                    info.status = "running"
+        yield [i for i in out if matches(i, f)]
+
+
+async def iter_runs(
+    engine: Engine, f: RunFilter, *, page: int = PAGE, only: tuple[str, ...] | None = None
+) -> AsyncIterator[list[RunInfo]]:
+    """The runs the filter matches, a page at a time (each run once), from the parts of
+    the index that can hold them (``only``: of those, these sources)."""
+    readers = {"active": _active, "paused": _paused, "listed": _listed}
+    for source in sources(f):
+        if only is not None and source not in only:
+            continue
+        # A marker or a paused listing written again while the pass reads (a resume
+        # writes the marker again; a paused run activated again lists itself again) is
+        # met again further on: each run once per pass. Ended runs' entries are final.
+        seen: set[str] | None = None if source == "listed" else set()
+        async for found in readers[source](engine, f, page):
+            if seen is not None:
+                found = [i for i in found if i.run_id not in seen]
+                seen.update(i.run_id for i in found)
+            if found:
+                yield found
+
+
+async def bulk(
+    engine: Engine,
+    action: Action,
+    f: RunFilter,
+    *,
+    reason: str = "cancelled",
+    dry_run: bool = False,
+    concurrency: int = CONCURRENCY,
+    page: int = PAGE,
+    on_run: OnRun | None = None,
+) -> BulkSummary:
+    """Resume or cancel every run the filter matches; see :meth:`Engine.bulk_cancel`."""
+    if concurrency < 1:
+        raise ConfigError(f"concurrency={concurrency!r}: must be at least 1")
+    if action == "resume":
+        if f.status not in (None, "paused"):
+            raise ConfigError(f"status={f.status!r}: bulk resume acts on paused runs only")
+        f = msgspec.structs.replace(f, status="paused")
+        only: tuple[str, ...] = ("paused",)
+    else:
+        if f.status in ENDED_STATUSES:
+            raise ConfigError(f"status={f.status!r}: an ended run cannot be cancelled")
+        only = ("active", "paused")
+    summary = BulkSummary(action=action, dry_run=dry_run)
+    tell = on_run or (lambda _info, _what: None)
+
+    async def act(info: RunInfo) -> None:
+        run = engine.run(info.run_id)
+        try:
+            if action == "cancel":
+                acted = await run.cancel(reason)
+            else:
+                await run.resume()
+                acted = True
+        except (NotPausedError, RunNotFound):
+            acted = False  # resumed (or gone) since it was listed
+        except FuseeError as exc:
+            summary.failed[info.run_id] = f"{type(exc).__name__}: {exc}"
+            tell(info, "failed")
+            return
+        if acted:
+            summary.done += 1
+        else:
+            summary.skipped += 1
+        tell(info, "done" if acted else "skipped")
+
+    async for found in iter_runs(engine, f, page=page, only=only):
+        if dry_run:
+            for info in found:
+                summary.done += 1
+                tell(info, "would")
+            continue
+        await _gather(found, act, concurrency)
+    return summary

@@ -1,0 +1,277 @@
+"""The run index's filters (status x workflow x start time x ID prefix, across pages) and
+bulk cancel and resume, with worker subprocesses and the ``fusee`` CLI."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+import fusee
+from fusee.adapters.cli.bulk import KILL_AFTER
+from fusee.runtime.bulk import STATUSES
+from fusee.runtime.records import RunCancelled, RunResumed
+from tests.helpers import cli_cmd, cli_env
+from tests.workers.procs import HERE, api_server, wait_until
+
+BULK = HERE / "bulk.py"
+MODES = {"done": "completed", "fail": "failed", "block": "running", "wait": "waiting"}
+
+
+def _arg(tmp_path: Path, mode: str) -> dict[str, Any]:
+    return {"mode": mode, "log": str(tmp_path / "calls.log"), "flag": str(tmp_path / "fixed")}
+
+
+async def _status(engine: fusee.Engine, run_id: str) -> str:
+    return (await engine.run(run_id).describe()).status
+
+
+async def _listed(engine: fusee.Engine, **f: Any) -> set[str]:
+    out: list[str] = []
+    async for page in engine.runs(page=3, **f):
+        assert len(page) <= 3 * 2  # a page of the index, never every run
+        out += [i.run_id for i in page]
+    assert len(out) == len(set(out)), "a run listed twice"
+    return set(out)
+
+
+async def _start_all(
+    engine: fusee.Engine, tmp_path: Path, prefix: str, per: int
+) -> dict[str, tuple[str, str, float]]:
+    """``per`` runs of each workflow in each mode: ID -> (workflow, expected status, start)."""
+    made: dict[str, tuple[str, str, float]] = {}
+    for wf in ("bk_a", "bk_b"):
+        for mode in [*MODES, "pause", "cancel"]:
+            for i in range(per):
+                run_id = f"{prefix}-{wf}-{mode}-{i}"
+                run = await engine.start(
+                    wf, run_id, _arg(tmp_path, "block" if mode == "cancel" else mode)
+                )
+                status = {"pause": "paused", "cancel": "cancelled"}.get(mode) or MODES[mode]
+                made[run_id] = (wf, status, time.time())
+                if mode == "cancel":
+                    await run.cancel("by the test")
+    return made
+
+
+async def _settled(engine: fusee.Engine, made: dict[str, tuple[str, str, float]]) -> None:
+    for run_id, (_, status, _) in made.items():
+        await wait_until(
+            functools.partial(_status_is, engine, run_id, status),
+            timeout=30,
+            what=f"{run_id} {status}",
+        )
+
+
+async def _status_is(engine: fusee.Engine, run_id: str, status: str) -> bool:
+    if status == "waiting":  # describe() says running for a parked run: ask the index
+        return any(i.run_id == run_id for i in await engine.list_runs(status="waiting"))
+    return await _status(engine, run_id) == status
+
+
+async def test_the_index_lists_exactly_the_runs_each_filter_matches(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    first = await _start_all(engine, tmp_path, "old", 2)
+    middle = time.time()
+    second = await _start_all(engine, tmp_path, "new", 2)
+    made = {**first, **second}
+    await _settled(engine, made)
+    for status in STATUSES:
+        for wf in (None, "bk_a", "bk_b"):
+            want = {r for r, (w, s, _) in made.items() if s == status and wf in (None, w)}
+            assert await _listed(engine, status=status, workflow=wf) == want, (status, wf)
+            newer = {r for r in want if r in second}
+            assert await _listed(engine, status=status, workflow=wf, since=middle) == newer
+            assert await _listed(engine, status=status, workflow=wf, until=middle) == want - newer
+            assert (
+                await _listed(engine, status=status, workflow=wf, id_prefix="old-") == want - newer
+            )
+    assert await _listed(engine) == set(made)
+    assert await _listed(engine, workflow="bk_b", since="1h") == {
+        r for r, (w, _, _) in made.items() if w == "bk_b"
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--status", "sleeping"], "not a run status"),
+        (["--since=-1h"], "must not be negative"),
+        (["--since", "yesterday"], "since"),
+        (["--since", "1h", "--until", "2h"], "is not after"),
+    ],
+)
+async def test_bad_filters_are_refused_and_nothing_is_done(
+    engine: fusee.Engine, nats_server: Any, namespace: str, args: list[str], message: str
+) -> None:
+    run = await engine.start("bk_a", "bad-1", {"mode": "block", "log": "-", "flag": "-"})
+    done = await anyio.run_process(
+        cli_cmd(
+            "runs", "bulk", "cancel", "--nats", nats_server.url, "--namespace", namespace, *args
+        ),
+        check=False,
+        env=cli_env(),
+    )
+    assert done.returncode != 0
+    assert message in done.stderr.decode()
+    assert [type(r).__name__ for _, r in await run.journal()] == ["RunStarted"]
+
+
+async def _cli(
+    nats_server: Any, namespace: str, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str]:
+    done = await anyio.run_process(
+        cli_cmd(*args, "--nats", nats_server.url, "--namespace", namespace),
+        check=False,
+        env={**cli_env(), **(env or {})},
+    )
+    return done.returncode, done.stdout.decode() + done.stderr.decode()
+
+
+async def _cancels(engine: fusee.Engine, run_id: str) -> int:
+    return sum(isinstance(r, RunCancelled) for _, r in await engine.run(run_id).journal())
+
+
+async def test_bulk_cancel_cancels_exactly_the_matching_runs_and_dry_run_nothing(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for wf in ("bk_a", "bk_b"):
+        for mode in ("block", "done"):
+            for i in range(6):
+                run_id = f"{wf}-{mode}-{i}"
+                await engine.start(wf, run_id, _arg(tmp_path, mode))
+                made[run_id] = (wf, MODES[mode], time.time())
+    await _settled(engine, made)
+    journals = {r: await engine.run(r).journal() for r in made}
+    code, out = await _cli(
+        nats_server, namespace, "runs", "bulk", "cancel", "--type", "bk_a",
+        "--status", "running", "--since", "1h", "--reason", "bad deploy", "--dry-run",
+    )  # fmt: skip
+    assert code == 0, out
+    assert out.count("would cancel bk_a-block-") == 6
+    assert "6 done, 0 skipped, 0 failed" in out
+    assert {r: await engine.run(r).journal() for r in made} == journals  # nothing changed
+    code, out = await _cli(
+        nats_server, namespace, "runs", "bulk", "cancel", "--workflow", "bk_a",
+        "--status", "running", "--since", "1h", "--reason", "bad deploy",
+    )  # fmt: skip
+    assert code == 0, out
+    assert "6 done, 0 skipped, 0 failed" in out
+    cancelled = {r for r, (w, s, _) in made.items() if w == "bk_a" and s == "running"}
+    for run_id in made:
+        want = "cancelled" if run_id in cancelled else made[run_id][1]
+        await wait_until(
+            functools.partial(_status_is, engine, run_id, want), timeout=20, what=run_id
+        )
+        assert await _cancels(engine, run_id) == (run_id in cancelled)
+    info = await engine.run("bk_a-block-0").describe()
+    assert info.reason == "bad deploy"
+
+
+async def test_bulk_cancel_killed_halfway_and_run_again_cancels_each_once(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for i in range(40):
+        await engine.start("bk_a", f"k-{i}", _arg(tmp_path, "block"))
+        made[f"k-{i}"] = ("bk_a", "running", time.time())
+    await _settled(engine, made)
+    args = ("runs", "bulk", "cancel", "--workflow", "bk_a", "--reason", "halfway")
+    code, out = await _cli(nats_server, namespace, *args, env={KILL_AFTER: "15"})
+    assert code == -9, out  # SIGKILLed after 15 cancels
+    before = [r for r in made if await _cancels(engine, r)]
+    assert 15 <= len(before) < 40
+    code, out = await _cli(nats_server, namespace, *args)
+    assert code == 0, out
+    for run_id in made:
+        await wait_until(
+            functools.partial(_status_is, engine, run_id, "cancelled"), timeout=20, what=run_id
+        )
+        assert await _cancels(engine, run_id) == 1
+    code, out = await _cli(nats_server, namespace, *args)  # a third time: nothing to do
+    assert code == 0, out
+    assert "0 done, 0 skipped, 0 failed" in out
+
+
+async def _resumes(engine: fusee.Engine, run_id: str) -> int:
+    return sum(isinstance(r, RunResumed) for _, r in await engine.run(run_id).journal())
+
+
+async def test_bulk_resume_of_500_paused_runs_killed_halfway_resumes_each_once(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for i in range(500):
+        await engine.start("bk_b", f"p-{i}", _arg(tmp_path, "pause"))
+        made[f"p-{i}"] = ("bk_b", "paused", time.time())
+    await engine.start("bk_a", "other-paused", _arg(tmp_path, "pause"))  # another workflow
+    await _settled(engine, {**made, "other-paused": ("bk_a", "paused", 0.0)})
+    assert len(await engine.list_runs(status="paused", workflow="bk_b")) == 500
+    (tmp_path / "fixed").touch()  # the provider is back
+    args = ("runs", "bulk", "resume", "--workflow", "bk_b")
+    code, out = await _cli(nats_server, namespace, *args, env={KILL_AFTER: "200"})
+    assert code == -9, out
+    code, out = await _cli(nats_server, namespace, *args)
+    assert code == 0, out
+    for run_id in made:
+        assert await engine.run(run_id).result(timeout=60) == "answered"
+        assert await _resumes(engine, run_id) == 1
+    assert await _status(engine, "other-paused") == "paused"
+    calls = (tmp_path / "calls.log").read_text().split()
+    assert all(calls.count(r) == 3 for r in made)  # 2 attempts, then 1 after the resume
+
+
+async def test_http_bulk_cancel_takes_the_same_filters_and_answers_the_summary(
+    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    workers = worker_procs()
+    workers.module = BULK
+    await workers.start()
+    made = {}
+    for wf in ("bk_a", "bk_b"):
+        for i in range(3):
+            await engine.start(wf, f"h-{wf}-{i}", _arg(tmp_path, "block"))
+            made[f"h-{wf}-{i}"] = (wf, "running", 0.0)
+    await _settled(engine, made)
+    with api_server(nats_server.url, namespace, tmp_path) as server:
+        url = (await server.wait_for("api.serving", timeout=20))["url"]
+        async with httpx.AsyncClient(base_url=url, timeout=20) as http:
+            bad = await http.post("/v1/runs/bulk/cancel", json={"status": "sleeping"})
+            assert bad.status_code == 400
+            assert "not a run status" in bad.json()["error"]["message"]
+            bad = await http.post("/v1/runs/bulk/cancel", json={"since": "1h", "until": "2h"})
+            assert bad.status_code == 400
+            body = {"workflow": "bk_b", "status": "running", "since": "1h", "reason": "http"}
+            dry = await http.post("/v1/runs/bulk/cancel", json={**body, "dry_run": True})
+            assert dry.json() == {
+                "action": "cancel", "dry_run": True, "done": 3, "skipped": 0, "failed": {}
+            }  # fmt: skip
+            done = await http.post("/v1/runs/bulk/cancel", json=body)
+            assert done.status_code == 200, done.text
+            assert (done.json()["done"], done.json()["failed"]) == (3, {})
+            resumed = await http.post("/v1/runs/bulk/resume", json={"workflow": "bk_b"})
+            assert resumed.json()["done"] == 0  # nothing paused
+    for run_id, (wf, _, _) in made.items():
+        want = "cancelled" if wf == "bk_b" else "running"
+        await wait_until(
+            functools.partial(_status_is, engine, run_id, want), timeout=20, what=run_id
+        )

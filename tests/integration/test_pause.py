@@ -1,0 +1,195 @@
+"""Pausing a run whose step ran out of attempts, and resuming it (in-process worker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fusee
+from fusee.actors.registry import Registry
+from fusee.runtime.records import RunPaused, RunResumed, StepCompleted
+from tests.workers.procs import wait_until
+
+FLAG: dict[str, Path] = {}
+CALLS: dict[str, int] = {}
+
+
+def _provider(s: fusee.StepInfo) -> str:
+    CALLS["model"] = CALLS.get("model", 0) + 1
+    if not FLAG["fixed"].exists():
+        raise ConnectionError(f"the provider is down (attempt {s.attempt})")
+    return f"answered at attempt {s.attempt}"
+
+
+def _before() -> str:
+    CALLS["before"] = CALLS.get("before", 0) + 1
+    return "planned"
+
+
+@fusee.workflow("pz_agent")
+async def pz_agent(ctx: fusee.Context) -> list[str]:
+    plan = await ctx.step("plan", _before)
+    answer = await ctx.step(
+        "model",
+        _provider,
+        retry=fusee.Retry(attempts=5, initial="1ms", max="5ms", on_exhausted="pause"),
+    )
+    return [plan, answer]
+
+
+async def _paused(run: fusee.Run) -> bool:
+    return (await run.describe()).status == "paused"
+
+
+async def test_a_step_that_runs_out_pauses_and_resume_completes_it(
+    engine: fusee.Engine, tmp_path: Path
+) -> None:
+    FLAG["fixed"] = tmp_path / "fixed"
+    CALLS.clear()
+    run = await engine.start(pz_agent, "pz-1")
+    async with engine.worker():
+        await wait_until(lambda: _paused(run), timeout=20, what="the run to pause")
+        info = await run.describe()
+        assert (info.step, info.error_type, info.attempts) == ("model", "ConnectionError", 5)
+        assert "attempt 5" in (info.message or "")
+        journal = [r for _, r in await run.journal()]
+        paused = [r for r in journal if isinstance(r, RunPaused)]
+        assert len(paused) == 1
+        assert paused[0].attempts == 5
+        assert paused[0].step == "model"
+        assert CALLS["model"] == 5
+        FLAG["fixed"].touch()
+        await run.resume()
+        assert await run.result(timeout=20) == ["planned", "answered at attempt 6"]
+    journal = [r for _, r in await run.journal()]
+    assert sum(isinstance(r, RunResumed) for r in journal) == 1
+    assert [r.name for r in journal if isinstance(r, StepCompleted)] == ["plan", "model"]
+    assert CALLS["before"] == 1
+    with pytest.raises(fusee.NotPausedError) as err:
+        await run.resume()
+    assert err.value.status == "completed"
+
+
+@fusee.workflow(
+    "pz_defaults", retry=fusee.Retry(attempts=2, initial="1ms", max="2ms", on_exhausted="pause")
+)
+async def pz_defaults(ctx: fusee.Context, own: bool) -> str:
+    def down(s: fusee.StepInfo) -> str:
+        CALLS["down"] = CALLS.get("down", 0) + 1
+        raise ConnectionError("down")
+
+    if own:  # the step's own retry wins over the workflow's
+        return str(await ctx.step("down", down, retry=fusee.Retry(attempts=3, initial="1ms")))
+    return str(await ctx.step("down", down))
+
+
+async def test_a_workflow_retry_is_every_steps_default_and_a_steps_own_wins(
+    engine: fusee.Engine,
+) -> None:
+    CALLS.clear()
+    by_default = await engine.start(pz_defaults, "pz-default", False)
+    own = await engine.start(pz_defaults, "pz-own", True)
+    async with engine.worker():
+        await wait_until(lambda: _paused(by_default), timeout=20, what="the run to pause")
+        assert (await by_default.describe()).attempts == 2
+        with pytest.raises(fusee.RunFailed, match="ConnectionError: down"):
+            await own.result(timeout=20)
+    assert CALLS["down"] == 5
+
+
+@fusee.workflow("pz_budget", max_steps=3)
+async def pz_budget(ctx: fusee.Context, generation: int) -> int:
+    await ctx.step("a", lambda: 1)
+    await ctx.step("b", lambda: 2)
+    if generation == 1:
+        return ctx.continue_as_new(2)
+    return 0
+
+
+@fusee.workflow("pz_budget_all", max_steps=2)
+async def pz_budget_all(ctx: fusee.Context) -> list[int]:
+    def one() -> int:
+        CALLS["budget"] = CALLS.get("budget", 0) + 1
+        return 1
+
+    first = await ctx.step("first", one)
+    rest = await ctx.all([ctx.step("second", one), ctx.step("third", one)])
+    return [first, *rest]
+
+
+async def test_a_step_beyond_max_steps_fails_the_run_across_generations(
+    engine: fusee.Engine,
+) -> None:
+    """Two steps a generation, a budget of 3: the second generation's second step
+    would be the fourth; in a ctx.all the branch over the budget fails it too."""
+    CALLS.clear()
+    run = await engine.start(pz_budget, "pz-budget", 1)
+    parallel = await engine.start(pz_budget_all, "pz-budget-all")
+    async with engine.worker():
+        with pytest.raises(fusee.RunFailed) as failed:
+            await run.result(timeout=20)
+        with pytest.raises(fusee.RunFailed) as failed_all:
+            await parallel.result(timeout=20)
+    assert failed.value.error_type == "fusee.StepBudgetExceeded"
+    assert "step 'b' would be step 4" in failed.value.message
+    assert "max_steps=3" in failed.value.message
+    assert failed_all.value.error_type == "fusee.StepBudgetExceeded"
+    assert "would be step 3" in failed_all.value.message
+    assert CALLS["budget"] <= 2  # the first, and at most one branch: never all three
+
+
+async def test_an_object_step_cannot_pause(engine: fusee.Engine) -> None:
+    """An object's invocation holds its key's queue: pausing one would wedge the key,
+    so the step says so at once and the invocation fails (the key moves on)."""
+
+    async def call(ctx: Any) -> str:
+        return str(await ctx.step("x", lambda: "x", retry=fusee.Retry(on_exhausted="pause")))
+
+    async def ok(ctx: Any) -> int:
+        return 1
+
+    registry = Registry()
+    kind = fusee.object("pz_obj", {"call": call, "ok": ok})
+    registry.add_object(kind)
+    async with engine.worker(registry=registry):
+        key = kind.key("k", engine=engine)
+        with pytest.raises(fusee.HandlerFailed, match="cannot pause") as failed:
+            await key.call("call", timeout=20)
+        assert failed.value.error_type == "fusee.ConfigError"
+        assert await key.call("ok", timeout=20) == 1
+
+
+@fusee.workflow("pz_undo")
+async def pz_undo(ctx: fusee.Context) -> str:
+    def book() -> str:
+        CALLS["book"] = CALLS.get("book", 0) + 1
+        return "B-1"
+
+    def unbook() -> None:
+        CALLS["unbook"] = CALLS.get("unbook", 0) + 1
+
+    def down(s: fusee.StepInfo) -> str:
+        CALLS["down"] = CALLS.get("down", 0) + 1
+        raise ConnectionError("down")
+
+    await ctx.step("book", book)
+    ctx.compensate("unbook", unbook)
+    policy = fusee.Retry(attempts=2, initial="1ms", max="2ms", on_exhausted="pause")
+    return str(await ctx.step("down", down, retry=policy))
+
+
+async def test_cancelling_a_run_paused_at_a_step_ends_it_with_its_compensations(
+    engine: fusee.Engine,
+) -> None:
+    CALLS.clear()
+    run = await engine.start(pz_undo, "pz-undo")
+    async with engine.worker():
+        await wait_until(lambda: _paused(run), timeout=20, what="the run to pause")
+        assert await run.cancel("the user gave up")
+        with pytest.raises(fusee.RunCancelled, match="the user gave up"):
+            await run.result(timeout=20)
+    assert CALLS == {"book": 1, "down": 2, "unbook": 1}  # the step is not run again
+    journal = [r for _, r in await run.journal()]
+    assert sum(isinstance(r, RunResumed) for r in journal) == 1
