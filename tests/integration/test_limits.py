@@ -9,11 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import fusee
+import fusee.runtime.limits as limits_module
+from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.ids import escape, partition_of
-from fusee.runtime.inbox import PermitRequest, encode_message
+from fusee.runtime.inbox import PermitRequest, decode_message, encode_message
 from fusee.runtime.limits import LEASE, limit_actor_id
 from tests.helpers import registry_of as _registry
 from tests.helpers import run_cli
@@ -170,3 +173,99 @@ async def test_a_permit_its_holder_does_not_renew_is_reclaimed(engine: fusee.Eng
     assert time.monotonic() - began >= LEASE - 0.5  # it waited for the lease, not less
     (grant,) = await engine.store.read_inbox(0, "ghost-run")
     assert b'"request":%d' % seq in grant.data
+
+
+LP: dict[str, Any] = {}
+
+
+def _enter() -> None:
+    LP["in_flight"] += 1
+    LP["peak"] = max(LP["peak"], LP["in_flight"])
+
+
+async def _flaky(s: fusee.StepInfo) -> str:
+    LP["flaky"].append(s.attempt)
+    _enter()
+    try:
+        if not LP["fixed"]:
+            raise ConnectionError(f"the provider is down (attempt {s.attempt})")
+        return f"answered at attempt {s.attempt}"
+    finally:
+        LP["in_flight"] -= 1
+
+
+async def _hold() -> str:
+    _enter()
+    try:
+        LP["holding"].set()
+        await LP["go"].wait()
+    finally:
+        LP["in_flight"] -= 1
+    return "held"
+
+
+async def lp_flaky(ctx: fusee.Context, _: Any) -> str:
+    retry = fusee.Retry(attempts=2, initial="1ms", max="2ms", on_exhausted="pause")
+    return str(await ctx.step("model", _flaky, limit="one", retry=retry))
+
+
+async def lp_holder(ctx: fusee.Context, _: Any) -> str:
+    return str(await ctx.step("hold", _hold, limit="one"))
+
+
+async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_when_resumed(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step under ``limit=`` whose attempts run out under ``on_exhausted="pause"``
+    holds no permit while its run is paused (another run's step under
+    ``concurrent=1`` proceeds), and the resumed step takes a permit again before its
+    next attempt (it waits while the other holds the only one)."""
+    # a permit left held is not reclaimed by its lease within the test: only a
+    # release lets the second run in
+    monkeypatch.setattr(limits_module, "LEASE", 600.0)
+
+    LP.update(in_flight=0, peak=0, flaky=[], fixed=False, holding=anyio.Event(), go=anyio.Event())
+    await engine.limit("one", concurrent=1)
+    registry = Registry()
+    registry.add(Workflow("lp_flaky", lp_flaky, Any, True))
+    registry.add(Workflow("lp_holder", lp_holder, Any, True))
+    actor = limit_actor_id("one")
+    eid, p = escape(actor), partition_of(actor, engine.partitions)
+
+    async def requests_of(run_id: str) -> list[str]:
+        keys = []
+        for m in await engine.store.read_inbox(p, eid):
+            msg = decode_message(m.data)
+            if isinstance(msg, PermitRequest) and msg.run == escape(run_id):
+                keys.append(msg.key.rsplit(".", 1)[1])
+        return keys
+
+    async with engine.worker(registry=registry):
+        a = await engine.start("lp_flaky", "lp-a", None)
+
+        async def paused() -> bool:
+            return (await a.describe()).status == "paused"
+
+        await wait_until(paused, timeout=30, what="run a to pause")
+        assert LP["flaky"] == [1, 2]
+        assert await requests_of("lp-a") == ["1", "2"]  # a permit for each attempt
+        # a holds nothing while paused: b's step gets the only permit
+        b = await engine.start("lp_holder", "lp-b", None)
+        with anyio.fail_after(30):
+            await LP["holding"].wait()
+        LP["fixed"] = True
+        await a.resume()
+
+        async def asked_again() -> bool:
+            return "3" in await requests_of("lp-a")
+
+        # the resumed step asks for a permit before its third attempt, and waits:
+        # b holds the only one
+        await wait_until(asked_again, timeout=30, what="run a's request for attempt 3")
+        assert LP["flaky"] == [1, 2]
+        assert (await a.describe()).status != "paused"
+        LP["go"].set()
+        assert await b.result(timeout=30) == "held"
+        assert await a.result(timeout=30) == "answered at attempt 3"
+    assert LP["flaky"] == [1, 2, 3]
+    assert LP["peak"] == 1
