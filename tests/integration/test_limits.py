@@ -269,3 +269,34 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
         assert await a.result(timeout=30) == "answered at attempt 3"
     assert LP["flaky"] == [1, 2, 3]
     assert LP["peak"] == 1
+
+
+async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes_back(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """The limit actor journals a grant and dies before sending it (os._exit, once);
+    the run, on another worker, parks waiting: the limit's next activation sends the
+    grant of each holder it restores again, and the run finishes."""
+    from tests.workers.procs import owners
+
+    await engine.limit("k", concurrent=1)
+    flag = tmp_path / "crash"
+    flag.touch()
+    workers = worker_procs()
+    workers.module = Path(__file__).resolve().parent.parent / "workers" / "limits_crash.py"
+    procs = [await workers.start(extra_env={"CRASH_FLAG": str(flag)}) for _ in range(2)]
+    (tmp_path / "release").touch()
+    n = engine.partitions
+    lp = partition_of(limit_actor_id("k"), n)
+
+    async def split() -> Any:
+        o = await owners(engine)
+        return o if len(set(o.values())) == 2 and None not in o.values() else None
+
+    o = await wait_until(split, timeout=30, what="two owners")
+    # the run on the worker that does not own the limit: it outlives the crash
+    rid = next(f"c-{i}" for i in range(100) if o[partition_of(f"c-{i}", n)] != o[lp])
+    run = await engine.start("limited", rid, {"dir": str(tmp_path)})
+    await wait_until(lambda: not flag.exists() or None, timeout=30, what="the crash")
+    await wait_until(lambda: sum(not p.alive for p in procs) == 1 or None, timeout=30, what="exit")
+    assert await run.result(timeout=30) == "ok"

@@ -54,6 +54,7 @@ class LimitActor:
         self.state = LimitState()
         self._heard: list[dict[str, Any]] = []  # renewals and releases, in order
         self._seen = 0
+        self._resend: list[Waiter] = []
 
     async def run(self) -> Outcome:
         core = self.core
@@ -99,6 +100,12 @@ class LimitActor:
         self.state = LimitState.restore(snap, requests) if snap else LimitState()
         self.state.fresh_leases(now)
         self._pending = fresh
+        # a grant journaled and then not sent (a crash between) would leave its run
+        # waiting until the lease took it back: each holder's grant is sent again (its
+        # Msg-Id dedupes; a run that had it ignores a grant it did not ask for)
+        self._resend = [
+            Waiter(h.seq, h.key, h.run, h.partition, h.worker) for h in self.state.holders.values()
+        ]
 
     async def _serve(self) -> Outcome:
         core, state = self.core, self.state
@@ -106,6 +113,9 @@ class LimitActor:
         # crash before: their holders come back from the journal, and the leases run out)
         dirty = False
         idle_since: float | None = None
+        for waiter in self._resend:
+            await self._send(waiter, "")
+        self._resend = []
         while True:
             now = core.clock()
             grants = []
