@@ -300,3 +300,30 @@ async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes
     await wait_until(lambda: not flag.exists() or None, timeout=30, what="the crash")
     await wait_until(lambda: sum(not p.alive for p in procs) == 1 or None, timeout=30, what="exit")
     assert await run.result(timeout=30) == "ok"
+
+
+async def test_an_object_type_starting_with_fusee_is_refused(engine: fusee.Engine) -> None:
+    """Object type "fusee.limit" key "k" would have limit k's actor ID
+    ("@fusee.limit/k"): types starting with "fusee." are reserved, and a limit's ID
+    is not read as an object's."""
+    from fusee.runtime.objects import object_id, parse_object_id
+
+    async def bump(ctx: Any, arg: Any) -> int:
+        return 1
+
+    for name in ("fusee.limit", "fusee.x"):
+        with pytest.raises(fusee.InvalidId, match="reserved"):
+            fusee.object(name, {"bump": bump})
+        with pytest.raises(fusee.InvalidId, match="reserved"):
+            object_id(name, "k")
+    assert parse_object_id(limit_actor_id("k")) is None
+    # a type that only looks like it is served as an object
+    shadow = fusee.object("fuseex.limit", {"bump": bump})
+
+    async def noop(ctx: fusee.Context, _: Any) -> None:
+        return None
+
+    registry = _registry(noop, "noop")
+    registry.add_object(shadow)
+    async with engine.worker(registry=registry):
+        assert await shadow.key("k", engine=engine).call("bump", timeout=10) == 1

@@ -1037,8 +1037,9 @@ class Worker:
         """Set a run's index entry to ``pending`` with ``reason`` (unless it ended): why
         nobody runs it, for ``runs show`` and ``runs list``; None: a worker runs it now,
         the note goes (``running``, written only over an entry with a reason). Objects
-        have no entry."""
-        if parse_object_id(unescape(eid)) is not None:
+        have no entry, nor do limits."""
+        actor_id = unescape(eid)
+        if parse_object_id(actor_id) is not None or parse_limit_id(actor_id) is not None:
             return
         try:
             with anyio.move_on_after(5.0):
