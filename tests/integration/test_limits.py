@@ -327,3 +327,44 @@ async def test_an_object_type_starting_with_fusee_is_refused(engine: fusee.Engin
     registry.add_object(shadow)
     async with engine.worker(registry=registry):
         assert await shadow.key("k", engine=engine).call("bump", timeout=10) == 1
+
+
+async def test_a_timed_out_attempt_still_running_keeps_its_permit(engine: fusee.Engine) -> None:
+    """concurrent=1 and a sync step that outlives its timeout (its thread is abandoned,
+    still calling the API): the next attempt must not run beside it."""
+    import threading
+    import time as _time
+
+    await engine.limit("one", concurrent=1)
+    lock = threading.Lock()
+    inflight = 0
+    peak = 0
+
+    def call() -> None:
+        nonlocal inflight, peak
+        with lock:
+            inflight += 1
+            peak = max(peak, inflight)
+        _time.sleep(1.0)  # ignores info.signal, as a blocking HTTP client would
+        with lock:
+            inflight -= 1
+
+    async def wf(ctx: fusee.Context, _: Any) -> str:
+        try:
+            await ctx.step(
+                "call",
+                call,
+                limit="one",
+                timeout=0.2,
+                retry=fusee.Retry(attempts=3, initial="10ms", max="10ms"),
+            )
+        except fusee.StepFailedError as exc:
+            return exc.error_type
+        return "ok"
+
+    async with engine.worker(registry=_registry(wf, "wf")):
+        run = await engine.start("wf", "t-1", None)
+        assert await run.result(timeout=30) == "fusee.StepTimeout"
+        # (the last attempt's thread: the permit is released as it returns)
+        await wait_until(lambda: inflight == 0 or None, timeout=10, what="the threads")
+    assert peak <= 1, f"{peak} attempts in flight under concurrent=1"
