@@ -147,6 +147,11 @@ async def test_limits_set_and_ls_on_the_command_line(
     shown = await run_cli("limits", "ls", *where)
     assert "openai" in shown.stdout
     assert " 50 " in shown.stdout
+    # --burst alone keeps the rate (and the concurrency)
+    done = await run_cli("limits", "set", "openai", "--burst", "7", *where)
+    assert done.returncode == 0, done.stderr
+    (info,) = await engine.limits()
+    assert (info.per_second, info.burst, info.concurrent) == (50, 7, None)
 
 
 async def test_a_permit_its_holder_does_not_renew_is_reclaimed(engine: fusee.Engine) -> None:

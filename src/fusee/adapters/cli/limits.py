@@ -55,8 +55,11 @@ async def limits_set(
         # what is not given keeps its value (engine.limit() replaces the whole config)
         for old in await engine.limits():
             if old.name == name:
-                if per_second is None and burst is None:
-                    per_second, burst = old.per_second, old.burst
+                if per_second is None:
+                    # --burst alone keeps the rate; the rate alone, its default burst
+                    per_second = old.per_second
+                    if burst is None:
+                        burst = old.burst
                 if concurrent is None:
                     concurrent = old.concurrent
         try:
