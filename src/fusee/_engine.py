@@ -18,6 +18,7 @@ import msgspec
 
 from fusee._bulk import CONCURRENCY, PAGE, OnRun, bulk, iter_runs
 from fusee._client import Answered, Client, Replies, enter_client, leave_client
+from fusee._limits import LimitInfo, list_limits, set_limit
 from fusee._objects import ObjectKey, ObjectType
 from fusee._run import ENDED, DurationLike, Run
 from fusee.actors.context import COMPENSATE
@@ -225,6 +226,32 @@ class Engine:
             for key, state in states.items()
             if state or key in projected
         )
+
+    async def limit(
+        self,
+        name: str,
+        *,
+        per_second: float | None = None,
+        burst: int | None = None,
+        concurrent: int | None = None,
+    ) -> None:
+        """Set (or change, at run time) limit ``name``: steps with ``limit=name`` take
+        a permit before each attempt. ``per_second``: a token bucket of ``burst``
+        tokens (default: one second's worth) refilled at that rate; ``concurrent``:
+        attempts in flight at once. Stored in NATS, shared by every worker.
+
+        Raises:
+            InvalidId: ``name`` is not a valid name.
+            InvalidArgument: a rate or count that is not positive (nothing is stored).
+
+        Example:
+            ``await engine.limit("openai", per_second=50, concurrent=20)``
+        """
+        await set_limit(self.store, self.partitions, name, per_second, burst, concurrent)
+
+    async def limits(self) -> list[LimitInfo]:
+        """Every limit: its config, holders, and waiters per fairness key."""
+        return await list_limits(self.store)
 
     async def live_workers(self, *, listen: float = 0.5) -> dict[str, list[str]]:
         """The workers of this namespace alive now, each with the code it serves

@@ -26,6 +26,7 @@ __all__ = (
     "FatalError",
     "StepError",
     "StepFailedError",
+    "UnknownLimit",
     "RunExists",
     "RunNotFound",
     "RunFailed",
@@ -105,6 +106,11 @@ class StepError(FuseeError):
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
+
+
+class UnknownLimit(FuseeError):
+    """A step names a limit (``limit=``) that was never set with ``engine.limit()``:
+    the step fails at its first attempt with this error (not retried)."""
 
 
 class StepFailedError(FuseeError):

@@ -32,7 +32,18 @@ def test_there_is_a_golden_file() -> None:
 # -- inbox messages: the contract other SDKs write -------------------------------------
 
 INBOX = sorted(HERE.glob("inbox-v*.jsonl"))
-INBOX_KINDS = {"signal", "cancel", "timer", "completion", "child", "invoke", "resume"}
+INBOX_KINDS = {
+    "signal",
+    "cancel",
+    "timer",
+    "completion",
+    "child",
+    "invoke",
+    "resume",
+    "permit",
+    "grant",
+    "limit",
+}
 
 
 @pytest.mark.parametrize("path", INBOX, ids=lambda p: p.name)

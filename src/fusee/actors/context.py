@@ -445,6 +445,8 @@ class Context:
         retry: Retry | None = ...,
         timeout: str | float | timedelta | None = ...,
         type: None = ...,
+        limit: str | None = ...,
+        fairness_key: str | None = ...,
     ) -> Any: ...
 
     @overload
@@ -456,6 +458,8 @@ class Context:
         retry: Retry | None = ...,
         timeout: str | float | timedelta | None = ...,
         type: type[T],
+        limit: str | None = ...,
+        fairness_key: str | None = ...,
     ) -> T: ...
 
     async def step(
@@ -466,8 +470,16 @@ class Context:
         retry: Retry | None = None,
         timeout: str | float | timedelta | None = None,
         type: Any = None,  # noqa: A002 - reads well at the call site
+        limit: str | None = None,
+        fairness_key: str | None = None,
     ) -> Any:
         """Run ``fn`` once, durably: its result is journaled and replayed, never re-run.
+
+        With ``limit=`` (a name set by ``engine.limit()``), each attempt first waits
+        for a permit of that limit, its turn among the waiters of its ``fairness_key``
+        (keys are served round-robin); the permit is returned when the attempt ends.
+        A limit that does not exist fails the step at its first attempt
+        (``StepFailedError`` with ``error_type`` ``fusee.UnknownLimit``).
 
         ``fn`` may be sync or async and take no argument or one (:class:`StepInfo`).
         Its result must be JSON-encodable; the step returns it as a replay would
@@ -492,6 +504,13 @@ class Context:
                 f"step {name!r}: the prefix {COMPENSATE!r} is kept for compensations "
                 f"(ctx.compensate) (at {location})"
             )
+        permits = None
+        if limit is not None:
+            limit = validate_name(limit, "limit name")
+            fairness = "" if fairness_key is None else validate_name(fairness_key, "fairness key")
+            permits = (limit, fairness)
+        elif fairness_key is not None:
+            raise FuseeError(f"step {name!r}: fairness_key= needs limit= (at {location})")
         policy = retry if retry is not None else self._retry
         if policy.on_exhausted == "pause" and not self._pauses:
             raise ConfigError(
@@ -499,7 +518,7 @@ class Context:
                 f"object's invocation cannot pause (it would hold its key's queue): use "
                 f"on_exhausted='fail' and handle the StepFailedError (at {location})"
             )
-        limit = (
+        deadline = (
             parse_duration(timeout, f"timeout of step {name!r}") if timeout is not None else None
         )
         if at_compensations(self._replayer):
@@ -514,7 +533,9 @@ class Context:
             raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
         if self._max_steps is not None and decision.attempt == 1:
             self._check_budget(name, decision.pos, self._max_steps)
-        return await execute(self._host, self._replayer, name, fn, decision, policy, limit, type)
+        return await execute(
+            self._host, self._replayer, name, fn, decision, policy, deadline, type, permits
+        )
 
     def _check_budget(self, name: str, pos: int, budget: int) -> None:
         """A new step at ``pos`` is about to start: within the workflow's ``max_steps``?

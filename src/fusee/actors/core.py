@@ -24,10 +24,28 @@ from fusee.actors.combinators import may_park
 from fusee.actors.host import Stoppable
 from fusee.actors.outcomes import Outcome
 from fusee.actors.ports import RunStore, Stored, TokenSink
-from fusee.errors import CommitFailed, Evicted, JournalGap, NotEncodable, Parked, Unreplayable
+from fusee.errors import (
+    CommitFailed,
+    Evicted,
+    JournalGap,
+    NotEncodable,
+    Parked,
+    UnknownLimit,
+    Unreplayable,
+)
 from fusee.logs import get_logger
 from fusee.runtime.history import History
-from fusee.runtime.inbox import KINDS, InboxMessage, Unknown, decode_message
+from fusee.runtime.ids import escape, partition_of
+from fusee.runtime.inbox import (
+    KINDS,
+    InboxMessage,
+    PermitGrant,
+    PermitRequest,
+    Unknown,
+    decode_message,
+    encode_message,
+)
+from fusee.runtime.limits import core_subject, limit_actor_id
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted, encode_record, kind_of
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Wait
 
@@ -111,6 +129,11 @@ class ActorCore:
         self.left_at = 0
         # a wait's end rides on the next record (False: each is journaled at once)
         self.ride_waits = True
+        # -- limits: the worker running this actor (it renews the permits held), and
+        # the permits held now: the request's sequence -> the limit actor's eid
+        self.worker_id = ""
+        self.held: dict[int, str] = {}
+        self._requests = 0
 
     def start(self) -> None:
         """Called as an activation begins (in the event loop)."""
@@ -278,6 +301,75 @@ class ActorCore:
             and not self.combinators
             and len(done.value) <= RIDE_MAX
         )
+
+    # -- limits -----------------------------------------------------------------------
+
+    async def acquire_permit(self, name: str, fairness: str, key: str) -> int:
+        """Ask limit ``name`` for a permit for attempt ``key`` and wait for it: the
+        request goes to the limit's inbox, the grant comes to this actor's. Stays in
+        memory ``park_after`` seconds, then leaves (``Parked``): the grant brings the run
+        back, whose replay asks again (the limit moves the permit it holds for ``key``
+        to the new request). Returns the request's sequence (what a release names).
+
+        Raises:
+            UnknownLimit: there is no such limit.
+        """
+        limit_id = limit_actor_id(name)
+        eid = escape(limit_id)
+        assert self.partitions is not None, "a worker's actor knows the partitions"
+        body = encode_message(
+            PermitRequest(
+                key=key,
+                run=self.eid,
+                partition=self.partition,
+                worker=self.worker_id,
+                fairness=fairness,
+            )
+        )
+        self._requests += 1
+        seq = await self.store.send_inbox(
+            partition_of(limit_id, self.partitions),
+            eid,
+            "permit",
+            body,
+            msg_id=f"{key}:{self.writer}:{self._requests}",
+        )
+        idle_since = self.clock()
+        version = -1
+        while True:
+            assert self.inbox_changed is not None
+            changed = self.inbox_changed
+            view = self.view
+            for i, (_, msg) in enumerate(view.messages):
+                if isinstance(msg, PermitGrant) and msg.request == seq and msg.limit == name:
+                    del view.messages[i]
+                    if msg.error:
+                        raise UnknownLimit(msg.error)
+                    self.held[seq] = eid
+                    return seq
+            if view.version != version:
+                version, idle_since = view.version, self.clock()
+            left = idle_since + self.park_after - self.clock()
+            if left <= 0:
+                if may_park():
+                    await self.flush()
+                    self.left_at = view.seen
+                    raise Parked
+                idle_since = self.clock()
+                continue
+            may_park(idle=False)
+            with anyio.move_on_after(left):
+                await changed.wait()
+
+    async def release_permit(self, seq: int) -> None:
+        """The attempt holding the permit of request ``seq`` ended: the limit hears it
+        on core NATS (a lost release: its lease runs out)."""
+        eid = self.held.pop(seq, None)
+        if eid is not None:
+            with anyio.CancelScope(shield=True):
+                await self.store.publish_core(
+                    core_subject(self.namespace, eid), b'{"op":"release","seq":%d}' % seq
+                )
 
     # -- the code running -------------------------------------------------------------
 

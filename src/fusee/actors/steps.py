@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -23,6 +24,7 @@ from fusee.errors import (
     StepFailedError,
     StepPaused,
     StepTimeout,
+    UnknownLimit,
     error_message,
     error_type_name,
 )
@@ -71,6 +73,9 @@ class StepInfo:
     # most take none: an Event costs about 2 µs), set at once if the step was stopped
     _signal: anyio.Event | None = field(default=None, init=False, repr=False)
     _stopped: bool = field(default=False, init=False, repr=False)
+    # set when the thread of a sync function under a timeout returns (a timeout
+    # abandons it, still running: its permit is kept until then)
+    _returned: threading.Event | None = field(default=None, init=False, repr=False)
 
     @property
     def signal(self) -> anyio.Event:
@@ -144,6 +149,7 @@ async def execute(
     policy: Retry,
     limit: float | None,
     type_: Any,
+    permits: tuple[str, str] | None = None,
     *,
     pause: bool = True,
 ) -> Any:
@@ -178,6 +184,16 @@ async def execute(
             if takes_info:
                 # made here, in the event loop: the function may read it in a thread
                 _ = info.signal
+            held = None
+            if permits is not None:
+                # a permit of the limit before each attempt (waits its turn, may park)
+                try:
+                    held = await host.acquire_permit(permits[0], permits[1], f"{key}.{attempt}")
+                except UnknownLimit as exc:
+                    failure = await fail_step(
+                        host, decision.pos, name, attempt, "fusee.UnknownLimit", str(exc), 0.0
+                    )
+                    break
             log.debug("step.started", attempt=attempt)
             began = time.monotonic()  # (anyio.current_time(): the same clock, dearer)
             host.running_steps.add(info)  # a cancel of the run stops it
@@ -206,6 +222,14 @@ async def execute(
                     host.running_steps.discard(info)
                     if branch is not None:
                         branch.discard(info)
+                    if held is not None:
+                        returned = info._returned
+                        if returned is not None and not returned.is_set():
+                            # timed out, its thread still running (it ignored the signal):
+                            # the permit is kept, and renewed, until the thread returns
+                            # (a cancel meanwhile: the lease takes it back)
+                            await anyio.to_thread.run_sync(returned.wait, abandon_on_cancel=True)
+                        await host.release_permit(held)
             except (Evicted, anyio.get_cancelled_exc_class()):
                 info.stop()
                 raise
@@ -318,6 +342,8 @@ async def _call(
 ) -> Any:
     if limit is None:  # no deadline: no cancel scope to pay for on every step
         return await _invoke(fn, info, takes_info)
+    if not inspect.iscoroutinefunction(fn):
+        info._returned = threading.Event()
     with anyio.CancelScope(deadline=anyio.current_time() + limit):
         return await _invoke(fn, info, takes_info)
     info.stop()
@@ -334,7 +360,11 @@ async def _invoke(fn: Callable[..., Any], info: StepInfo, takes_info: bool) -> A
         # A plain function may block (a sync HTTP client): it runs in a thread,
         # and a coroutine it returns (a lambda around an async call) is awaited here.
         def call() -> Any:
-            return fn(info) if takes_info else fn()
+            try:
+                return fn(info) if takes_info else fn()
+            finally:
+                if info._returned is not None:
+                    info._returned.set()
 
         result = await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
     if inspect.isawaitable(result):

@@ -47,6 +47,7 @@ import anyio.abc
 import structlog
 
 from fusee.actors.core import ActorCore, Driver
+from fusee.actors.limit_actor import LimitActor
 from fusee.actors.object_actor import ObjectActor
 from fusee.actors.ports import ClusterStore, Stored, SubjectLayout
 from fusee.actors.registry import Registry
@@ -58,6 +59,7 @@ from fusee.errors import CommitFailed, ConnectionLost, Evicted, Fenced
 from fusee.logs import get_logger
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import decode_info
+from fusee.runtime.limits import RENEW_EVERY, core_subject, parse_limit_id
 from fusee.runtime.objects import parse_object_id
 from fusee.runtime.parking import ParkingLot
 
@@ -374,9 +376,26 @@ class Worker:
         )
 
     async def _heartbeat_loop(self) -> None:
+        last_renewal = 0.0
         while not self._stopping:
             await anyio.sleep(self.config.heartbeat)
             await self._publish_heartbeat()
+            if anyio.current_time() - last_renewal >= RENEW_EVERY:
+                last_renewal = anyio.current_time()
+                await self._renew_permits()
+
+    async def _renew_permits(self) -> None:
+        """The permits this worker's actors hold: renewed (core NATS) so their leases
+        last while the attempts run; a worker that dies stops renewing, and the limit
+        reclaims them when the lease runs out."""
+        by_limit: dict[str, list[int]] = {}
+        for slot in list(self.actors.values()):
+            if slot.actor is not None:
+                for seq, eid in slot.actor.held.items():
+                    by_limit.setdefault(eid, []).append(seq)
+        for eid, seqs in by_limit.items():
+            body = json.dumps({"op": "renew", "worker": self.id, "seqs": seqs}).encode()
+            await self.store.publish_core(core_subject(self.namespace, eid), body)
 
     async def _discover(self) -> None:
         """Learn which owners of partitions are alive before claiming anything, so a
@@ -748,7 +767,11 @@ class Worker:
             if eid in self._ended:
                 return
         named = parse_object_id(unescape(eid))
-        if named is not None and self.registry.get_object(named[0]) is None:
+        if (
+            named is not None
+            and parse_limit_id(unescape(eid)) is None  # (every worker serves limits)
+            and self.registry.get_object(named[0]) is None
+        ):
             # a key of a type this worker lacks: handed over without an activation
             self.needs[eid] = (p, f"object:{named[0]}")
             self.unrunnable.add(eid)
@@ -778,9 +801,13 @@ class Worker:
                     evict_requested=lambda: slot.evict,
                     partitions=self.config.partitions,
                 )
+                core.worker_id = self.id
                 named = parse_object_id(run_id)
+                limit = parse_limit_id(run_id)
                 actor: Driver
-                if named is not None:
+                if limit is not None:
+                    actor = LimitActor(name=limit, core=core, store=self.store)
+                elif named is not None:
                     actor = ObjectActor(
                         object_type=named[0], key=named[1], registry=self.registry, core=core
                     )
@@ -1010,8 +1037,9 @@ class Worker:
         """Set a run's index entry to ``pending`` with ``reason`` (unless it ended): why
         nobody runs it, for ``runs show`` and ``runs list``; None: a worker runs it now,
         the note goes (``running``, written only over an entry with a reason). Objects
-        have no entry."""
-        if parse_object_id(unescape(eid)) is not None:
+        have no entry, nor do limits."""
+        actor_id = unescape(eid)
+        if parse_object_id(actor_id) is not None or parse_limit_id(actor_id) is not None:
             return
         try:
             with anyio.move_on_after(5.0):

@@ -30,6 +30,9 @@ __all__ = (
     "Completion",
     "ChildEnded",
     "Invoke",
+    "PermitRequest",
+    "PermitGrant",
+    "LimitSet",
     "Resume",
     "Unknown",
     "InboxMessage",
@@ -111,6 +114,37 @@ class Invoke(Message, tag="invoke", frozen=True):
     reply: str = ""
 
 
+class PermitRequest(Message, tag="permit", frozen=True):
+    """To a limit's inbox: attempt ``key`` (a step's key and attempt) of run ``run``
+    (its escaped ID, in ``partition``) asks for a permit; ``worker`` runs it (and
+    renews the permit while the attempt runs); ``fairness`` is its fairness key."""
+
+    key: str
+    run: str
+    partition: int
+    worker: str = ""
+    fairness: str = ""
+
+
+class PermitGrant(Message, tag="grant", frozen=True):
+    """To a run's inbox: limit ``limit`` granted the permit asked for by its request
+    at the limit's inbox sequence ``request``; ``error`` (not empty): refused (no such
+    limit), the step fails with it."""
+
+    limit: str
+    request: int
+    error: str = ""
+
+
+class LimitSet(Message, tag="limit", frozen=True):
+    """To a limit's inbox: its config from now on (``engine.limit``, ``fusee limits
+    set``); also kept in the work bucket (``limit.<name>``) for listings."""
+
+    per_second: float | None = None
+    burst: int | None = None
+    concurrent: int | None = None
+
+
 class Resume(Message, tag="resume", frozen=True):
     """``engine.run(id).resume()``: resume the run paused by its ``run.paused`` record
     at journal sequence ``paused`` (a message naming another pause, or a run no longer
@@ -133,8 +167,32 @@ class Unknown(msgspec.Struct, frozen=True):
     reply: str = ""
 
 
-InboxMessage = Signal | Cancel | TimerFired | Completion | ChildEnded | Invoke | Resume
-KINDS: Final = frozenset({"signal", "cancel", "timer", "completion", "child", "invoke", "resume"})
+InboxMessage = (
+    Signal
+    | Cancel
+    | TimerFired
+    | Completion
+    | ChildEnded
+    | Invoke
+    | PermitRequest
+    | PermitGrant
+    | LimitSet
+    | Resume
+)
+KINDS: Final = frozenset(
+    {
+        "signal",
+        "cancel",
+        "timer",
+        "completion",
+        "child",
+        "invoke",
+        "permit",
+        "grant",
+        "limit",
+        "resume",
+    }
+)
 
 _decoder: Final = msgspec.json.Decoder(InboxMessage)
 _encoder: Final = msgspec.json.Encoder()

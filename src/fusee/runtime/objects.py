@@ -23,6 +23,7 @@ from fusee.runtime.records import Invocation, ObjectDone
 __all__ = (
     "OBJECT_PREFIX",
     "EDIT",
+    "RESERVED_TYPE_PREFIX",
     "object_id",
     "parse_object_id",
     "state_key",
@@ -38,6 +39,8 @@ __all__ = (
 
 OBJECT_PREFIX = "@"
 EDIT = "fusee.edit"  # the built-in exclusive handler behind objects edit / set / clear
+# object types fusee keeps for its own actors ("@fusee.limit/<name>" is a limit's ID)
+RESERVED_TYPE_PREFIX = "fusee."
 
 
 def object_id(object_type: str, key: str) -> str:
@@ -51,16 +54,24 @@ def object_id(object_type: str, key: str) -> str:
         raise InvalidId(
             f"invalid object type {object_type!r}: it must not hold '/' or start with '@'"
         )
+    if object_type.startswith(RESERVED_TYPE_PREFIX):
+        raise InvalidId(
+            f"invalid object type {object_type!r}: types starting with "
+            f"{RESERVED_TYPE_PREFIX!r} are reserved for fusee's own actors"
+        )
     key = validate_id(key, f"key of object {object_type!r}")
     return validate_id(f"{OBJECT_PREFIX}{object_type}/{key}", f"object {object_type!r} key")
 
 
 def parse_object_id(actor_id: str) -> tuple[str, str] | None:
-    """``(type, key)`` of an object's actor ID, or None for a run ID."""
+    """``(type, key)`` of an object's actor ID, or None for a run ID or one of fusee's
+    own actors (a type starting with ``fusee.``: a limit's)."""
     if not actor_id.startswith(OBJECT_PREFIX):
         return None
     object_type, sep, key = actor_id[1:].partition("/")
-    return (object_type, key) if sep else None
+    if not sep or object_type.startswith(RESERVED_TYPE_PREFIX):
+        return None
+    return (object_type, key)
 
 
 def state_key(object_type: str, key: str) -> str:

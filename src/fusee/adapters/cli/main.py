@@ -37,7 +37,7 @@ from typing import Any, Literal, cast, get_args
 
 import anyio
 
-from fusee.adapters.cli import commands, objects
+from fusee.adapters.cli import commands, limits, objects
 from fusee.adapters.cli.bulk import bulk_parser, runs_bulk
 from fusee.adapters.cli.commands import CliError
 from fusee.adapters.cli.loader import LoadError
@@ -280,6 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the index of the first token to print (default: 0)",
     )
     _objects_parser(sub, common)
+    _limits_parser(sub, common)
     return parser
 
 
@@ -396,6 +397,24 @@ def _objects_parser(sub: Any, common: argparse.ArgumentParser) -> None:
             )
 
 
+def _limits_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    lim = sub.add_parser(
+        "limits",
+        help="rate and concurrency limits (engine.limit)",
+        description="List limits, or set one (at run time: every worker sees it).",
+    )
+    lim_sub = lim.add_subparsers(dest="limits_command", metavar="COMMAND", required=True)
+    ls = lim_sub.add_parser(
+        "ls", parents=[common], help="each limit: rate, burst, concurrency, holders, waiters"
+    )
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    st = lim_sub.add_parser("set", parents=[common], help="set or change a limit")
+    st.add_argument("name", metavar="NAME")
+    st.add_argument("--per-second", type=float, default=None)
+    st.add_argument("--burst", type=int, default=None)
+    st.add_argument("--concurrent", type=int, default=None)
+
+
 def _objects_command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awaitable[int]]:
     name = args.objects_command
     if name == "ls":
@@ -438,7 +457,9 @@ def _objects_command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[
 def _options(args: argparse.Namespace) -> GlobalOptions:
     nats_flag = getattr(args, "nats", None)
     log_format = getattr(args, "log_format", None) or ("console" if sys.stderr.isatty() else "json")
-    default_level = "warning" if args.command in ("runs", "streams", "objects") else "info"
+    default_level = (
+        "warning" if args.command in ("runs", "streams", "objects", "limits") else "info"
+    )
     return GlobalOptions(
         nats=nats_flag or os.environ.get("FUSEE_NATS_URL") or None,
         nats_flag=bool(nats_flag),
@@ -477,6 +498,16 @@ def _one_shot_command(
 ) -> Callable[[], Awaitable[int]]:
     if args.command == "objects":
         return _objects_command(args, opts)
+    if args.command == "limits":
+        if args.limits_command == "ls":
+            return lambda: limits.limits_ls(opts, as_json=args.json)
+        return lambda: limits.limits_set(
+            opts,
+            args.name,
+            per_second=args.per_second,
+            burst=args.burst,
+            concurrent=args.concurrent,
+        )
     if args.command == "streams":
         return lambda: commands.streams_follow(opts, args.run_id, args.name, offset=args.offset)
     if args.runs_command == "list":

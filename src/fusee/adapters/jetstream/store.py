@@ -809,6 +809,19 @@ class NatsStore:
             raise failed[0]
         return out
 
+    # -- limits (config for listings in the work bucket; state in the limit's journal)
+
+    async def put_limit(self, key: str, value: bytes) -> None:
+        await retrying(self.work.put, key, value)
+
+    async def get_limit(self, key: str) -> bytes | None:
+        return await self._config(key)
+
+    async def list_limits(self) -> dict[str, bytes]:
+        """Every limit's config, by its work-bucket key (``limit.<eid>``)."""
+        found = await self._kv_list(self.layout.work_bucket, self.work, "limit.*")
+        return {k: v for k, (_, v) in found.items()}
+
     async def ensure_active(self, partition: int, eid: str) -> None:
         """Make sure the actor has an active marker (a caller that queued work for an
         object that may have gone idle: no marker, or an idle one), then hint its owner."""

@@ -1,0 +1,205 @@
+"""A limit's actor: the single writer of one rate/concurrency limit.
+
+Its journal is ``<ns>.run.<eid>.j`` (``eid``: the escaped ``@fusee.limit/<name>``),
+fenced like a run's; each record is a :class:`~fusee.runtime.limits.Snapshot` of the
+whole state, so an activation reads the last one only. Requests, config changes come
+to its inbox (``permit``, ``limit``); renewals and releases come on core NATS from the
+holders' workers (a lost one: the lease runs out). A grant is journaled (the snapshot
+holding it landed) before it is sent to the run's inbox, so a permit is never granted
+twice, also across a crash of this actor. The decisions are
+:class:`fusee.runtime.limits.LimitState`'s; this performs them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import msgspec
+
+from fusee.actors.core import ActorCore
+from fusee.actors.outcomes import Outcome
+from fusee.actors.ports import ClusterStore
+from fusee.errors import Evicted
+from fusee.logs import get_logger
+from fusee.runtime.ids import escape
+from fusee.runtime.inbox import LimitSet, PermitGrant, PermitRequest, encode_message
+from fusee.runtime.limits import (
+    LimitConfig,
+    LimitState,
+    Snapshot,
+    Waiter,
+    core_subject,
+)
+
+__all__ = ("LimitActor",)
+
+log = get_logger()
+
+_snapshot = msgspec.json.Decoder(Snapshot)
+_encode = msgspec.json.Encoder()
+# Looked at again at least this often (an eviction asked for, a lease to expire).
+TICK = 0.25
+
+
+def _waiter(seq: int, msg: PermitRequest) -> Waiter:
+    return Waiter(seq, msg.key, msg.run, msg.partition, msg.worker, msg.fairness)
+
+
+class LimitActor:
+    def __init__(self, *, name: str, core: ActorCore, store: ClusterStore) -> None:
+        self.name = name
+        self.core = core
+        self.store = store
+        self.state = LimitState()
+        self._heard: list[dict[str, Any]] = []  # renewals and releases, in order
+        self._seen = 0
+        self._resend: list[Waiter] = []
+
+    async def run(self) -> Outcome:
+        core = self.core
+        core.start()
+        await self._load()
+        subject = core_subject(core.namespace, core.eid)
+        unsubscribe = await self.store.subscribe_core(subject, self._on_core)
+        try:
+            return await self._serve()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await unsubscribe()
+
+    async def _on_core(self, _subject: str, data: bytes, _reply: str | None) -> None:
+        try:
+            body = msgspec.json.decode(data)
+        except msgspec.DecodeError:
+            return
+        if isinstance(body, dict):
+            self._heard.append(body)
+            if self.core.woken is not None:
+                self.core.woken.set()
+
+    async def _load(self) -> None:
+        core = self.core
+        last = await self.store.last_in_journal(core.eid)
+        snap = None
+        if last is not None:
+            snap = _snapshot.decode(last.data)
+            core.fence = last.seq
+        self._seen = snap.seen if snap is not None else 0
+        queued = [s for _, seqs in snap.queues for s in seqs] if snap is not None else []
+        core.read_again(min([self._seen, *(s - 1 for s in queued)]))
+        requests: dict[int, Waiter] = {}
+        fresh: list[tuple[int, Any]] = []
+        for seq, msg in await core.inbox_messages():
+            if seq <= self._seen:
+                if isinstance(msg, PermitRequest):
+                    requests[seq] = _waiter(seq, msg)
+            else:
+                fresh.append((seq, msg))
+        now = core.clock()
+        self.state = LimitState.restore(snap, requests) if snap else LimitState()
+        self.state.fresh_leases(now)
+        self._pending = fresh
+        # a grant journaled and then not sent (a crash between) would leave its run
+        # waiting until the lease took it back: each holder's grant is sent again (its
+        # Msg-Id dedupes; a run that had it ignores a grant it did not ask for)
+        self._resend = [
+            Waiter(h.seq, h.key, h.run, h.partition, h.worker) for h in self.state.holders.values()
+        ]
+
+    async def _serve(self) -> Outcome:
+        core, state = self.core, self.state
+        # releases ride on the next grant's record, or the one written as it parks (a
+        # crash before: their holders come back from the journal, and the leases run out)
+        dirty = False
+        idle_since: float | None = None
+        for waiter in self._resend:
+            await self._send(waiter, "")
+        self._resend = []
+        while True:
+            now = core.clock()
+            grants = []
+            for seq, msg in self._pending:
+                self._seen = max(self._seen, seq)
+                if isinstance(msg, LimitSet):
+                    config = LimitConfig(msg.per_second, msg.burst, msg.concurrent)
+                    state.configure(config, now)
+                    dirty = True
+                    log.info("limit.set", limit=self.name, **msgspec.structs.asdict(config))
+                elif isinstance(msg, PermitRequest):
+                    moved = state.request(_waiter(seq, msg), now)
+                    dirty = True
+                    if moved is not None:
+                        grants.append(moved)
+            self._pending = []
+            heard, self._heard = self._heard, []
+            for body in heard:
+                op = body.get("op")
+                if op == "release" and isinstance(body.get("seq"), int):
+                    dirty = state.release(body["seq"]) or dirty
+                elif op == "renew" and isinstance(body.get("seqs"), list):
+                    state.renew(
+                        [s for s in body["seqs"] if isinstance(s, int)],
+                        str(body.get("worker")),
+                        now,
+                    )
+            for holder in state.expire(now):
+                dirty = True
+                log.warning(
+                    "limit.reclaimed", limit=self.name, request=holder.seq, worker=holder.worker
+                )
+            refused = state.refuse_all() if state.config is None else []
+            grants += state.grants(now)
+            if grants or refused:
+                # journaled before any grant is sent: never granted twice
+                await self._commit()
+                dirty = False
+            for g in grants:
+                await self._send(g.waiter, "")
+            for w in refused:
+                await self._send(w, f"there is no limit {self.name!r} (engine.limit() sets one)")
+            if state.config is None:
+                return "ended"  # no such limit: its requests were told
+            if state.waiting() or state.holders:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= core.park_after:
+                # nothing held or queued for a while: releases journaled, then it leaves
+                # (its marker stays; a request brings it back)
+                if dirty:
+                    await self._commit()
+                core.left_at = core.view.seen
+                return "parked"
+            if core.evict_requested():
+                if dirty:
+                    await self._commit()
+                raise Evicted
+            until = state.next_look(core.clock())
+            wait = TICK if until is None else max(0.0, min(TICK, until - core.clock()))
+            assert core.woken is not None
+            with anyio.move_on_after(wait):
+                await core.woken.wait()
+            core.woken = anyio.Event()
+            self._pending = [
+                (seq, msg) for seq, msg in await core.inbox_messages() if seq > self._seen
+            ]
+
+    async def _commit(self) -> None:
+        core = self.core
+        data = _encode.encode(self.state.snapshot(self._seen))
+        core.commits += 1
+        msg_id = f"{core.eid}:{core.commits}:{core.writer}"
+        core.fence = await self.store.append(
+            core.eid, "limit.state", data, fence=core.fence, msg_id=msg_id
+        )
+
+    async def _send(self, waiter: Waiter, error: str) -> None:
+        body = encode_message(PermitGrant(limit=self.name, request=waiter.seq, error=error))
+        await self.store.send_inbox(
+            waiter.partition,
+            waiter.run,
+            "grant",
+            body,
+            msg_id=f"grant:{escape(self.name)}:{waiter.seq}",
+        )

@@ -1,0 +1,336 @@
+"""Rate and concurrency limits, sans I/O: one limit's state and every decision on it.
+
+A limit (``engine.limit("openai", per_second=50, burst=50, concurrent=20)``) is served
+by one single-writer actor (``actors/limit_actor.py``). Its shell feeds this machine
+what happened (a request read from the limit's inbox, a release or a renewal heard, the
+config set, the time now) and performs what it answers: the grants to journal and then
+send, the time to look again. Nothing here awaits or reads a clock.
+
+- **Concurrency**: at most ``concurrent`` permits held at once.
+- **Rate**: a token bucket of ``burst`` tokens refilled at ``per_second``: over any
+  window of ``w`` seconds at most ``burst + per_second * w`` grants.
+- **Fairness**: waiters queue per fairness key; keys are served round-robin (the key
+  after the one served last, in the order keys first queued).
+- **Leases**: a permit is held until released, or until its lease (``LEASE`` seconds
+  from the grant or the last renewal) runs out: the holder's worker renews every
+  ``RENEW_EVERY`` while the attempt runs, so a dead worker's permits come back within
+  the lease. Reclaiming an expired holder happens once (it is gone from ``holders``).
+- **The same attempt asking again** (its run replayed on another worker, or woken from
+  a park) names the same ``key``: a held permit moves to the new request (no second
+  permit), a queued one keeps its place.
+
+``tests/unit/test_limit_machine.py`` drives it with hypothesis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import msgspec
+
+from fusee.errors import InvalidArgument
+
+__all__ = (
+    "LimitConfig",
+    "Waiter",
+    "Holder",
+    "Grant",
+    "LimitState",
+    "Snapshot",
+    "check_config",
+    "LEASE",
+    "RENEW_EVERY",
+)
+
+# How long a permit is held without a renewal; its holder's worker renews it this often.
+LEASE = 2.0
+RENEW_EVERY = 0.4
+
+
+class LimitConfig(msgspec.Struct, frozen=True, omit_defaults=True):
+    """``per_second`` (None: no rate), ``burst`` (tokens the bucket holds),
+    ``concurrent`` (None: no cap on permits held at once)."""
+
+    per_second: float | None = None
+    burst: int | None = None
+    concurrent: int | None = None
+
+
+def check_config(
+    name: str, per_second: float | None, burst: int | None, concurrent: int | None
+) -> LimitConfig:
+    """The config of limit ``name``; ``burst`` defaults to one second's worth (at
+    least 1).
+
+    Raises:
+        InvalidArgument: a rate or count that is negative, zero, not a number, or none
+            given at all.
+    """
+    if per_second is None and concurrent is None:
+        raise InvalidArgument(f"limit {name!r}: give per_second=, concurrent= or both")
+    if per_second is not None and (
+        isinstance(per_second, bool)
+        or not isinstance(per_second, int | float)
+        or not math.isfinite(per_second)
+        or per_second <= 0
+    ):
+        raise InvalidArgument(
+            f"limit {name!r}: per_second must be a positive number, not {per_second!r}"
+        )
+    for what, value in (("burst", burst), ("concurrent", concurrent)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise InvalidArgument(
+                f"limit {name!r}: {what} must be a whole number of at least 1, not {value!r}"
+            )
+    if burst is not None and per_second is None:
+        raise InvalidArgument(f"limit {name!r}: burst= needs per_second=")
+    if per_second is not None and burst is None:
+        burst = max(1, math.ceil(per_second))
+    return LimitConfig(
+        per_second=float(per_second) if per_second else None, burst=burst, concurrent=concurrent
+    )
+
+
+class Waiter(msgspec.Struct, frozen=True):
+    """A request read from the limit's inbox at ``seq``: attempt ``key`` of run
+    ``run`` (escaped ID, in ``partition``), asked by ``worker``, under fairness key
+    ``fairness``."""
+
+    seq: int
+    key: str
+    run: str
+    partition: int
+    worker: str
+    fairness: str = ""
+
+
+class Holder(msgspec.Struct):
+    seq: int
+    key: str
+    run: str
+    partition: int
+    worker: str
+    expires: float
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Send the grant of request ``waiter.seq`` to its run's inbox (after the state
+    that holds it was journaled). ``moved``: the attempt held it already (asked
+    again)."""
+
+    waiter: Waiter
+    moved: bool = False
+
+
+class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What the limit actor journals: the config, the bucket, the holders, the
+    waiters' inbox sequences per fairness key (the key served next first) and the
+    last inbox sequence read. Waiters are rebuilt from their requests in the inbox."""
+
+    config: LimitConfig | None = None
+    tokens: float = 0.0
+    refilled_at: float = 0.0
+    holders: list[Holder] = msgspec.field(default_factory=list)
+    queues: list[tuple[str, list[int]]] = msgspec.field(default_factory=list)
+    seen: int = 0
+
+
+@dataclass
+class LimitState:
+    config: LimitConfig | None = None
+    tokens: float = 0.0
+    refilled_at: float = 0.0
+    holders: dict[int, Holder] = field(default_factory=dict)  # request seq -> holder
+    queues: dict[str, deque[Waiter]] = field(default_factory=dict)  # the front served next
+
+    # -- events -------------------------------------------------------------------------
+
+    def configure(self, config: LimitConfig, now: float) -> None:
+        """Set (or change) the config; the bucket keeps what it had, up to the new burst."""
+        if self.config is None or self.config.per_second is None:
+            self.tokens = float(config.burst or 0)
+            self.refilled_at = now
+        else:
+            self._refill(now)
+        self.config = config
+        self.tokens = min(self.tokens, float(config.burst or 0))
+
+    def request(self, waiter: Waiter, now: float) -> Grant | None:
+        """A request read. The attempt asking again: a held permit moves to this
+        request (granted at once), a queued request keeps its place."""
+        for seq, holder in list(self.holders.items()):
+            if holder.key == waiter.key:
+                del self.holders[seq]
+                self.holders[waiter.seq] = Holder(
+                    waiter.seq,
+                    waiter.key,
+                    waiter.run,
+                    waiter.partition,
+                    waiter.worker,
+                    now + LEASE,
+                )
+                return Grant(waiter, moved=True)
+        for queue in self.queues.values():
+            for i, queued in enumerate(queue):
+                if queued.key == waiter.key:
+                    queue[i] = waiter  # the newest request of the attempt is answered
+                    return None
+        self.queues.setdefault(waiter.fairness, deque()).append(waiter)
+        return None
+
+    def release(self, seq: int) -> bool:
+        """The holder of request ``seq`` is done (success, raise or cancel)."""
+        return self.holders.pop(seq, None) is not None
+
+    def renew(self, seqs: list[int], worker: str, now: float) -> None:
+        for seq in seqs:
+            holder = self.holders.get(seq)
+            if holder is not None and holder.worker == worker:
+                holder.expires = max(holder.expires, now + LEASE)
+
+    def expire(self, now: float) -> list[Holder]:
+        """Reclaim the holders whose lease ran out (each once: they are gone)."""
+        gone = [h for h in self.holders.values() if h.expires <= now]
+        for h in gone:
+            del self.holders[h.seq]
+        return gone
+
+    def fresh_leases(self, now: float) -> None:
+        """An activation took the limit over: renewals sent to the old one are lost,
+        so each holder's lease starts again."""
+        for h in self.holders.values():
+            h.expires = max(h.expires, now + LEASE)
+
+    # -- decisions ----------------------------------------------------------------------
+
+    def grants(self, now: float) -> list[Grant]:
+        """The waiters served now: round-robin across fairness keys while the limit
+        has room (a permit free, a token in the bucket)."""
+        out: list[Grant] = []
+        config = self.config
+        if config is None:
+            return out
+        if config.per_second is not None:
+            self._refill(now)
+        while self.queues:
+            if config.concurrent is not None and len(self.holders) >= config.concurrent:
+                break
+            if config.per_second is not None and self.tokens < 1.0:
+                break
+            # round-robin: the key at the front is served, then goes to the back
+            key = next(iter(self.queues))
+            queue = self.queues.pop(key)
+            waiter = queue.popleft()
+            if queue:
+                self.queues[key] = queue
+            if config.per_second is not None:
+                self.tokens -= 1.0
+            self.holders[waiter.seq] = Holder(
+                waiter.seq,
+                waiter.key,
+                waiter.run,
+                waiter.partition,
+                waiter.worker,
+                now + LEASE,
+            )
+            out.append(Grant(waiter))
+        return out
+
+    def next_look(self, now: float) -> float | None:
+        """When to look again with nothing read meanwhile: a token for a waiter that
+        only waits for one, the first lease to run out; None: never."""
+        times = [h.expires for h in self.holders.values()]
+        config = self.config
+        if (
+            self.queues
+            and config is not None
+            and config.per_second is not None
+            and (config.concurrent is None or len(self.holders) < config.concurrent)
+        ):
+            self._refill(now)
+            need = max(0.0, 1.0 - self.tokens)
+            times.append(now + need / config.per_second)
+        return min(times) if times else None
+
+    def waiting(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def waiters_by_key(self) -> dict[str, int]:
+        return {k: len(q) for k, q in self.queues.items()}
+
+    def refuse_all(self) -> list[Waiter]:
+        """No such limit: every waiter is told so (and forgotten)."""
+        out = [w for q in self.queues.values() for w in q]
+        self.queues.clear()
+        return out
+
+    # -- the journal ----------------------------------------------------------------------
+
+    def snapshot(self, seen: int) -> Snapshot:
+        return Snapshot(
+            config=self.config,
+            tokens=self.tokens,
+            refilled_at=self.refilled_at,
+            holders=list(self.holders.values()),
+            queues=[(k, [w.seq for w in q]) for k, q in self.queues.items()],
+            seen=seen,
+        )
+
+    @classmethod
+    def restore(cls, snap: Snapshot, requests: dict[int, Waiter]) -> LimitState:
+        """The state journaled in ``snap``, its waiters found in ``requests`` (the
+        limit's inbox requests by sequence; one missing is dropped)."""
+        state = cls(
+            config=snap.config,
+            tokens=snap.tokens,
+            refilled_at=snap.refilled_at,
+            holders={h.seq: h for h in snap.holders},
+        )
+        for key, seqs in snap.queues:
+            queue = deque(requests[s] for s in seqs if s in requests)
+            if queue:
+                state.queues[key] = queue
+        return state
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _refill(self, now: float) -> None:
+        config = self.config
+        if config is None or config.per_second is None:
+            return
+        if now > self.refilled_at:
+            self.tokens = min(
+                float(config.burst or 1),
+                self.tokens + (now - self.refilled_at) * config.per_second,
+            )
+            self.refilled_at = now
+
+
+# -- names ------------------------------------------------------------------------------
+
+LIMIT_PREFIX = "@fusee.limit/"  # a limit's actor ID: "@" is kept from run IDs
+
+
+def limit_actor_id(name: str) -> str:
+    """The actor ID of limit ``name`` (reserved: run IDs cannot start with ``@``)."""
+    return LIMIT_PREFIX + name
+
+
+def parse_limit_id(actor_id: str) -> str | None:
+    """The limit's name of a limit actor's ID, or None."""
+    return actor_id[len(LIMIT_PREFIX) :] if actor_id.startswith(LIMIT_PREFIX) else None
+
+
+def core_subject(namespace: str, eid: str) -> str:
+    """Core NATS: where the holders' workers send a limit actor renewals and releases."""
+    return f"_fusee.{namespace}.limit.{eid}"
+
+
+def limit_key(eid: str) -> str:
+    """The work bucket's key of a limit's config (for listings and ``limits ls``)."""
+    return f"limit.{eid}"

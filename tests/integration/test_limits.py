@@ -1,0 +1,375 @@
+"""Rate and concurrency limits (issue 12): a step with ``limit=`` takes a permit of a
+limit actor before each attempt; real nats-server, in-process workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import fusee
+import fusee.runtime.limits as limits_module
+from fusee.actors.registry import Registry, Workflow
+from fusee.runtime.ids import escape, partition_of
+from fusee.runtime.inbox import PermitRequest, decode_message, encode_message
+from fusee.runtime.limits import LEASE, limit_actor_id
+from tests.helpers import registry_of as _registry
+from tests.helpers import run_cli
+from tests.workers.procs import wait_until
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_concurrency_is_never_exceeded_and_the_rate_holds(
+    engine: fusee.Engine, tmp_path: Path
+) -> None:
+    await engine.limit("api", per_second=40, burst=5, concurrent=3)
+    starts: list[float] = []
+    peak = 0
+
+    def call() -> None:
+        nonlocal peak
+        # an O_EXCL detector: each attempt in flight holds one slot file
+        slot = None
+        for i in range(3):
+            try:
+                fd = os.open(tmp_path / f"slot-{i}", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                continue
+            os.close(fd)
+            slot = tmp_path / f"slot-{i}"
+            break
+        assert slot is not None, "a fourth attempt in flight"
+        starts.append(time.time())
+        time.sleep(0.02)
+        slot.unlink()
+
+    async def limited(ctx: fusee.Context, tenant: str) -> str:
+        await ctx.step("call", call, limit="api", fairness_key=tenant)
+        return "ok"
+
+    async with engine.worker(registry=_registry(limited, "limited")):
+        runs = [await engine.start("limited", f"r-{i}", f"t{i % 3}") for i in range(60)]
+        for run in runs:
+            assert await run.result(timeout=60) == "ok"
+    assert len(starts) == 60
+    starts.sort()
+    # over any 1 s window at most burst + per_second
+    for i, t in enumerate(starts):
+        n = sum(1 for u in starts[i:] if u - t <= 1.0)
+        assert n <= 5 + 40 + 1, n
+    infos = {i.name: i for i in await engine.limits()}
+    assert infos["api"].concurrent == 3
+    assert infos["api"].holders == 0
+
+
+async def test_an_unknown_limit_fails_the_step_at_its_first_attempt(engine: fusee.Engine) -> None:
+    async def bad(ctx: fusee.Context, _: Any) -> str:
+        try:
+            await ctx.step("call", lambda: 1, limit="nope")
+        except fusee.StepFailedError as exc:
+            return f"{exc.error_type}: {exc.attempts}"
+        return "ran"
+
+    async with engine.worker(registry=_registry(bad, "bad")):
+        run = await engine.start("bad", "r-bad", None)
+        assert await run.result(timeout=30) == "fusee.UnknownLimit: 1"
+
+
+async def test_bad_limits_are_refused_and_nothing_is_stored(engine: fusee.Engine) -> None:
+    with pytest.raises(fusee.InvalidArgument):
+        await engine.limit("x", per_second=-1)
+    with pytest.raises(fusee.InvalidArgument):
+        await engine.limit("x", concurrent=0)
+    with pytest.raises(fusee.InvalidArgument):
+        await engine.limit("x")
+    with pytest.raises(fusee.InvalidId):
+        await engine.limit("", per_second=1)
+    assert await engine.limits() == []
+
+
+LIMITS = Path(__file__).resolve().parent.parent / "workers" / "limits.py"
+
+
+async def test_the_permits_of_a_killed_worker_come_back(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await engine.limit("k", concurrent=2)
+    workers = worker_procs()
+    workers.module = LIMITS
+    procs = [await workers.start() for _ in range(3)]
+    runs = [await engine.start("limited", f"k-{i}", {"dir": str(tmp_path)}) for i in range(8)]
+    # the kill window opens when both permits are held (each holder says so)
+    held = await wait_until(
+        lambda: list(tmp_path.glob("held-*")) if len(list(tmp_path.glob("held-*"))) >= 2 else None,
+        timeout=30,
+        what="two holders",
+    )
+    assert len(held) == 2  # nobody else got in: the limit is full
+    pids = {int(p.read_text()) for p in held}
+    for w in procs:
+        if w.pid in pids:
+            w.kill()
+    (tmp_path / "release").touch()
+    for run in runs:
+        assert await run.result(timeout=60) == "ok"
+    counts = [int(x) for x in (tmp_path / "counts").read_text().split()]
+    assert max(counts) <= 2, counts
+    infos = {i.name: i for i in await engine.limits()}
+    assert infos["k"].waiters == {}
+
+
+async def test_limits_set_and_ls_on_the_command_line(
+    engine: fusee.Engine, nats_server: Any, namespace: str
+) -> None:
+    where = ("--nats", nats_server.url, "--namespace", namespace)
+    bad = await run_cli("limits", "set", "openai", "--per-second", "-5", *where)
+    assert bad.returncode == 2, bad.stderr
+    assert "per_second must be a positive number" in bad.stderr
+    assert await engine.limits() == []  # nothing stored
+    done = await run_cli(
+        "limits", "set", "openai", "--per-second", "20", "--concurrent", "4", *where
+    )
+    assert done.returncode == 0, done.stderr
+    shown = await run_cli("limits", "ls", "--json", *where)
+    assert shown.returncode == 0, shown.stderr
+    (info,) = json.loads(shown.stdout)
+    assert info["name"] == "openai"
+    assert info["per_second"] == 20
+    assert info["concurrent"] == 4
+    # changed at run time
+    await engine.limit("openai", per_second=50)
+    shown = await run_cli("limits", "ls", *where)
+    assert "openai" in shown.stdout
+    assert " 50 " in shown.stdout
+    # --burst alone keeps the rate (and the concurrency)
+    done = await run_cli("limits", "set", "openai", "--burst", "7", *where)
+    assert done.returncode == 0, done.stderr
+    (info,) = await engine.limits()
+    assert (info.per_second, info.burst, info.concurrent) == (50, 7, None)
+
+
+async def test_a_permit_its_holder_does_not_renew_is_reclaimed(engine: fusee.Engine) -> None:
+    """A holder whose worker is gone (it never renews, never asks again): its permit
+    comes back when the lease runs out, and the waiter behind it proceeds."""
+    await engine.limit("solo", concurrent=1)
+    actor = limit_actor_id("solo")
+    eid, p = escape(actor), partition_of(actor, engine.partitions)
+    ghost = PermitRequest(key="ghost.1", run="ghost-run", partition=0, worker="dead-worker")
+    seq = await engine.store.send_inbox(p, eid, "permit", encode_message(ghost))
+
+    async def limited(ctx: fusee.Context, _: Any) -> str:
+        await ctx.step("call", lambda: None, limit="solo")
+        return "ok"
+
+    async with engine.worker(registry=_registry(limited, "limited")):
+        # the ghost holds the only permit (its grant was sent to its inbox)
+        await wait_until(
+            lambda: engine.store.read_inbox(0, "ghost-run"), timeout=20, what="the ghost's grant"
+        )
+        began = time.monotonic()
+        run = await engine.start("limited", "after-ghost", None)
+        assert await run.result(timeout=30) == "ok"
+    assert time.monotonic() - began >= LEASE - 0.5  # it waited for the lease, not less
+    (grant,) = await engine.store.read_inbox(0, "ghost-run")
+    assert b'"request":%d' % seq in grant.data
+
+
+LP: dict[str, Any] = {}
+
+
+def _enter() -> None:
+    LP["in_flight"] += 1
+    LP["peak"] = max(LP["peak"], LP["in_flight"])
+
+
+async def _flaky(s: fusee.StepInfo) -> str:
+    LP["flaky"].append(s.attempt)
+    _enter()
+    try:
+        if not LP["fixed"]:
+            raise ConnectionError(f"the provider is down (attempt {s.attempt})")
+        return f"answered at attempt {s.attempt}"
+    finally:
+        LP["in_flight"] -= 1
+
+
+async def _hold() -> str:
+    _enter()
+    try:
+        LP["holding"].set()
+        await LP["go"].wait()
+    finally:
+        LP["in_flight"] -= 1
+    return "held"
+
+
+async def lp_flaky(ctx: fusee.Context, _: Any) -> str:
+    retry = fusee.Retry(attempts=2, initial="1ms", max="2ms", on_exhausted="pause")
+    return str(await ctx.step("model", _flaky, limit="one", retry=retry))
+
+
+async def lp_holder(ctx: fusee.Context, _: Any) -> str:
+    return str(await ctx.step("hold", _hold, limit="one"))
+
+
+async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_when_resumed(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step under ``limit=`` whose attempts run out under ``on_exhausted="pause"``
+    holds no permit while its run is paused (another run's step under
+    ``concurrent=1`` proceeds), and the resumed step takes a permit again before its
+    next attempt (it waits while the other holds the only one)."""
+    # a permit left held is not reclaimed by its lease within the test: only a
+    # release lets the second run in
+    monkeypatch.setattr(limits_module, "LEASE", 600.0)
+
+    LP.update(in_flight=0, peak=0, flaky=[], fixed=False, holding=anyio.Event(), go=anyio.Event())
+    await engine.limit("one", concurrent=1)
+    registry = Registry()
+    registry.add(Workflow("lp_flaky", lp_flaky, Any, True))
+    registry.add(Workflow("lp_holder", lp_holder, Any, True))
+    actor = limit_actor_id("one")
+    eid, p = escape(actor), partition_of(actor, engine.partitions)
+
+    async def requests_of(run_id: str) -> list[str]:
+        keys = []
+        for m in await engine.store.read_inbox(p, eid):
+            msg = decode_message(m.data)
+            if isinstance(msg, PermitRequest) and msg.run == escape(run_id):
+                keys.append(msg.key.rsplit(".", 1)[1])
+        return keys
+
+    async with engine.worker(registry=registry):
+        a = await engine.start("lp_flaky", "lp-a", None)
+
+        async def paused() -> bool:
+            return (await a.describe()).status == "paused"
+
+        await wait_until(paused, timeout=30, what="run a to pause")
+        assert LP["flaky"] == [1, 2]
+        assert await requests_of("lp-a") == ["1", "2"]  # a permit for each attempt
+        # a holds nothing while paused: b's step gets the only permit
+        b = await engine.start("lp_holder", "lp-b", None)
+        with anyio.fail_after(30):
+            await LP["holding"].wait()
+        LP["fixed"] = True
+        await a.resume()
+
+        async def asked_again() -> bool:
+            return "3" in await requests_of("lp-a")
+
+        # the resumed step asks for a permit before its third attempt, and waits:
+        # b holds the only one
+        await wait_until(asked_again, timeout=30, what="run a's request for attempt 3")
+        assert LP["flaky"] == [1, 2]
+        assert (await a.describe()).status != "paused"
+        LP["go"].set()
+        assert await b.result(timeout=30) == "held"
+        assert await a.result(timeout=30) == "answered at attempt 3"
+    assert LP["flaky"] == [1, 2, 3]
+    assert LP["peak"] == 1
+
+
+async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes_back(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """The limit actor journals a grant and dies before sending it (os._exit, once);
+    the run, on another worker, parks waiting: the limit's next activation sends the
+    grant of each holder it restores again, and the run finishes."""
+    from tests.workers.procs import owners
+
+    await engine.limit("k", concurrent=1)
+    flag = tmp_path / "crash"
+    flag.touch()
+    workers = worker_procs()
+    workers.module = Path(__file__).resolve().parent.parent / "workers" / "limits_crash.py"
+    procs = [await workers.start(extra_env={"CRASH_FLAG": str(flag)}) for _ in range(2)]
+    (tmp_path / "release").touch()
+    n = engine.partitions
+    lp = partition_of(limit_actor_id("k"), n)
+
+    async def split() -> Any:
+        o = await owners(engine)
+        return o if len(set(o.values())) == 2 and None not in o.values() else None
+
+    o = await wait_until(split, timeout=30, what="two owners")
+    # the run on the worker that does not own the limit: it outlives the crash
+    rid = next(f"c-{i}" for i in range(100) if o[partition_of(f"c-{i}", n)] != o[lp])
+    run = await engine.start("limited", rid, {"dir": str(tmp_path)})
+    await wait_until(lambda: not flag.exists() or None, timeout=30, what="the crash")
+    await wait_until(lambda: sum(not p.alive for p in procs) == 1 or None, timeout=30, what="exit")
+    assert await run.result(timeout=30) == "ok"
+
+
+async def test_an_object_type_starting_with_fusee_is_refused(engine: fusee.Engine) -> None:
+    """Object type "fusee.limit" key "k" would have limit k's actor ID
+    ("@fusee.limit/k"): types starting with "fusee." are reserved, and a limit's ID
+    is not read as an object's."""
+    from fusee.runtime.objects import object_id, parse_object_id
+
+    async def bump(ctx: Any, arg: Any) -> int:
+        return 1
+
+    for name in ("fusee.limit", "fusee.x"):
+        with pytest.raises(fusee.InvalidId, match="reserved"):
+            fusee.object(name, {"bump": bump})
+        with pytest.raises(fusee.InvalidId, match="reserved"):
+            object_id(name, "k")
+    assert parse_object_id(limit_actor_id("k")) is None
+    # a type that only looks like it is served as an object
+    shadow = fusee.object("fuseex.limit", {"bump": bump})
+
+    async def noop(ctx: fusee.Context, _: Any) -> None:
+        return None
+
+    registry = _registry(noop, "noop")
+    registry.add_object(shadow)
+    async with engine.worker(registry=registry):
+        assert await shadow.key("k", engine=engine).call("bump", timeout=10) == 1
+
+
+async def test_a_timed_out_attempt_still_running_keeps_its_permit(engine: fusee.Engine) -> None:
+    """concurrent=1 and a sync step that outlives its timeout (its thread is abandoned,
+    still calling the API): the next attempt must not run beside it."""
+    import threading
+    import time as _time
+
+    await engine.limit("one", concurrent=1)
+    lock = threading.Lock()
+    inflight = 0
+    peak = 0
+
+    def call() -> None:
+        nonlocal inflight, peak
+        with lock:
+            inflight += 1
+            peak = max(peak, inflight)
+        _time.sleep(1.0)  # ignores info.signal, as a blocking HTTP client would
+        with lock:
+            inflight -= 1
+
+    async def wf(ctx: fusee.Context, _: Any) -> str:
+        try:
+            await ctx.step(
+                "call",
+                call,
+                limit="one",
+                timeout=0.2,
+                retry=fusee.Retry(attempts=3, initial="10ms", max="10ms"),
+            )
+        except fusee.StepFailedError as exc:
+            return exc.error_type
+        return "ok"
+
+    async with engine.worker(registry=_registry(wf, "wf")):
+        run = await engine.start("wf", "t-1", None)
+        assert await run.result(timeout=30) == "fusee.StepTimeout"
+        # (the last attempt's thread: the permit is released as it returns)
+        await wait_until(lambda: inflight == 0 or None, timeout=10, what="the threads")
+    assert peak <= 1, f"{peak} attempts in flight under concurrent=1"

@@ -1,0 +1,164 @@
+"""The limit's decisions (runtime/limits.py) under every order of requests, releases,
+renewals, leases running out, config changes, restarts from a snapshot and the clock:
+never more than ``concurrent`` held, never more than ``burst + per_second * w`` grants
+in any window of ``w`` seconds, a request never granted twice (but a moved permit),
+an expired holder reclaimed once, keys served round-robin, and every waiter served
+once the clock runs and holders release."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from fusee.runtime.limits import LEASE, LimitConfig, LimitState, Waiter
+from tests.machines import machine_settings
+
+
+class Limits(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 1000.0
+        self.config = LimitConfig(per_second=5.0, burst=3, concurrent=2)
+        self.state = LimitState()
+        self.state.configure(self.config, self.now)
+        self.seq = 0
+        self.times: list[float] = []  # when each grant (not a move) was made
+        self.granted: set[int] = set()  # request seqs granted
+        self.reclaimed: set[int] = set()
+        self.keys = 0
+        self.queued_order: list[tuple[float, str]] = []  # (when, fairness) per grant
+        self.rate_since = self.now  # the config's rate holds from here
+
+    def _grant(self) -> None:
+        for g in self.state.grants(self.now):
+            assert g.waiter.seq not in self.granted, "a request granted twice"
+            self.granted.add(g.waiter.seq)
+            if not g.moved:
+                assert self.config.concurrent is not None
+                assert len(self.state.holders) <= self.config.concurrent, (
+                    f"{len(self.state.holders)} permits held, over concurrent"
+                )
+                self.times.append(self.now)
+                self.queued_order.append((self.now, g.waiter.fairness))
+
+    @rule(fairness=st.sampled_from(["a", "b", "c"]), again=st.booleans())
+    def request(self, fairness: str, again: bool) -> None:
+        self.seq += 1
+        held = list(self.state.holders.values())
+        if again and held:
+            # the same attempt asks again (its run replayed elsewhere)
+            h = held[0]
+            w = Waiter(self.seq, h.key, h.run, 0, "w2", fairness)
+            moved = self.state.request(w, self.now)
+            assert moved is not None, "a held permit's attempt asking again is answered"
+            assert len(self.state.holders) == len(held), "a move made a second permit"
+            self.granted.add(self.seq)
+        else:
+            self.keys += 1
+            w = Waiter(self.seq, f"k{self.keys}", "r", 0, "w1", fairness)
+            assert self.state.request(w, self.now) is None
+        self._grant()
+
+    @precondition(lambda self: self.state.holders)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        seq = data.draw(st.sampled_from(sorted(self.state.holders)))
+        assert self.state.release(seq)
+        assert not self.state.release(seq), "released twice"
+        self._grant()
+
+    @rule(dt=st.floats(0.0, 3.0))
+    def tick(self, dt: float) -> None:
+        self.now += dt
+        self.state.renew([s for s in self.state.holders if s % 2], "w1", self.now - dt)
+        for h in self.state.expire(self.now):
+            assert h.seq not in self.reclaimed, "reclaimed twice"
+            assert h.expires <= self.now
+            self.reclaimed.add(h.seq)
+        self._grant()
+
+    @rule()
+    def restart(self) -> None:
+        """The limit actor's worker dies: a new activation restores the snapshot."""
+        requests = {w.seq: w for q in self.state.queues.values() for w in q}
+        snap = self.state.snapshot(self.seq)
+        self.state = LimitState.restore(snap, requests)
+        self.state.fresh_leases(self.now)
+        self._grant()
+
+    @rule(concurrent=st.integers(1, 4))
+    def reconfigure(self, concurrent: int) -> None:
+        self.config = LimitConfig(per_second=self.config.per_second, burst=3, concurrent=concurrent)
+        self.state.configure(self.config, self.now)
+        self._grant()
+
+    @invariant()
+    def rate(self) -> None:
+        per, burst = 5.0, 3
+        t = sorted(self.times)
+        for i in range(len(t)):
+            for j in range(i, len(t)):
+                w = t[j] - t[i]
+                assert j - i + 1 <= burst + per * w + 1e-6, (
+                    f"{j - i + 1} grants in {w:.3f} s: over burst + rate"
+                )
+
+    @invariant()
+    def a_waiter_waits_only_for_room(self) -> None:
+        s = self.state
+        if not s.queues:
+            return
+        cfg = self.config
+        full = cfg.concurrent is not None and len(s.holders) >= cfg.concurrent
+        assert full or s.tokens < 1.0, "a waiter left waiting while the limit has room"
+        look = s.next_look(self.now)
+        assert full or (look is not None and look <= self.now + 1 / 5.0 + 1e-9)
+
+    def teardown(self) -> None:
+        # everything released, the clock runs: every waiter is served, in turn
+        for _ in range(1000):
+            if not self.state.queues:
+                break
+            for seq in list(self.state.holders):
+                self.state.release(seq)
+            self.now += 1.0
+            self._grant()
+        assert not self.state.queues, "a waiter never served"
+
+
+Limits.TestCase.settings = machine_settings(300, 40)
+test_the_limit_machine = Limits.TestCase
+
+
+def test_keys_are_served_round_robin() -> None:
+    state = LimitState()
+    state.configure(LimitConfig(concurrent=1), 0.0)
+    for i in range(200):
+        state.request(Waiter(i + 1, f"a{i}", "r", 0, "w", "A"), 0.0)
+    first = state.grants(0.0)
+    assert [g.waiter.fairness for g in first] == ["A"]
+    for i in range(20):
+        state.request(Waiter(1000 + i, f"b{i}", "r", 0, "w", "B"), 0.0)
+    order = []
+    for _ in range(60):
+        (held,) = state.holders
+        state.release(held)
+        (g,) = state.grants(0.0)
+        order.append(g.waiter.fairness)
+    # B's 20 are served before A's 40th: alternating while both wait
+    assert order[:40] == ["A", "B"] * 20 or order[:40] == ["B", "A"] * 20
+    assert math.isclose(order.count("B"), 20)
+
+
+def test_a_lease_not_renewed_is_reclaimed_once() -> None:
+    state = LimitState()
+    state.configure(LimitConfig(concurrent=1), 0.0)
+    state.request(Waiter(1, "a", "r", 0, "w", ""), 0.0)
+    state.request(Waiter(2, "b", "r", 0, "w", ""), 0.0)
+    assert [g.waiter.seq for g in state.grants(0.0)] == [1]
+    assert state.expire(LEASE - 0.1) == []
+    assert [h.seq for h in state.expire(LEASE)] == [1]
+    assert state.expire(LEASE + 1) == []
+    assert [g.waiter.seq for g in state.grants(LEASE)] == [2]
