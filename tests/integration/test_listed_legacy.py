@@ -15,7 +15,7 @@ async def test_an_old_final_entry_is_listed_by_status(nats_server: Any, namespac
     eng = await fusee.connect(nats_server.url, namespace=namespace, partitions=4)
     try:
         store = eng.store
-        store._listed = lambda *a: None  # an earlier version: no listing entry
+        store._listed = lambda *a: None  # type: ignore[method-assign]  # an earlier version: no listing entry
         info = RunInfo(run_id="old-1", workflow="w", status="failed", created_at=time.time())
         await store.end_run(0, "old-1", encode_info(info), journal_seq=1, fresh=True)
         await store.work.delete(LISTED_FROM)  # as if this version never opened it

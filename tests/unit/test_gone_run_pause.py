@@ -14,7 +14,9 @@ class Recording(MemoryStore):
         super().__init__()
         self.unmarks: list[bytes | None] = []
 
-    async def clear_run_active(self, partition, eid, *, listed=None):
+    async def clear_run_active(
+        self, partition: int, eid: str, *, listed: bytes | None = None
+    ) -> None:
         self.unmarks.append(listed)
         await super().clear_run_active(partition, eid, listed=listed)
 
