@@ -162,16 +162,20 @@ async def iter_runs(
     """The runs the filter matches, a page at a time (each run once), from the parts of
     the index that can hold them (``only``: of those, these sources)."""
     readers = {"active": _active, "paused": _paused, "listed": _listed}
+    # Each run once per pass. A run read from the active or the paused source can be
+    # met again later in the pass: a resume writes its marker again, a paused run
+    # activated again lists itself again, and a run that ends or pauses between the
+    # sources is listed again under its new status. So the IDs those two sources
+    # yielded are kept, and dropped from every later page (the ended runs' pages
+    # too). Ended runs' entries are final and are not remembered: the set holds the
+    # active and paused runs only.
+    seen: set[str] = set()
     for source in sources(f):
         if only is not None and source not in only:
             continue
-        # A marker or a paused listing written again while the pass reads (a resume
-        # writes the marker again; a paused run activated again lists itself again) is
-        # met again further on: each run once per pass. Ended runs' entries are final.
-        seen: set[str] | None = None if source == "listed" else set()
         async for found in readers[source](engine, f, page):
-            if seen is not None:
-                found = [i for i in found if i.run_id not in seen]
+            found = [i for i in found if i.run_id not in seen]
+            if source != "listed":
                 seen.update(i.run_id for i in found)
             if found:
                 yield found

@@ -18,11 +18,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar
 
-__all__ = ("CommitQueue", "Route", "MAX_BATCH")
+__all__ = ("CommitQueue", "Route", "MAX_BATCH", "BATCH_MESSAGES", "RECORD_MESSAGES")
 
 T = TypeVar("T")
 
-MAX_BATCH = 333  # the server takes up to 1,000 messages in a batch: a record and two riders each
+BATCH_MESSAGES = 1_000  # the most messages the server takes in one atomic batch
+# The most messages one record carries: itself and its riders (an end's: its listing
+# entry and its marker's tombstone; ``adapters/jetstream/store.py``'s ``end_run``).
+RECORD_MESSAGES = 3
+MAX_BATCH = BATCH_MESSAGES // RECORD_MESSAGES  # records in a batch, their riders with them
 
 
 class Route(Enum):

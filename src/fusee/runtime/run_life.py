@@ -326,13 +326,8 @@ class RunLife:
         )
         info = decode_info(entry[0])
         info.status, info.reason, info.updated_at = "paused", reason, now
-        project = Project(info, journal_seq=entry[1], current=entry)
-        return [
-            Log("error", "run.paused", {"reason": reason}),
-            project,
-            Unmark(),
-            self._finish("paused"),
-        ]
+        project = Project(info, unmark=True, journal_seq=entry[1], current=entry)
+        return [Log("error", "run.paused", {"reason": reason}), project, self._finish("paused")]
 
     def _cancel_read(self, reason: str) -> list[Command]:
         if self._phase == "done":

@@ -30,7 +30,10 @@ from nats.aio.client import Client
 
 from fusee.adapters.jetstream.direct import publish_acked
 from fusee.errors import Fenced, FuseeError
+from fusee.logs import get_logger
 from fusee.runtime.commits import CommitQueue, Route
+
+log = get_logger()
 
 __all__ = (
     "BATCHES_IN_FLIGHT",
@@ -120,6 +123,7 @@ class GroupCommitter:
         self._committer: asyncio.Task[None] | None = None
         self.batches = 0  # for benchmarks: how many batches went out
         self.batched = 0  # and how many records they held
+        self.fallbacks = 0  # batches that fell back to single publishes (each logged)
 
     @property
     def direct_limit(self) -> int:
@@ -195,7 +199,14 @@ class GroupCommitter:
             nats.errors.ConnectionReconnectingError,
             nats.errors.ConnectionClosedError,
             nats.errors.OutboundBufferLimitError,
-        ):
+        ) as exc:
+            self.fallbacks += 1
+            log.warning(
+                "commit.batch_fallback",
+                records=len(lot),
+                messages=len(messages),
+                error=f"{type(exc).__name__}: {exc}",
+            )
             await asyncio.gather(*(self._alone(item) for item in lot))
             return
         self.batches += 1
