@@ -11,6 +11,7 @@ import anyio
 
 import fusee
 from tests.integration.test_bulk import BULK, _arg, _listed, _resumes, _settled
+from tests.workers.procs import wait_until
 
 
 async def test_two_bulk_resumes_at_once_resume_each_run_once(
@@ -71,8 +72,10 @@ async def test_a_run_that_ends_during_a_listing_is_listed_once(
     assert "w-1" in [i.run_id for i in first]
     await run.signal("go")
     assert await run.result(timeout=30) == "wait"
-    with anyio.fail_after(30):
-        while "w-1" not in [i.run_id for i in await engine.list_runs(status="completed")]:
-            await anyio.sleep(0.05)  # polling a condition, not ordering by sleep
+
+    async def listed_completed() -> bool:
+        return "w-1" in [i.run_id for i in await engine.list_runs(status="completed")]
+
+    await wait_until(listed_completed, timeout=30, what="w-1 listed as completed")
     rest = [(i.run_id, i.status) async for p in pages for i in p]
     assert "w-1" not in [r for r, _ in rest], "listed twice in one pass"
