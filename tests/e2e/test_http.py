@@ -26,6 +26,7 @@ import fusee
 from tests.helpers import cli_cmd as _cmd
 from tests.helpers import cli_env as _env
 from tests.helpers import run_cli as _cli
+from tests.workers.procs import wait_until
 
 WORKFLOWS = textwrap.dedent(
     """
@@ -333,9 +334,11 @@ async def test_resume_a_paused_run(
 ) -> None:
     run_id, fixed = _rid("http-pause"), tmp_path / "fixed"
     await engine.start("http-pause", run_id, {"fixed": str(fixed)})
-    with anyio.fail_after(20):
-        while (await engine.run(run_id).describe()).status != "paused":
-            await anyio.sleep(0.05)
+
+    async def paused() -> bool:
+        return (await engine.run(run_id).describe()).status == "paused"
+
+    await wait_until(paused, timeout=20, what=f"{run_id} to pause")
     r = await client.get(f"/v1/runs/{run_id}")
     assert r.status_code == 200
     assert (r.json()["status"], r.json()["step"], r.json()["attempts"]) == ("paused", "model", 2)
