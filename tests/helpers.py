@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
 
+import fusee
 from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.tokens import TokenEvent
 
@@ -52,3 +54,45 @@ def split_attempts(events: list[TokenEvent]) -> list[list[TokenEvent]]:
             out.append([])
         out[-1].append(e)
     return out
+
+
+def hold_store_call(
+    engine: fusee.Engine, name: str, when: Callable[..., bool], *, after: bool = False
+) -> tuple[anyio.Event, anyio.Event]:
+    """Hold the store's ``name`` call when ``when(*args, **kwargs)``, once, before it
+    goes out (or ``after`` it was answered): returns (entered, release)."""
+    real: Callable[..., Awaitable[Any]] = getattr(engine.store, name)
+    entered, release = anyio.Event(), anyio.Event()
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        if entered.is_set() or not when(*args, **kwargs):
+            return await real(*args, **kwargs)
+        result = await real(*args, **kwargs) if after else None
+        entered.set()
+        await release.wait()
+        return result if after else await real(*args, **kwargs)
+
+    setattr(engine.store, name, held)
+    return entered, release
+
+
+def poked_at(worker: Any, eid: str, *, hints: int = 0) -> anyio.Event:
+    """Set once the worker handed an inbox message of ``eid`` to wherever it goes, and
+    ``hints`` wake hints (no message) for it too."""
+    real = worker._ensure_actor
+    seen = anyio.Event()
+    got_msg, got_hints = False, 0
+
+    def ensure(p: int, got: str, **kwargs: Any) -> None:
+        nonlocal got_msg, got_hints
+        real(p, got, **kwargs)
+        if got == eid and kwargs.get("poke"):
+            if kwargs.get("msg") is not None:
+                got_msg = True
+            else:
+                got_hints += 1
+            if got_msg and got_hints >= hints:
+                seen.set()
+
+    worker._ensure_actor = ensure
+    return seen

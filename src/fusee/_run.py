@@ -37,7 +37,6 @@ from fusee.runtime.index import RunInfo, decode_info, info_from_history
 from fusee.runtime.records import RunCancelled as RunCancelledRecord
 from fusee.runtime.records import RunCompleted, decode_record, unfold
 from fusee.runtime.records import RunFailed as RunFailedRecord
-from fusee.runtime.records import RunPaused as RunPausedRecord
 from fusee.runtime.tokens import TokenEvent
 
 __all__ = ("Run", "ENDED", "DurationLike")
@@ -235,10 +234,11 @@ class Run:
 
         Returns False (and does nothing) when the run had already ended.
 
-        A run paused at a step whose attempts ran out is resumed to be cancelled (it is
-        replayed to that step, where it stops and runs its compensations). A run paused
-        because its code or journal no longer matches is cancelled once it is resumed
-        (a replay would only pause it again).
+        A paused run is not left paused: one paused at a step whose attempts ran out
+        is resumed to be cancelled (replayed to that step, where it stops and runs its
+        compensations); one paused because its code or its journal no longer matches
+        ends ``cancelled`` without running its code (its compensations are not run: a
+        replay could not find them safely).
 
         Raises:
             RunNotFound: no such run.
@@ -250,28 +250,22 @@ class Run:
             raise InvalidArgument(f"reason={reason!r}: must be a str")
         if not await self._send("cancel", encode_message(Cancel(reason=reason))):
             return False
-        await self._resume_to_cancel()
+        await self._mark_if_paused()
         return True
 
-    async def _resume_to_cancel(self) -> None:
-        """After a cancel is stored: if the run is paused at a step, resume it (its
-        activation reads the resume and the cancel together: the cancel wins)."""
+    async def _mark_if_paused(self) -> None:
+        """After a cancel is stored: a paused run has no active marker, so one is
+        written; its owner activates it (also after a restart, or once a worker that
+        read the cancel died), reads the cancel and ends it (the machine's rule)."""
         store = self.engine.store
         last = await store.last_in_journal(self.eid)
         if last is None or last.headers.get("Fusee-Kind") != "run.paused":
-            return
-        paused = decode_record(last.data)
-        if not isinstance(paused, RunPausedRecord) or paused.cause != "retries":
-            return
-        body = encode_message(Resume(paused=last.seq))
-        msg_id = f"{self.eid}:resume:{last.seq}"
-        stored = await store.send_unless_ended(
-            self.partition, self.eid, "resume", body, msg_id=msg_id
-        )
-        if stored is not None:
-            first = (await store.read_journal(self.eid))[0].data
-            marker = start_marker(self.run_id, first, now=time.time())
-            await store.mark_run_active(self.partition, self.eid, marker)
+            entry = await store.get_index_entry(self.eid)  # (a broken chain journals nothing)
+            if entry is None or not entry[0] or decode_info(entry[0]).status != "paused":
+                return
+        first = (await store.read_journal(self.eid))[0].data
+        marker = start_marker(self.run_id, first, now=time.time())
+        await store.mark_run_active(self.partition, self.eid, marker)
 
     async def result(self, *, timeout: DurationLike | None = None) -> Any:
         """Wait for the run to end; return its result or raise its error.

@@ -5,7 +5,6 @@ timing: before the fix, the signal in each was left unread."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -15,6 +14,7 @@ import fusee
 from fusee.runtime.ids import escape
 from fusee.runtime.index import decode_info
 from fusee.runtime.records import ObjectDone
+from tests.helpers import hold_store_call, poked_at
 from tests.workers.procs import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,58 +25,16 @@ async def park_race(ctx: fusee.Context, timeout: str | None) -> Any:
     return await ctx.wait_for("go", timeout=timeout)
 
 
-def _hold(
-    engine: fusee.Engine, name: str, when: Callable[..., bool], *, after: bool = False
-) -> tuple[anyio.Event, anyio.Event]:
-    """Hold the store's ``name`` call when ``when(*args, **kwargs)``, once, before it
-    goes out (or ``after`` it was answered): returns (entered, release)."""
-    real: Callable[..., Awaitable[Any]] = getattr(engine.store, name)
-    entered, release = anyio.Event(), anyio.Event()
-
-    async def held(*args: Any, **kwargs: Any) -> Any:
-        if entered.is_set() or not when(*args, **kwargs):
-            return await real(*args, **kwargs)
-        result = await real(*args, **kwargs) if after else None
-        entered.set()
-        await release.wait()
-        return result if after else await real(*args, **kwargs)
-
-    setattr(engine.store, name, held)
-    return entered, release
-
-
-def _poked(worker: Any, eid: str, *, hints: int = 0) -> anyio.Event:
-    """Set once the worker handed an inbox message of ``eid`` to wherever it goes, and
-    ``hints`` wake hints (no message) for it too."""
-    real = worker._ensure_actor
-    seen = anyio.Event()
-    got_msg, got_hints = False, 0
-
-    def ensure(p: int, got: str, **kwargs: Any) -> None:
-        nonlocal got_msg, got_hints
-        real(p, got, **kwargs)
-        if got == eid and kwargs.get("poke"):
-            if kwargs.get("msg") is not None:
-                got_msg = True
-            else:
-                got_hints += 1
-            if got_msg and got_hints >= hints:
-                seen.set()
-
-    worker._ensure_actor = ensure
-    return seen
-
-
 async def test_a_signal_while_the_run_leaves_memory_to_park(engine: fusee.Engine) -> None:
     eid = escape("race-park")
     # the run's last write before it leaves memory: its index entry saying "waiting"
-    entered, release = _hold(
+    entered, release = hold_store_call(
         engine,
         "put_index",
         lambda e, value, **_: e == eid and decode_info(value).status == "waiting",
     )
     async with engine.worker() as worker:
-        poked = _poked(worker, eid)
+        poked = poked_at(worker, eid)
         run = await engine.start(park_race, "race-park", None)
         await entered.wait()  # it decided to park; its inbox is no longer watched
         await run.signal("go", {"n": 1})
@@ -86,11 +44,11 @@ async def test_a_signal_while_the_run_leaves_memory_to_park(engine: fusee.Engine
 
 
 async def test_a_signal_while_the_wait_sets_its_timer(engine: fusee.Engine) -> None:
-    entered, release = _hold(
+    entered, release = hold_store_call(
         engine, "schedule_timer", lambda e, *_, **__: e == escape("race-timer")
     )
     async with engine.worker() as worker:
-        poked = _poked(worker, escape("race-timer"))
+        poked = poked_at(worker, escape("race-timer"))
         run = await engine.start(park_race, "race-timer", "1d")
         await entered.wait()
         await run.signal("go", {"n": 2})
@@ -122,14 +80,14 @@ async def test_a_call_while_the_object_goes_idle(engine: fusee.Engine) -> None:
     engine.store.mark_idle = mark_idle  # type: ignore[method-assign]
     # the worker's look at the inbox after the idle marker is written, held once answered
     # (empty): what comes now, it did not see
-    entered, release = _hold(
+    entered, release = hold_store_call(
         engine, "read_inbox", lambda p, e, *_, **__: idling.is_set(), after=True
     )
     async with engine.worker() as worker:
         key = bumpers.key("k", engine=engine)
         assert await key.call("bump") == 1
         await entered.wait()  # it went idle, and reads its inbox once more
-        poked = _poked(worker, bumper, hints=1)  # the sender's hint: it found the idle marker
+        poked = poked_at(worker, bumper, hints=1)  # the sender's hint: it found the idle marker
         # sent, not called: no caller waits and looks again, the worker alone must see it
         seq = await key.send("bump")
         await poked.wait()  # the invocation and the hint reached the worker while it left

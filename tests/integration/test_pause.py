@@ -11,7 +11,11 @@ import pytest
 
 import fusee
 from fusee.actors.registry import Registry
+from fusee.runtime.ids import escape
+from fusee.runtime.inbox import Cancel, encode_message
+from fusee.runtime.index import decode_info
 from fusee.runtime.records import RunPaused, RunResumed, StepCompleted
+from tests.helpers import hold_store_call, poked_at
 from tests.workers.procs import wait_until
 
 FLAG: dict[str, Path] = {}
@@ -228,3 +232,65 @@ async def test_paused_run_with_signal_is_not_reactivated_in_a_loop(
         while time.monotonic() < end:
             await anyio.sleep(0.25)
         assert reads.get(run.eid, 0) - before < 10
+
+
+async def test_a_cancel_stored_before_the_steps_pause_landed_ends_the_run(
+    engine: fusee.Engine,
+) -> None:
+    """The step's last attempt failed and its ``run.paused`` is on its way when the
+    cancel is stored (held there by a hook on the store): ``cancel()`` finds no pause
+    to resume, and the run must not be left paused once the pause lands."""
+    CALLS.clear()
+    eid = escape("pz-late-cancel")
+    entered, release = hold_store_call(
+        engine, "append", lambda e, kind, *_, **__: e == eid and kind == "run.paused"
+    )
+    async with engine.worker():
+        run = await engine.start(pz_undo, "pz-late-cancel")
+        await entered.wait()  # its attempts ran out; the pause is not journaled yet
+        assert await run.cancel("the user gave up")
+        release.set()
+        with pytest.raises(fusee.RunCancelled, match="the user gave up"):
+            await run.result(timeout=20)
+    assert CALLS == {"book": 1, "down": 2, "unbook": 1}  # the step is not run again
+    journal = [r for _, r in await run.journal()]
+    assert sum(isinstance(r, RunResumed) for r in journal) == 1
+
+
+async def test_a_cancel_alone_ends_a_run_paused_at_a_step(engine: fusee.Engine) -> None:
+    """What a client that died right after storing its cancel leaves: the cancel in
+    the inbox, nothing else (no resume, no marker). The run reads it and ends."""
+    CALLS.clear()
+    run = await engine.start(pz_undo, "pz-cancel-alone")
+    async with engine.worker():
+        await wait_until(lambda: _paused(run), timeout=20, what="the run to pause")
+        body = encode_message(Cancel(reason="the client died"))
+        stored = await engine.store.send_unless_ended(run.partition, run.eid, "cancel", body)
+        assert stored is not None
+        with pytest.raises(fusee.RunCancelled, match="the client died"):
+            await run.result(timeout=20)
+    assert CALLS == {"book": 1, "down": 2, "unbook": 1}
+
+
+async def test_a_cancel_stored_while_the_paused_run_leaves_memory(engine: fusee.Engine) -> None:
+    """The cancel comes while the paused activation is leaving (its index entry held
+    on its way, its inbox no longer watched): the worker hands it to the leaving actor,
+    and the pause's marker removal follows the marker ``cancel()`` wrote. Its worker
+    keeps the paused run in its parking lot, which reads the inbox again."""
+    CALLS.clear()
+    eid = escape("pz-leaving")
+    entered, release = hold_store_call(
+        engine,
+        "put_index",
+        lambda e, value, **_: e == eid and decode_info(value).status == "paused",
+    )
+    async with engine.worker() as worker:
+        poked = poked_at(worker, eid)
+        run = await engine.start(pz_undo, "pz-leaving")
+        await entered.wait()  # paused and leaving
+        assert await run.cancel("the user gave up")
+        await poked.wait()  # the worker delivered the cancel, to the leaving actor
+        release.set()
+        with pytest.raises(fusee.RunCancelled, match="the user gave up"):
+            await run.result(timeout=20)
+    assert CALLS == {"book": 1, "down": 2, "unbook": 1}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import json
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.errors import JournalGap
 from fusee.runtime.inbox import Resume, encode_message
 from fusee.runtime.records import (
+    RunCancelled,
     RunPaused,
     RunResumed,
     StepCompleted,
@@ -282,3 +284,57 @@ async def test_a_journal_gap_pause_needs_force(
     assert await run.result(timeout=20) == ["one", "two", "three"]
     assert _counts(log) == {"one": 1, "two": 1, "three": 1}
     assert any(isinstance(r, RunResumed) and r.force for _, r in await run.journal())
+
+
+async def _forge_last(engine: fusee.Engine, run: fusee.Run, kind: type, msg_id: str) -> None:
+    """Append a copy of the run's record of ``kind`` whose link names a predecessor the
+    journal does not hold (a record replaced): the chain breaks there."""
+    record: Any = [r for _, r in await run.journal() if isinstance(r, kind)][-1]
+    forged = msgspec.structs.replace(record, prev=1, prev_hash="0123456789abcdef")
+    last = await engine.store.last_in_journal(run.eid)
+    assert last is not None
+    await engine.store.append(
+        run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id=msg_id
+    )
+
+
+async def test_a_cancel_ends_a_run_paused_by_its_code_or_its_journal(
+    engine: fusee.Engine, tmp_path: Path, worker_procs: Any
+) -> None:
+    """Neither can be replayed safely (the code does not match; records are missing),
+    so neither runs code again: each ends ``cancelled`` at once, its compensations not
+    run, instead of waiting for a resume that would only pause it again."""
+    workers = worker_procs()
+    workers.module = PAUSING
+    log = tmp_path / "effects.log"
+    old = await workers.start()
+    det = await engine.start("pz_code", "r-det-cancel", {"log": str(log)})
+    gap = await engine.start("pz_code", "r-gap-cancel", {"log": str(log)})
+
+    async def waiting(run: fusee.Run) -> bool:
+        return any(isinstance(r, WaitStarted) for _, r in await run.journal())
+
+    async def both(check: Callable[[fusee.Run], Awaitable[bool]]) -> bool:
+        return all([await check(det), await check(gap)])
+
+    await wait_until(lambda: both(waiting), timeout=20, what="the runs to wait")
+    old.stop()
+    await workers.start(extra_env={"FUSEE_TEST_CODE": "new"})
+    await _forge_last(engine, gap, WaitStarted, "forged")
+    for run in (det, gap):
+        await run.signal("go")
+    await wait_until(lambda: both(_paused), timeout=20, what="the runs to pause")
+    for run in (det, gap):
+        assert await run.cancel("given up")
+    for run in (det, gap):
+        with pytest.raises(fusee.RunCancelled, match="given up"):
+            await run.result(timeout=20)
+        assert (await run.describe()).status == "cancelled"
+    assert _counts(log) == {"one": 2, "two": 2}  # no code ran again
+    det_journal = [r for _, r in await det.journal()]
+    assert [type(r) for r in det_journal[-2:]] == [RunPaused, RunCancelled]
+    gap_journal = [r for _, r in await gap.journal()]
+    assert isinstance(gap_journal[-1], RunCancelled)
+    forced = gap_journal[-2]
+    assert isinstance(forced, RunResumed)
+    assert forced.force

@@ -112,10 +112,12 @@ class RunActor:
             self.core.fence = messages[-1].seq
         load_journal(self.core.history, [(m.seq, m.data) for m in messages])
 
-    async def _load_and_read(self) -> Loaded | LoadFailed:
+    async def _load_and_read(self, forgive: int = 0) -> Loaded | LoadFailed:
         """The journal and the inbox, read at once: an activation's two round trips go
         out together, not one after the other (a parked run a signal brings back waits
-        for both). The journal's error comes first (a broken chain pauses the run)."""
+        for both). The journal's error comes first (a broken chain pauses the run).
+        ``forgive``: breaks up to this sequence are taken as they are (the machine asks,
+        to end a cancelled run whose chain broke)."""
         failed: list[Exception] = []
         cancel: list[str | None] = [None]
 
@@ -128,7 +130,7 @@ class RunActor:
         async with anyio.create_task_group() as reads:
             reads.start_soon(inbox)
             try:
-                await self._load()
+                await self._load(forgive)
             except Exception as exc:  # noqa: BLE001 - raised below, outside the group
                 failed.insert(0, exc)
         if failed and isinstance(failed[0], JournalGap) and len(failed) == 1:
@@ -136,13 +138,13 @@ class RunActor:
             if resume is not None and resume[1].force and resume[1].gap >= gap.seq > 0:
                 # a forced resume accepts the break: read again, taking it as it is
                 try:
-                    await self._load(forgive=resume[1].gap)
+                    await self._load(forgive=max(forgive, resume[1].gap))
                     failed = []
                 except JournalGap as again:
                     failed = [again]
         history = self.core.history
         if failed and isinstance(failed[0], JournalGap):
-            return LoadFailed(history, str(failed[0]))
+            return LoadFailed(history, str(failed[0]), cancel[0], self.core.fence)
         if failed:
             raise failed[0]
         started = history.started
@@ -210,7 +212,7 @@ class RunActor:
 
     async def _ask(self, cmd: Command) -> Event:
         if isinstance(cmd, Load):
-            return await self._load_and_read()
+            return await self._load_and_read(cmd.forgive)
         if isinstance(cmd, ReadIndex):
             return IndexRead(await self.core.store.get_index_entry(self.core.eid))
         if isinstance(cmd, Commit):

@@ -59,7 +59,10 @@ Left: TypeAlias = Literal["ended", "paused", "unrunnable", "parked"]
 @dataclass(frozen=True)
 class Load:
     """Read the journal and the inbox (together); answer :class:`Loaded` or
-    :class:`LoadFailed`."""
+    :class:`LoadFailed`. ``forgive``: every break of the chain at a sequence up to
+    this is taken as it is (a cancel of a run whose chain broke ends it)."""
+
+    forgive: int = 0
 
 
 @dataclass(frozen=True)
@@ -195,10 +198,14 @@ class Loaded:
 
 @dataclass(frozen=True)
 class LoadFailed:
-    """The journal's chain is broken (``reason``); ``history``: what was read before."""
+    """The journal's chain is broken (``reason``); ``history``: what was read before.
+    ``cancel``: as :class:`Loaded`'s (the inbox was read too); ``last``: the journal's
+    last sequence (0: none read)."""
 
     history: History
     reason: str
+    cancel: str | None = None
+    last: int = 0
 
 
 @dataclass(frozen=True)

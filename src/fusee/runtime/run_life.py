@@ -143,6 +143,8 @@ class RunLife:
         self._paused: str | None = None  # a reason to pause, once the watch stopped
         self._loaded_event: Loaded | None = None  # the last activation's read
         self._resuming = False  # (a cancel read with the resume is new)
+        self._forgiving = False  # the journal was read again for a cancel, breaks taken
+        self._unreplayed = False  # a cancel ends the run without its code (nor compensations)
 
     def begin(self) -> list[Command]:
         self._expect("begin")
@@ -159,7 +161,13 @@ class RunLife:
         if isinstance(event, LoadFailed):
             self._expect("load")
             self.history = event.history
-            # Nothing is appended after a broken chain: an operator looks first.
+            if event.cancel is not None and self.cancel_reason is None:
+                self.cancel_reason = event.cancel or "cancelled"
+            if self.cancel_reason is not None and event.last > 0 and not self._forgiving:
+                # cancelled: read again taking every break as it is, to end it there
+                self._forgiving = True
+                return [Load(forgive=event.last)]
+            # Nothing else is appended after a broken chain: an operator looks first.
             return [
                 Log("error", "run.paused", {"reason": event.reason}),
                 *self._project(now, reason=event.reason, paused=True, leaving=True),
@@ -244,6 +252,10 @@ class RunLife:
                 *self._project(now, leaving=True),
                 self._finish("ended"),
             ]
+        if self.cancel_reason is not None and (
+            history.paused is not None or history.forgive > history.forgiven
+        ):
+            return self._cancel_paused(new_cancel)
         resume = event.resume
         if resume is not None and _resumes(history, resume[1]):
             # journaled first: a crash after it runs on; before it, reads it again
@@ -272,6 +284,42 @@ class RunLife:
                 )
             return [*out, *self._project(now, leaving=True), self._finish("paused")]
         return self._activate(event, new_cancel, now)
+
+    def _cancel_paused(self, new_cancel: bool) -> list[Command]:
+        """A cancel read with (or after) a pause: the run is not left paused. A step's
+        pause is resumed to be cancelled (replayed to that step, where it stops and
+        runs its compensations). A run paused by its code or its journal cannot be
+        replayed safely (its code does not match, or records are missing): it ends
+        cancelled without running code, its compensations not run; a broken chain
+        is first accepted as it is (a forced ``run.resumed``), so readers get past it."""
+        history = self.history
+        paused = history.paused
+        forced = history.forgive > history.forgiven
+        self._phase = "commit"
+        if paused is not None and paused.cause == "retries" and not forced:
+            self._record = RunResumed(paused=history.paused_seq)
+            self._resuming = new_cancel
+            return [
+                Log("info", "run.resuming", {"paused": history.paused_seq, "cancel": True}),
+                Commit(self._record),
+            ]
+        out: list[Command] = [
+            Log(
+                "info",
+                "run.cancelling",
+                {"reason": self.cancel_reason, "compensations": "not run: paused"},
+            )
+        ]
+        if forced:
+            self._unreplayed = True
+            self._record = RunResumed(
+                paused=history.paused_seq if paused is not None else 0,
+                force=True,
+                gap=history.forgive,
+            )
+            return [*out, Commit(self._record)]
+        assert self.cancel_reason is not None
+        return [*out, *self._end(RunCancelled(reason=self.cancel_reason))]
 
     def _activate(self, event: Loaded, new_cancel: bool, now: float) -> list[Command]:
         history = self.history
@@ -423,7 +471,15 @@ class RunLife:
             self._phase = "load"  # its next generation, read back from the journal
             return [Log("info", "run.continued", {"generation": record.generation}), Load()]
         if isinstance(record, RunPaused):
+            if self.cancel_reason is not None:
+                # a cancel was read before the pause landed: it is not left paused (read
+                # again from the journal, as a new activation would)
+                self._phase = "load"
+                return [Load()]
             return [*self._project(now, leaving=True), self._finish("paused")]
+        if isinstance(record, RunResumed) and self._unreplayed:
+            assert self.cancel_reason is not None
+            return self._end(RunCancelled(reason=self.cancel_reason))
         if isinstance(record, RunResumed):
             assert self._loaded_event is not None
             self._phase = "load"  # (as if just loaded, the pause gone)
