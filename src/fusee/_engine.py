@@ -33,6 +33,7 @@ from fusee.errors import (
     FuseeError,
     InvalidArgument,
     InvalidToken,
+    JournalGap,
     RunExists,
     RunNotFound,
 )
@@ -41,7 +42,7 @@ from fusee.runtime.bulk import BulkSummary, RunFilter, TimeLike, make_filter
 from fusee.runtime.codec import canonical, decode_value
 from fusee.runtime.completions import mac_matches, parse_token
 from fusee.runtime.durations import format_duration, parse_duration
-from fusee.runtime.history import History
+from fusee.runtime.history import History, load_journal
 from fusee.runtime.ids import (
     escape,
     partition_of,
@@ -385,9 +386,17 @@ class Engine:
         from_run = validate_id(from_run, "from_run")
         if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
             raise InvalidArgument(f"upto={upto!r}: a call position, an int >= 0")
-        records = [r for _, r in await self.run(from_run).journal()]
-        if not records:
+        messages = await self.store.read_journal(escape(from_run))
+        if not messages:
             raise RunNotFound(f"no run {from_run!r} in namespace {self.namespace!r}")
+        try:
+            # (read as every reader does: a break a forced resume accepted is taken)
+            records = load_journal(History(from_run), [(m.seq, m.data) for m in messages])
+        except JournalGap as gap:
+            raise InvalidArgument(
+                f"from_run={from_run!r}: its journal's chain is broken ({gap}); resume it "
+                f"with force=True first, or regenerate from another run"
+            ) from None
         if not isinstance(records[-1], (*TERMINAL, RunPausedRecord)):
             raise InvalidArgument(
                 f"from_run={from_run!r}: the run has not ended; cancel it first "
@@ -415,10 +424,13 @@ class Engine:
     async def _finish_copies(self, run_id: str, eid: str, upto: int | None) -> None:
         """A regenerated run whose starter died while copying: copy the rest. Only when
         the journal holds exactly a prefix of the copies (nothing ran it yet)."""
-        history, records = History(run_id), []
-        for msg in await self.store.read_journal(eid):
-            if (record := history.feed(msg.seq, msg.data)) is not None:
-                records.append(record)
+        history = History(run_id)
+        try:
+            records = load_journal(
+                history, [(m.seq, m.data) for m in await self.store.read_journal(eid)]
+            )
+        except JournalGap:
+            return  # (broken: not a prefix of the copies; its worker pauses it)
         started = history.started
         if started is None or not isinstance(started.from_run, str) or history.generation > 1:
             return
@@ -557,8 +569,8 @@ class Engine:
         """The run, position, journal and wait a completion token names, its MAC checked."""
         run_id, pos, mac = parse_token(token)
         history = History(run_id)
-        for msg in await self.store.read_journal(escape(run_id)):
-            history.feed(msg.seq, msg.data)
+        journal = await self.store.read_journal(escape(run_id))
+        load_journal(history, [(m.seq, m.data) for m in journal])
         wait = history.waits.get(pos)
         if history.started is None or wait is None or wait.wait != "completion":
             raise InvalidToken(

@@ -58,34 +58,41 @@ class Run:
         # read): a signal or cancel need not ask again, since a journal is never deleted.
         self._exists = exists
         self._first: bytes | None = None  # the journal's first record, as last read
+        self._last = 0  # the journal's last sequence, as last read
         self.partition = partition_of(run_id, engine.partitions)
 
     def __repr__(self) -> str:
         return f"Run({self.run_id!r})"
 
-    async def _history(self) -> History:
+    async def _read(self) -> tuple[History, JournalGap | None]:
+        """The journal, folded up to its first break no forced resume accepted (and
+        that break, or None)."""
         history = History(self.run_id)
-        self._first = None
+        self._first, self._last = None, 0
         messages = await self.engine.store.read_journal(self.eid)
         if messages:
-            self._first = messages[0].data
-        load_journal(history, [(m.seq, m.data) for m in messages])
+            self._first, self._last = messages[0].data, messages[-1].seq
+        try:
+            load_journal(history, [(m.seq, m.data) for m in messages])
+        except JournalGap as gap:
+            return history, gap
         if history.started is None:
             raise RunNotFound(f"no run {self.run_id!r} in namespace {self.engine.namespace!r}")
+        return history, None
+
+    async def _history(self) -> History:
+        history, gap = await self._read()
+        if gap is not None:
+            raise gap
         return history
 
     async def describe(self) -> RunInfo:
-        """The run's status, from its journal (and the worker's note when it waits)."""
-        try:
-            history = await self._history()
-        except JournalGap as gap:
-            # a broken chain: the worker paused the run and noted why in the index
-            indexed = await self.engine.store.get_index(self.eid)
-            if indexed is None:
-                raise
-            info = decode_info(indexed)
-            info.status, info.reason = "paused", info.reason or str(gap)
-            return info
+        """The run's status, from its journal (and the worker's note when it waits). A
+        run whose journal's chain is broken is ``paused``, its ``reason`` naming the
+        break (as its worker notes it once it meets the break)."""
+        history, gap = await self._read()
+        if gap is not None:
+            return await self._broken(history, gap)
         info = info_from_history(history, now=time.time())
         entry = await self.engine.store.get_index_entry(self.eid)
         noted = decode_info(entry[0]) if entry is not None and entry[0] else None
@@ -102,6 +109,25 @@ class Run:
             info.status = "running"  # its partition's owner lives: it runs or will at once
         return info
 
+    async def _broken(self, history: History, gap: JournalGap) -> RunInfo:
+        """What ``describe()`` says of a run whose chain breaks at ``gap``: paused, from
+        what was read before the break (or its index entry, when nothing was)."""
+        entry = await self.engine.store.get_index_entry(self.eid)
+        noted = decode_info(entry[0]) if entry is not None and entry[0] else None
+        if history.started is not None:
+            info = info_from_history(history, now=time.time())
+        elif noted is not None:
+            info = noted
+        else:  # (not even its first record can be read)
+            info = RunInfo(
+                run_id=self.run_id, workflow="", status="paused", partition=self.partition
+            )
+        info.status, info.reason = "paused", str(gap)
+        info.error_type = info.message = info.step = info.attempts = None
+        if noted is not None:
+            info.updated_at = noted.updated_at
+        return info
+
     async def resume(self, *, force: bool = False) -> None:
         """Resume the run where it paused: a step whose attempts ran out under
         ``Retry(on_exhausted="pause")`` runs again with a fresh retry budget; a run
@@ -113,8 +139,9 @@ class Run:
         while the run is running or after it ended, and resumes the new pause if the
         run has paused again (a caller cannot tell its own resume from another's).
         ``force``: resume a run paused on a broken journal chain (a record missing or
-        replaced), taking the chain as it is from the break on (what the missing
-        records held is lost to its replay).
+        replaced), taking the chain as it is at every break it has now (what the
+        missing records held is lost to its replay); a break that comes later needs
+        another ``force``.
 
         Raises:
             RunNotFound: no such run.
@@ -137,7 +164,11 @@ class Run:
                     f"resume(force=True) (fusee runs resume --force) runs it on from the "
                     f"journal as it is, without what the missing records held",
                 ) from None
-            msg, msg_id = Resume(force=True, gap=gap.seq), f"{self.eid}:resume:gap:{gap.seq}"
+            # every break up to the journal's end as read now is taken, not only the
+            # first (a second one would pause it again, and a retry be the same message);
+            # a later break needs a later force, a new message
+            msg = Resume(force=True, gap=self._last)
+            msg_id = f"{self.eid}:resume:gap:{self._last}"
         else:
             if history.paused is None:
                 status = info_from_history(history, now=time.time()).status

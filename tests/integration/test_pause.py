@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 import fusee
@@ -14,7 +15,7 @@ from fusee.actors.registry import Registry
 from fusee.runtime.ids import escape
 from fusee.runtime.inbox import Cancel, encode_message
 from fusee.runtime.index import decode_info
-from fusee.runtime.records import RunPaused, RunResumed, StepCompleted
+from fusee.runtime.records import RunPaused, RunResumed, StepCompleted, encode_record
 from tests.helpers import hold_store_call, poked_at
 from tests.workers.procs import wait_until
 
@@ -294,3 +295,26 @@ async def test_a_cancel_stored_while_the_paused_run_leaves_memory(engine: fusee.
         with pytest.raises(fusee.RunCancelled, match="the user gave up"):
             await run.result(timeout=20)
     assert CALLS == {"book": 1, "down": 2, "unbook": 1}
+
+
+async def test_describe_shows_a_run_whose_chain_broke_before_any_worker_met_it(
+    engine: fusee.Engine,
+) -> None:
+    """No worker has read the journal since a record was replaced (the run has no index
+    entry yet: it never parked): describe() says paused, naming the break, as the
+    worker's note will, and resume() asks for force."""
+    run = await engine.start(pz_agent, "pz-broken")  # (no worker: it stays as started)
+    forged = StepCompleted(
+        pos=1, name="plan", result=msgspec.Raw(b'"x"'), prev=7, prev_hash="0123456789abcdef"
+    )
+    last = await engine.store.last_in_journal(run.eid)
+    assert last is not None
+    seq = await engine.store.append(
+        run.eid, "step.completed", encode_record(forged), fence=last.seq, msg_id="forged"
+    )
+    assert await engine.store.get_index(run.eid) is None
+    info = await run.describe()
+    assert (info.status, info.workflow) == ("paused", "pz_agent")
+    assert f"sequence {seq}" in (info.reason or "")
+    with pytest.raises(fusee.NotPausedError, match="force=True"):
+        await run.resume()

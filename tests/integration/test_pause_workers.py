@@ -19,8 +19,8 @@ import pytest
 
 import fusee
 from fusee.adapters.jetstream.server import EmbeddedServer
-from fusee.errors import JournalGap
 from fusee.runtime.inbox import Resume, encode_message
+from fusee.runtime.index import decode_info
 from fusee.runtime.records import (
     RunCancelled,
     RunPaused,
@@ -45,10 +45,7 @@ def _counts(log: Path) -> collections.Counter[str]:
 
 
 async def _status(run: fusee.Run) -> str:
-    try:
-        return (await run.describe()).status
-    except JournalGap:  # a broken chain the worker has not noted in the index yet
-        return "broken"
+    return (await run.describe()).status  # (a broken chain: paused, at once)
 
 
 async def _paused(run: fusee.Run) -> bool:
@@ -338,3 +335,43 @@ async def test_a_cancel_ends_a_run_paused_by_its_code_or_its_journal(
     forced = gap_journal[-2]
     assert isinstance(forced, RunResumed)
     assert forced.force
+
+
+async def test_a_forced_resume_gets_past_every_break_and_a_later_break_needs_another(
+    engine: fusee.Engine, tmp_path: Path, worker_procs: Any
+) -> None:
+    """Two records replaced while the run waits: one ``resume(force=True)`` takes both
+    (it does not pause again at the second); a break that comes after it pauses the run
+    again, and a second force gets past that one too."""
+    workers = worker_procs()
+    workers.module = PAUSING
+    log = tmp_path / "effects.log"
+    await workers.start()
+    run = await engine.start("pz_code", "r-two-gaps", {"log": str(log)})
+
+    async def forced(n: int) -> bool:  # n forced resumes journaled, and waiting again
+        journal = [r for _, r in await run.journal()]
+        done = sum(isinstance(r, RunResumed) and r.force for r in journal)
+        return done == n and await _status(run) == "waiting"
+
+    async def parked() -> bool:  # (out of memory: the next message activates it afresh)
+        indexed = await engine.store.get_index(run.eid)
+        return indexed is not None and decode_info(indexed).status == "waiting"
+
+    await wait_until(parked, timeout=20, what="the run to park")
+    await _forge_last(engine, run, WaitStarted, "forged-1")
+    await _forge_last(engine, run, WaitStarted, "forged-2")
+    await run.signal("nudge")  # (not the one it waits for: it only brings it back)
+    await wait_until(lambda: _paused(run), timeout=20, what="the run to pause on the gaps")
+    await run.resume(force=True)
+    await wait_until(lambda: forced(1), timeout=20, what="the forced resume")
+    await wait_until(parked, timeout=20, what="the run to park again")
+    # a new break, after the forced resume: a second force gets past it
+    await _forge_last(engine, run, WaitStarted, "forged-3")
+    await run.signal("nudge")
+    await wait_until(lambda: _paused(run), timeout=20, what="the run to pause on the new gap")
+    await run.resume(force=True)
+    await wait_until(lambda: forced(2), timeout=20, what="the second forced resume")
+    await run.signal("go")
+    assert await run.result(timeout=20) == ["one", "two", "three"]
+    assert _counts(log) == {"one": 1, "two": 1, "three": 1}

@@ -17,7 +17,14 @@ import fusee
 from fusee.runtime.codec import canonical
 from fusee.runtime.history import History
 from fusee.runtime.ids import escape, partition_of
-from fusee.runtime.records import RunStarted, StepCompleted, encode_record
+from fusee.runtime.records import (
+    RunCancelled,
+    RunResumed,
+    RunStarted,
+    StepCompleted,
+    encode_record,
+    kind_of,
+)
 from tests.workers.procs import wait_until
 
 effects: collections.Counter[str] = collections.Counter()
@@ -148,3 +155,55 @@ async def test_a_retried_start_finishes_the_copy_of_a_starter_that_died(
     assert effects == {"tool:search": 1, "tool:plan": 1, "model": 2}
     names = [r.name for _, r in await run.journal() if isinstance(r, StepCompleted)]
     assert names == ["tool:search", "tool:plan", "model"]
+
+
+async def _append_linked(engine: fusee.Engine, eid: str, history: History, record: Any) -> int:
+    """Append ``record`` linked to what ``history`` read last, as a writer does."""
+    prev, prev_hash = history.link()
+    linked = msgspec.structs.replace(record, prev=prev, prev_hash=prev_hash)
+    data = encode_record(linked)
+    last = await engine.store.last_in_journal(eid)
+    assert last is not None
+    seq = await engine.store.append(
+        eid, kind_of(linked), data, fence=last.seq, msg_id=f"{eid}:hand:{last.seq}"
+    )
+    history.add(seq, linked, data)
+    return seq
+
+
+async def test_regenerate_reads_the_old_journal_as_every_reader_does(
+    engine: fusee.Engine,
+) -> None:
+    """A journal with an unreadable record that a forced resume accepted is read past
+    it (the record skipped), as the run's own reader does; a break no forced resume
+    accepted is refused, naming it, and nothing is started."""
+    old = await engine.start(turn, "chat-9/turn-1", HISTORY)  # (no worker: written by hand)
+    history = History(old.run_id)
+    first = await engine.store.read_journal(old.eid)
+    history.feed(first[0].seq, first[0].data)
+    search = StepCompleted(pos=1, name="tool:search", result=msgspec.Raw(b'["tram 28"]'))
+    await _append_linked(engine, old.eid, history, search)
+    last = await engine.store.last_in_journal(old.eid)
+    assert last is not None
+    garbage = await engine.store.append(
+        old.eid, "step.completed", b"\xffnot a record", fence=last.seq, msg_id="garbage"
+    )
+    await _append_linked(engine, old.eid, history, RunResumed(force=True, gap=garbage))
+    await _append_linked(engine, old.eid, history, RunCancelled(reason="stopped"))
+    new = await engine.start(turn, "chat-9/turn-1b", HISTORY, from_run="chat-9/turn-1")
+    copied = [r for _, r in await new.journal()]
+    assert [type(r) for r in copied] == [RunStarted, StepCompleted]
+    assert isinstance(copied[1], StepCompleted)
+    assert (copied[1].name, bytes(copied[1].result)) == ("tool:search", b'["tram 28"]')
+
+    # a break nobody accepted: refused, nothing started
+    broken = await engine.start(turn, "chat-9/turn-2", HISTORY)
+    forged = StepCompleted(pos=1, name="tool:search", result=msgspec.Raw(b"1"), prev=9)
+    last = await engine.store.last_in_journal(broken.eid)
+    assert last is not None
+    await engine.store.append(
+        broken.eid, "step.completed", encode_record(forged), fence=last.seq, msg_id="forged"
+    )
+    with pytest.raises(fusee.InvalidArgument, match="chain is broken"):
+        await engine.start(turn, "chat-9/turn-2b", HISTORY, from_run="chat-9/turn-2")
+    assert list(await engine.store.read_journal(escape("chat-9/turn-2b"))) == []

@@ -537,19 +537,22 @@ class Replayer:
             )
 
 
-def load_journal(history: History, messages: Sequence[tuple[int, bytes]]) -> None:
-    """Feed ``messages`` (``(seq, data)``, in order) to ``history``. A break of the
-    chain that a forced resume journaled later in them accepted (``run.resumed`` with
-    ``force``, its ``gap`` at or past the break) is taken as it is.
+def load_journal(history: History, messages: Sequence[tuple[int, bytes]]) -> list[AnyRecord]:
+    """Feed ``messages`` (``(seq, data)``, in order) to ``history``; the records taken,
+    in order. A break of the chain that a forced resume journaled later in them
+    accepted (``run.resumed`` with ``force``, its ``gap`` at or past the break) is taken
+    as it is (an unreadable record there is skipped).
 
     Raises:
         JournalGap: a break no forced resume accepted.
     """
+    taken: list[AnyRecord] = []
     i = 0
     while i < len(messages):
         seq, data = messages[i]
         try:
-            history.feed(seq, data)
+            if (record := history.feed(seq, data)) is not None:
+                taken.append(record)
         except JournalGap as gap:
             accepted = _forced_gap(messages[i + 1 :])
             if accepted < gap.seq:
@@ -557,6 +560,7 @@ def load_journal(history: History, messages: Sequence[tuple[int, bytes]]) -> Non
             history.forgive = max(history.forgive, accepted)
             continue  # fed again, forgiven
         i += 1
+    return taken
 
 
 def _forced_gap(messages: Sequence[tuple[int, bytes]]) -> int:

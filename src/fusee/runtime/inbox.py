@@ -150,7 +150,8 @@ class Resume(Message, tag="resume", frozen=True):
     at journal sequence ``paused`` (a message naming another pause, or a run no longer
     paused there, is ignored: two resumes of one pause resume once). ``force``: resume
     a run paused on a broken journal chain (nothing journaled names that pause:
-    ``paused`` is 0), accepting the break at journal sequence ``gap``."""
+    ``paused`` is 0), accepting every break at a journal sequence up to ``gap`` (the
+    journal's last when the operator forced it)."""
 
     paused: int = 0
     force: bool = False
