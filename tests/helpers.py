@@ -16,6 +16,7 @@ import anyio
 
 import fusee
 from fusee.actors.registry import Registry, Workflow
+from fusee.runtime.index import decode_info
 from fusee.runtime.tokens import TokenEvent
 
 
@@ -96,3 +97,15 @@ def poked_at(worker: Any, eid: str, *, hints: int = 0) -> anyio.Event:
 
     worker._ensure_actor = ensure
     return seen
+
+
+def hold_index_write(
+    engine: fusee.Engine, eid: str, status: str
+) -> tuple[anyio.Event, anyio.Event]:
+    """Hold run ``eid``'s index entry saying ``status`` on its way (the last write of
+    an activation leaving memory to park or pause): returns (entered, release)."""
+    return hold_store_call(
+        engine,
+        "put_index",
+        lambda e, value, **_: e == eid and decode_info(value).status == status,
+    )

@@ -12,9 +12,8 @@ import pytest
 
 import fusee
 from fusee.runtime.ids import escape
-from fusee.runtime.index import decode_info
 from fusee.runtime.records import ObjectDone
-from tests.helpers import hold_store_call, poked_at
+from tests.helpers import hold_index_write, hold_store_call, poked_at
 from tests.workers.procs import wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -28,11 +27,7 @@ async def park_race(ctx: fusee.Context, timeout: str | None) -> Any:
 async def test_a_signal_while_the_run_leaves_memory_to_park(engine: fusee.Engine) -> None:
     eid = escape("race-park")
     # the run's last write before it leaves memory: its index entry saying "waiting"
-    entered, release = hold_store_call(
-        engine,
-        "put_index",
-        lambda e, value, **_: e == eid and decode_info(value).status == "waiting",
-    )
+    entered, release = hold_index_write(engine, eid, "waiting")
     async with engine.worker() as worker:
         poked = poked_at(worker, eid)
         run = await engine.start(park_race, "race-park", None)

@@ -14,9 +14,8 @@ import fusee
 from fusee.actors.registry import Registry
 from fusee.runtime.ids import escape
 from fusee.runtime.inbox import Cancel, encode_message
-from fusee.runtime.index import decode_info
 from fusee.runtime.records import RunPaused, RunResumed, StepCompleted, encode_record
-from tests.helpers import hold_store_call, poked_at
+from tests.helpers import hold_index_write, hold_store_call, poked_at
 from tests.workers.procs import wait_until
 
 FLAG: dict[str, Path] = {}
@@ -280,11 +279,7 @@ async def test_a_cancel_stored_while_the_paused_run_leaves_memory(engine: fusee.
     keeps the paused run in its parking lot, which reads the inbox again."""
     CALLS.clear()
     eid = escape("pz-leaving")
-    entered, release = hold_store_call(
-        engine,
-        "put_index",
-        lambda e, value, **_: e == eid and decode_info(value).status == "paused",
-    )
+    entered, release = hold_index_write(engine, eid, "paused")
     async with engine.worker() as worker:
         poked = poked_at(worker, eid)
         run = await engine.start(pz_undo, "pz-leaving")
