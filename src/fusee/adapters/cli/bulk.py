@@ -6,8 +6,6 @@ shared with the HTTP API; this module parses, shows progress and prints.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -18,11 +16,7 @@ from fusee.adapters.cli.commands import CONNECT_TIMEOUT_QUERY, open_engine
 from fusee.adapters.cli.options import GlobalOptions
 from fusee.runtime.bulk import make_filter
 
-__all__ = ("bulk_parser", "runs_bulk", "KILL_AFTER")
-
-# Tests: SIGKILL this process once this many runs have been acted on (an interruption at
-# a known point, for the re-run test); unset in production.
-KILL_AFTER = "FUSEE_TEST_BULK_KILL_AFTER"
+__all__ = ("bulk_parser", "runs_bulk")
 
 
 def bulk_parser(
@@ -54,14 +48,6 @@ def bulk_parser(
         )
 
 
-def _kill_after() -> int:
-    """The test-only hook's count (``FUSEE_TEST_BULK_KILL_AFTER``): SIGKILL the CLI once
-    this many runs are done, for the tests of an interrupted bulk operation. Anything
-    but a positive integer leaves it off."""
-    raw = os.environ.get(KILL_AFTER, "")
-    return int(raw) if raw.strip().isdigit() else 0
-
-
 async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
     # rich's progress bar is imported here, not with the CLI: it costs every command
     # about 7.5 ms to import, and only the bulk commands draw it
@@ -70,7 +56,6 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
 
     action = args.bulk_action
     err = Console(stderr=True)
-    kill_after = _kill_after()
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         filters = {
             "status": args.status,
@@ -99,8 +84,6 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
                     desc = ", ".join(f"{k} {v}" for k, v in counts.items())
                     progress.update(task, description=desc)
                 progress.advance(task)
-                if kill_after and counts["done"] >= kill_after:
-                    os.kill(os.getpid(), signal.SIGKILL)
 
             kwargs: dict[str, Any] = {**filters, "dry_run": args.dry_run, "on_run": on_run}
             if action == "cancel":
