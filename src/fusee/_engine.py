@@ -8,7 +8,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextvars import Token
 from pathlib import Path
 from typing import Any
@@ -650,7 +650,7 @@ class Engine:
         until: TimeLike | None = None,
         id_prefix: str | None = None,
         page: int = PAGE,
-    ) -> AsyncIterator[list[RunInfo]]:
+    ) -> AsyncGenerator[list[RunInfo], None]:
         """The runs the filter matches, a page of at most about ``page`` at a time, never
         all in memory: ended runs from their listing entries
         (``<ns>.in.x.<status>.<workflow>.<eid>``), paused runs from theirs, the others
@@ -769,6 +769,7 @@ class Engine:
             ``await engine.serve()``
         """
         with self.store.retrying_for(math.inf):  # actors ride out a NATS outage
+            await self.store.open_listings()  # (a worker's, not a reader's: see there)
             await self._worker(registry=registry).run()
 
     @contextlib.asynccontextmanager
@@ -785,6 +786,7 @@ class Engine:
             # the worker's tasks copy this context: its actors ride out a NATS outage,
             # while this engine's own calls keep the client's bounded retries
             with self.store.retrying_for(math.inf):
+                await self.store.open_listings()  # (a worker's, not a reader's)
                 await tg.start(w.run)
             try:
                 yield w
