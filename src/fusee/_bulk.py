@@ -216,16 +216,24 @@ async def bulk(
 
     async def act(info: RunInfo) -> None:
         run = engine.run(info.run_id)
+        failure: FuseeError | None = None
+        acted = False
         try:
             if action == "cancel":
-                acted = await run.cancel(reason)
+                acted = await run.cancel(reason)  # False: it ended meanwhile
             else:
                 await run.resume()
                 acted = True
-        except (NotPausedError, RunNotFound):
-            acted = False  # resumed (or gone) since it was listed
+        except NotPausedError as exc:
+            # resumed since it was listed (skipped), or paused on a broken journal chain:
+            # that one needs resume(force=True) and stays paused, for an operator to see
+            failure = exc if exc.status == "paused" else None
+        except RunNotFound:
+            pass  # gone since it was listed
         except FuseeError as exc:
-            summary.failed[info.run_id] = f"{type(exc).__name__}: {exc}"
+            failure = exc
+        if failure is not None:
+            summary.failed[info.run_id] = f"{type(failure).__name__}: {failure}"
             tell(info, "failed")
             return
         if acted:

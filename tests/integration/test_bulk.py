@@ -210,6 +210,32 @@ async def test_bulk_cancel_killed_halfway_and_run_again_cancels_each_once(
     assert "0 done, 0 skipped, 0 failed" in out
 
 
+async def test_bulk_resume_dry_run_counts_against_the_index_total_and_sends_nothing(
+    engine: fusee.Engine, bulk_workers: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    made = await start_settled(engine, tmp_path, "bk_b", "pause", [f"d-{i}" for i in range(5)])
+    await start_settled(engine, tmp_path, "bk_a", "pause", ["d-other"])
+    inboxes = {
+        r: await engine.store.read_inbox(engine.run(r).partition, engine.run(r).eid) for r in made
+    }
+    code, out = await _cli(
+        nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b", "--dry-run"
+    )
+    assert code == 0, out
+    assert sorted(
+        line.split()[2] for line in out.splitlines() if line.startswith("would resume ")
+    ) == sorted(made)
+    assert "would resume: 5 done, 0 skipped, 0 failed (done: resumes to send;" in out
+    assert "5 of 5" in out  # the progress bar's total: the index counted the listings
+    assert {
+        r: await engine.store.read_inbox(engine.run(r).partition, engine.run(r).eid) for r in made
+    } == inboxes
+    code, out = await _cli(nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b")
+    assert code == 0, out
+    assert "resume: 5 done, 0 skipped, 0 failed (done: resumes sent;" in out
+    assert "5 of 5" in out
+
+
 async def _resumes(engine: fusee.Engine, run_id: str) -> int:
     return sum(isinstance(r, RunResumed) for _, r in await engine.run(run_id).journal())
 

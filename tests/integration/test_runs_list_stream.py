@@ -115,7 +115,8 @@ async def test_a_filtered_json_list_is_one_array_written_an_item_at_a_time(
         == 0
     )
     items = [w for w in recorded.writes if '"run_id"' in w[1]]
-    assert items and items[0][0] == 1, recorded.writes
+    assert items, recorded.writes
+    assert items[0][0] == 1, "the first items were written only after more pages were read"
     listed = json.loads(recorded.text)
     assert sorted(i["run_id"] for i in listed) == failed_runs
     # the same text json_text(list) printed before it streamed: an indented array

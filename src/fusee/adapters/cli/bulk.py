@@ -48,6 +48,16 @@ def bulk_parser(
         )
 
 
+async def _total(engine: fusee.Engine, action: str, filters: dict[str, Any]) -> int | None:
+    """How many runs a bulk resume will meet at most, when the index can count them
+    without reading them: the paused listing entries of the workflow (or of all), with
+    no start time or ID prefix asked (those are checked on each entry read). None for a
+    cancel: the runs not ended are active markers, named by partition and ID only."""
+    if action != "resume" or any(filters[k] for k in ("since", "until", "id_prefix")):
+        return None
+    return await engine.store.count_listed("paused", filters["workflow"])
+
+
 async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
     # rich's progress bar is imported here, not with the CLI: it costs every command
     # about 7.5 ms to import, and only the bulk commands draw it
@@ -65,15 +75,18 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
             "id_prefix": args.id_prefix,
         }
         make_filter(**filters, now=time.time())  # bad input: refused before anything is read
+        total = await _total(engine, action, filters)
         with Progress(
             TextColumn(f"{action} [progress.description]{{task.description}}"),
             BarColumn(bar_width=None),
-            TextColumn("{task.completed} runs"),
+            TextColumn(
+                "{task.completed} runs" if total is None else "{task.completed} of {task.total:.0f}"
+            ),
             TimeElapsedColumn(),
             console=err,
             transient=False,
         ) as progress:
-            task = progress.add_task("", total=None)
+            task = progress.add_task("", total=total)
             counts = {"done": 0, "skipped": 0, "failed": 0}
 
             def on_run(info: fusee.RunInfo, what: str) -> None:
@@ -90,9 +103,13 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
                 summary = await engine.bulk_cancel(reason=args.reason, **kwargs)
             else:
                 summary = await engine.bulk_resume(**kwargs)
+            done = progress.tasks[0].completed
+            progress.update(task, total=done)  # (the count was at most this many)
     verb = "would " + action if summary.dry_run else action
+    sent = f"{action}s {'to send' if summary.dry_run else 'sent'}"
     sys.stdout.write(
-        f"{verb}: {summary.done} done, {summary.skipped} skipped, {len(summary.failed)} failed\n"
+        f"{verb}: {summary.done} done, {summary.skipped} skipped, {len(summary.failed)} failed"
+        f" (done: {sent}; each run acts on it when its worker reads it)\n"
     )
     for run_id, why in summary.failed.items():
         sys.stdout.write(f"  failed {run_id}: {why}\n")

@@ -27,6 +27,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
     StorageType,
@@ -1045,6 +1047,28 @@ class NatsStore:
                     if msg.data and named is not None and msg.headers.get(KIND) == LISTED_KIND:
                         out.append((named[2], msg.data, msg.seq))
                 yield out
+
+    async def count_listed(self, status: str, workflow: str | None) -> int:
+        """How many runs the listing entries of ``status`` and ``workflow`` (None: any)
+        name, without reading them: the pending count of an ephemeral consumer that
+        would deliver the last message of each subject (two requests, whatever the
+        count). An upper bound for ``paused``: a stale entry, or a removal in the second
+        before it expires, counts too."""
+        config = ConsumerConfig(
+            filter_subject=self.layout.listings(status, workflow),
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=AckPolicy.NONE,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=5.0,  # gone by itself if the delete below is lost
+        )
+        with lost_on_transient("counting the run index"):
+            info = await retrying(
+                self.js.add_consumer, self.layout.stream, config, what="a counting consumer"
+            )
+        with contextlib.suppress(*TRANSIENT, nats.js.errors.NotFoundError):
+            await self.js.delete_consumer(self.layout.stream, info.name)
+        return int(info.num_pending or 0)
 
     def _unlisted(self, status: str, workflow: str, eid: str) -> Message:
         """The removal of a run's listing entry: replaces it, then expires."""
