@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -57,9 +57,7 @@ async def failed_runs(nats_server: Any, namespace: str) -> list[str]:
 
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
-    """``Engine.runs`` paged by ``PAGE``, each page read counted; ``recording`` in the
-    test puts the recorder in stdout's place (pytest's capture takes it back between
-    the set-up and the test)."""
+    """A stdout recorder; ``Engine.runs`` paged by ``PAGE``, each page read counted."""
     pages: list[int] = []
     runs = fusee.Engine.runs
 
@@ -72,26 +70,30 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
     return _Recorder(pages)
 
 
-async def _listed(
-    monkeypatch: pytest.MonkeyPatch, out: _Recorder, opts: GlobalOptions, **args: Any
-) -> int:
-    with monkeypatch.context() as m:
-        m.setattr(sys, "stdout", out)
-        return await runs_list(opts, **args)
+Listing = Callable[..., Awaitable[int]]
+
+
+@pytest.fixture
+def listing(
+    nats_server: Any, namespace: str, recorded: _Recorder, monkeypatch: pytest.MonkeyPatch
+) -> Listing:
+    """``fusee runs list`` (``runs_list``) on the test's namespace, its stdout recorded
+    (put in place in the test itself: pytest's capture takes stdout back between the
+    set-up and the test)."""
+    opts = GlobalOptions(nats=nats_server.url, namespace=namespace)
+
+    async def run(**args: Any) -> int:
+        with monkeypatch.context() as m:
+            m.setattr(sys, "stdout", recorded)
+            return await runs_list(opts, **args)
+
+    return run
 
 
 async def test_a_filtered_list_prints_each_page_before_reading_the_next(
-    nats_server: Any,
-    namespace: str,
-    failed_runs: list[str],
-    recorded: _Recorder,
-    monkeypatch: pytest.MonkeyPatch,
+    failed_runs: list[str], recorded: _Recorder, listing: Listing
 ) -> None:
-    opts = GlobalOptions(nats=nats_server.url, namespace=namespace)
-    assert (
-        await _listed(monkeypatch, recorded, opts, status="failed", workflow="w", as_json=False)
-        == 0
-    )
+    assert await listing(status="failed", workflow="w", as_json=False) == 0
     rows = [w for w in recorded.writes if "f-" in w[1]]
     assert rows, recorded.writes
     assert rows[0][0] == 1, "the first rows were printed only after more pages were read"
@@ -103,17 +105,9 @@ async def test_a_filtered_list_prints_each_page_before_reading_the_next(
 
 
 async def test_a_filtered_json_list_is_one_array_written_an_item_at_a_time(
-    nats_server: Any,
-    namespace: str,
-    failed_runs: list[str],
-    recorded: _Recorder,
-    monkeypatch: pytest.MonkeyPatch,
+    failed_runs: list[str], recorded: _Recorder, listing: Listing
 ) -> None:
-    opts = GlobalOptions(nats=nats_server.url, namespace=namespace)
-    assert (
-        await _listed(monkeypatch, recorded, opts, status="failed", as_json=True, workflow=None)
-        == 0
-    )
+    assert await listing(status="failed", as_json=True, workflow=None) == 0
     items = [w for w in recorded.writes if '"run_id"' in w[1]]
     assert items, recorded.writes
     assert items[0][0] == 1, "the first items were written only after more pages were read"
@@ -125,11 +119,7 @@ async def test_a_filtered_json_list_is_one_array_written_an_item_at_a_time(
 
 
 async def test_a_filtered_json_list_of_nothing_is_an_empty_array(
-    nats_server: Any, namespace: str, recorded: _Recorder, monkeypatch: pytest.MonkeyPatch
+    recorded: _Recorder, listing: Listing
 ) -> None:
-    opts = GlobalOptions(nats=nats_server.url, namespace=namespace)
-    assert (
-        await _listed(monkeypatch, recorded, opts, status="completed", as_json=True, workflow=None)
-        == 0
-    )
+    assert await listing(status="completed", as_json=True, workflow=None) == 0
     assert json.loads(recorded.text) == []
