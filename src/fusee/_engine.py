@@ -682,8 +682,10 @@ class Engine:
         """Cancel every run that has not ended and that the filter matches, paging
         through the index, ``concurrency`` cancels in flight. Safe to run again after an
         interruption: a run cancelled by the first pass has ended and is not listed (or
-        its cancel returns False: counted as skipped). ``dry_run``: nothing is done,
-        ``done`` counts what would be; ``on_run(info, what)`` is called for each run.
+        its cancel returns False: counted as skipped). The summary's ``done`` counts the
+        cancels sent (stored in each run's inbox), not taken: each run ends when its
+        worker reads it (see :class:`fusee.BulkSummary`). ``dry_run``: nothing is done,
+        ``done`` counts what would be sent; ``on_run(info, what)`` is called for each run.
 
         Raises:
             ConfigError: bad filter (before anything is done), an ended status.
@@ -715,8 +717,11 @@ class Engine:
         on_run: OnRun | None = None,
     ) -> BulkSummary:
         """Resume every paused run the filter matches (``Run.resume()`` each), as
-        :meth:`bulk_cancel` does: a run resumed by an interrupted pass is not paused any
-        more (skipped) or its resume is the same, idempotent one.
+        :meth:`bulk_cancel` does: a run resumed by an interrupted pass is not listed
+        (its marker is back), or not paused any more (skipped), or its resume is the
+        same message again (deduplicated). ``done`` counts the resumes sent, not taken
+        (the run journals ``run.resumed`` when its worker reads it); a run paused on a
+        broken journal chain is failed (it needs ``resume(force=True)``).
 
         Raises:
             ConfigError: bad filter, a status other than ``paused``.
