@@ -16,6 +16,7 @@ import fusee
 from fusee.adapters.cli.commands import runs_list
 from fusee.adapters.cli.options import GlobalOptions
 from fusee.runtime.index import RunInfo, encode_info
+from tests.helpers import run_cli
 
 RUNS = 7
 PAGE = 3
@@ -123,3 +124,13 @@ async def test_a_filtered_json_list_of_nothing_is_an_empty_array(
 ) -> None:
     assert await listing(status="completed", as_json=True, workflow=None) == 0
     assert json.loads(recorded.text) == []
+
+
+async def test_a_list_of_nothing_prints_no_table_and_says_so(
+    nats_server: Any, namespace: str, recorded: _Recorder, listing: Listing
+) -> None:
+    done = await run_cli("runs", "list", "--nats", nats_server.url, "--namespace", namespace)
+    assert (done.returncode, done.stdout) == (0, "")
+    assert f"No runs in namespace {namespace!r}." in done.stderr
+    assert await listing(status="completed", as_json=False, workflow="w") == 0
+    assert recorded.text == ""

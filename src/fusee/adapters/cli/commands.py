@@ -326,6 +326,8 @@ async def runs_list(
         count = 0
         async with contextlib.aclosing(pages):
             async for found in pages:
+                if not found:
+                    continue  # (no header before the first row)
                 found.sort(key=lambda i: i.created_at, reverse=True)
                 if as_json:  # one JSON array, an item at a time
                     text = "".join(json_item(i, first=count + n == 0) for n, i in enumerate(found))
