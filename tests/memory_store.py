@@ -140,7 +140,16 @@ class MemoryStore:
 
     # -- the journal --------------------------------------------------------------------
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+    async def append(
+        self,
+        eid: str,
+        kind: str,
+        data: bytes,
+        *,
+        fence: int,
+        msg_id: str,
+        unlist: str | None = None,  # (no listing entries here)
+    ) -> int:
         await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
         return self._append(eid, data, fence=fence, kind=kind)
 

@@ -78,14 +78,21 @@ async def _entry(engine: Engine, eid: str) -> RunInfo | None:
     return _decoded(entry[0]) if entry and entry[0] else None
 
 
-async def _still_paused(engine: Engine, eid: str, info: RunInfo) -> RunInfo | None:
-    """The run's entry if it is paused still (a listing stays when the run resumes: the
-    marker it gets back says so)."""
+async def _still_paused(engine: Engine, eid: str, info: RunInfo, seq: int) -> RunInfo | None:
+    """The run's entry if it is paused still. A ``run.resumed`` removes the listing in
+    its write; one that is still there while the run is not paused (resumed by a worker
+    of an earlier version, listed by ``open_listings`` after its resume, or the resume
+    sent and not taken yet: its marker is back) is not listed, and pruned: removed if
+    it is still the entry stored at ``seq`` (a run that paused again meanwhile wrote a
+    newer one, which stays; one that pauses again later writes its own)."""
     now = await _entry(engine, eid)
-    if now is None or now.status != "paused":
-        return None  # resumed and parked or ended since
-    if await engine.store.has_run_marker(info.partition, eid):
-        return None  # resumed: active again
+    if (
+        now is None
+        or now.status != "paused"
+        or await engine.store.has_run_marker(info.partition, eid)
+    ):
+        await engine.store.unlist("paused", info.workflow, eid, seq)
+        return None
     return now
 
 
@@ -95,9 +102,9 @@ async def _listed(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list
     wanted = [f.status] if f.status is not None else list(ENDED_STATUSES)
     for status in wanted:
         async for found in store.listed_pages(status, f.workflow, page=page):
-            yield [i for _, raw in found if (i := _decoded(raw)) and matches(i, f)]
-    async for found in store.legacy_pages(page=page):
-        yield [i for _, raw in found if (i := _decoded(raw)) and matches(i, f)]
+            yield [i for _, raw, _ in found if (i := _decoded(raw)) and matches(i, f)]
+    async for old in store.legacy_pages(page=page):
+        yield [i for _, raw in old if (i := _decoded(raw)) and matches(i, f)]
 
 
 async def _paused(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
@@ -106,10 +113,10 @@ async def _paused(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list
     store = engine.store
     pf = msgspec.structs.replace(f, status="paused")
     async for found in store.listed_pages("paused", f.workflow, page=page):
-        candidates = [(eid, i) for eid, raw in found if (i := _decoded(raw)) and matches(i, pf)]
-        checked = await _gather(
-            candidates, lambda c: _still_paused(engine, c[0], c[1]), CONCURRENCY
-        )
+        candidates = [
+            (eid, i, seq) for eid, raw, seq in found if (i := _decoded(raw)) and matches(i, pf)
+        ]
+        checked = await _gather(candidates, lambda c: _still_paused(engine, *c), CONCURRENCY)
         yield [i for i in checked if i is not None]
 
 
@@ -209,16 +216,24 @@ async def bulk(
 
     async def act(info: RunInfo) -> None:
         run = engine.run(info.run_id)
+        failure: FuseeError | None = None
+        acted = False
         try:
             if action == "cancel":
-                acted = await run.cancel(reason)
+                acted = await run.cancel(reason)  # False: it ended meanwhile
             else:
                 await run.resume()
                 acted = True
-        except (NotPausedError, RunNotFound):
-            acted = False  # resumed (or gone) since it was listed
+        except NotPausedError as exc:
+            # resumed since it was listed (skipped), or paused on a broken journal chain:
+            # that one needs resume(force=True) and stays paused, for an operator to see
+            failure = exc if exc.status == "paused" else None
+        except RunNotFound:
+            pass  # gone since it was listed
         except FuseeError as exc:
-            summary.failed[info.run_id] = f"{type(exc).__name__}: {exc}"
+            failure = exc
+        if failure is not None:
+            summary.failed[info.run_id] = f"{type(failure).__name__}: {failure}"
             tell(info, "failed")
             return
         if acted:

@@ -8,7 +8,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextvars import Token
 from pathlib import Path
 from typing import Any
@@ -662,7 +662,7 @@ class Engine:
         until: TimeLike | None = None,
         id_prefix: str | None = None,
         page: int = PAGE,
-    ) -> AsyncIterator[list[RunInfo]]:
+    ) -> AsyncGenerator[list[RunInfo], None]:
         """The runs the filter matches, a page of at most about ``page`` at a time, never
         all in memory: ended runs from their listing entries
         (``<ns>.in.x.<status>.<workflow>.<eid>``), paused runs from theirs, the others
@@ -694,8 +694,10 @@ class Engine:
         """Cancel every run that has not ended and that the filter matches, paging
         through the index, ``concurrency`` cancels in flight. Safe to run again after an
         interruption: a run cancelled by the first pass has ended and is not listed (or
-        its cancel returns False: counted as skipped). ``dry_run``: nothing is done,
-        ``done`` counts what would be; ``on_run(info, what)`` is called for each run.
+        its cancel returns False: counted as skipped). The summary's ``done`` counts the
+        cancels sent (stored in each run's inbox), not taken: each run ends when its
+        worker reads it (see :class:`fusee.BulkSummary`). ``dry_run``: nothing is done,
+        ``done`` counts what would be sent; ``on_run(info, what)`` is called for each run.
 
         Raises:
             ConfigError: bad filter (before anything is done), an ended status.
@@ -727,8 +729,11 @@ class Engine:
         on_run: OnRun | None = None,
     ) -> BulkSummary:
         """Resume every paused run the filter matches (``Run.resume()`` each), as
-        :meth:`bulk_cancel` does: a run resumed by an interrupted pass is not paused any
-        more (skipped) or its resume is the same, idempotent one.
+        :meth:`bulk_cancel` does: a run resumed by an interrupted pass is not listed
+        (its marker is back), or not paused any more (skipped), or its resume is the
+        same message again (deduplicated). ``done`` counts the resumes sent, not taken
+        (the run journals ``run.resumed`` when its worker reads it); a run paused on a
+        broken journal chain is failed (it needs ``resume(force=True)``).
 
         Raises:
             ConfigError: bad filter, a status other than ``paused``.
@@ -781,6 +786,7 @@ class Engine:
             ``await engine.serve()``
         """
         with self.store.retrying_for(math.inf):  # actors ride out a NATS outage
+            await self.store.open_listings()  # (a worker's, not a reader's: see there)
             await self._worker(registry=registry).run()
 
     @contextlib.asynccontextmanager
@@ -797,6 +803,7 @@ class Engine:
             # the worker's tasks copy this context: its actors ride out a NATS outage,
             # while this engine's own calls keep the client's bounded retries
             with self.store.retrying_for(math.inf):
+                await self.store.open_listings()  # (a worker's, not a reader's)
                 await tg.start(w.run)
             try:
                 yield w

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 import fusee
-from tests.workers.procs import worker_procs
+from tests.workers.procs import HERE, worker_procs
 
-__all__ = ("engine", "worker_procs")
+__all__ = ("engine", "worker_procs", "bulk_workers")
 
 
 @pytest.fixture
@@ -21,3 +21,12 @@ async def engine(nats_server: Any, namespace: str) -> AsyncIterator[fusee.Engine
         yield eng
     finally:
         await eng.close()
+
+
+@pytest.fixture
+async def bulk_workers(worker_procs: Any) -> Any:
+    """A worker subprocess serving the bulk tests' workflows (tests/workers/bulk.py)."""
+    workers = worker_procs()
+    workers.module = HERE / "bulk.py"
+    await workers.start()
+    return workers

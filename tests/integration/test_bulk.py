@@ -13,18 +13,30 @@ import httpx
 import pytest
 
 import fusee
-from fusee.adapters.cli.bulk import KILL_AFTER
 from fusee.runtime.bulk import STATUSES
 from fusee.runtime.records import RunCancelled, RunResumed
 from tests.helpers import cli_cmd, cli_env
-from tests.workers.procs import HERE, api_server, wait_until
+from tests.workers.procs import api_server, wait_until
 
-BULK = HERE / "bulk.py"
 MODES = {"done": "completed", "fail": "failed", "block": "running", "wait": "waiting"}
+Made = dict[str, tuple[str, str, float]]  # run ID -> (workflow, expected status, start)
 
 
 def _arg(tmp_path: Path, mode: str) -> dict[str, Any]:
     return {"mode": mode, "log": str(tmp_path / "calls.log"), "flag": str(tmp_path / "fixed")}
+
+
+async def start_settled(
+    engine: fusee.Engine, tmp_path: Path, wf: str, mode: str, ids: list[str]
+) -> Made:
+    """Start a run of ``wf`` in ``mode`` for each of ``ids``; wait until each is in its
+    mode's status (``pause``: paused)."""
+    made: Made = {}
+    for run_id in ids:
+        await engine.start(wf, run_id, _arg(tmp_path, mode))
+        made[run_id] = (wf, MODES.get(mode, "paused"), time.time())
+    await _settled(engine, made)
+    return made
 
 
 async def _status(engine: fusee.Engine, run_id: str) -> str:
@@ -40,11 +52,9 @@ async def _listed(engine: fusee.Engine, **f: Any) -> set[str]:
     return set(out)
 
 
-async def _start_all(
-    engine: fusee.Engine, tmp_path: Path, prefix: str, per: int
-) -> dict[str, tuple[str, str, float]]:
+async def _start_all(engine: fusee.Engine, tmp_path: Path, prefix: str, per: int) -> Made:
     """``per`` runs of each workflow in each mode: ID -> (workflow, expected status, start)."""
-    made: dict[str, tuple[str, str, float]] = {}
+    made: Made = {}
     for wf in ("bk_a", "bk_b"):
         for mode in [*MODES, "pause", "cancel"]:
             for i in range(per):
@@ -59,7 +69,7 @@ async def _start_all(
     return made
 
 
-async def _settled(engine: fusee.Engine, made: dict[str, tuple[str, str, float]]) -> None:
+async def _settled(engine: fusee.Engine, made: Made) -> None:
     for run_id, (_, status, _) in made.items():
         await wait_until(
             functools.partial(_status_is, engine, run_id, status),
@@ -75,11 +85,8 @@ async def _status_is(engine: fusee.Engine, run_id: str, status: str) -> bool:
 
 
 async def test_the_index_lists_exactly_the_runs_each_filter_matches(
-    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+    engine: fusee.Engine, bulk_workers: Any, tmp_path: Path
 ) -> None:
-    workers = worker_procs()
-    workers.module = BULK
-    await workers.start()
     first = await _start_all(engine, tmp_path, "old", 2)
     middle = time.time()
     second = await _start_all(engine, tmp_path, "new", 2)
@@ -127,13 +134,15 @@ async def test_bad_filters_are_refused_and_nothing_is_done(
 
 
 async def _cli(
-    nats_server: Any, namespace: str, *args: str, env: dict[str, str] | None = None
+    nats_server: Any, namespace: str, *args: str, kill_after: int | None = None
 ) -> tuple[int, str]:
-    done = await anyio.run_process(
-        cli_cmd(*args, "--nats", nats_server.url, "--namespace", namespace),
-        check=False,
-        env={**cli_env(), **(env or {})},
-    )
+    """``fusee ARGS`` on the test's namespace: exit code, stdout and stderr. ``kill_after``:
+    the CLI SIGKILLs itself once its bulk action has done that many runs
+    (``tests/workers/bulk_cli.py``)."""
+    cmd = cli_cmd(*args, "--nats", nats_server.url, "--namespace", namespace)
+    if kill_after is not None:
+        cmd[1:3] = ["-m", "tests.workers.bulk_cli", str(kill_after)]
+    done = await anyio.run_process(cmd, check=False, env=cli_env())
     return done.returncode, done.stdout.decode() + done.stderr.decode()
 
 
@@ -142,19 +151,13 @@ async def _cancels(engine: fusee.Engine, run_id: str) -> int:
 
 
 async def test_bulk_cancel_cancels_exactly_the_matching_runs_and_dry_run_nothing(
-    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+    engine: fusee.Engine, bulk_workers: Any, nats_server: Any, namespace: str, tmp_path: Path
 ) -> None:
-    workers = worker_procs()
-    workers.module = BULK
-    await workers.start()
-    made = {}
+    made: Made = {}
     for wf in ("bk_a", "bk_b"):
         for mode in ("block", "done"):
-            for i in range(6):
-                run_id = f"{wf}-{mode}-{i}"
-                await engine.start(wf, run_id, _arg(tmp_path, mode))
-                made[run_id] = (wf, MODES[mode], time.time())
-    await _settled(engine, made)
+            ids = [f"{wf}-{mode}-{i}" for i in range(6)]
+            made |= await start_settled(engine, tmp_path, wf, mode, ids)
     journals = {r: await engine.run(r).journal() for r in made}
     code, out = await _cli(
         nats_server, namespace, "runs", "bulk", "cancel", "--type", "bk_a",
@@ -182,18 +185,11 @@ async def test_bulk_cancel_cancels_exactly_the_matching_runs_and_dry_run_nothing
 
 
 async def test_bulk_cancel_killed_halfway_and_run_again_cancels_each_once(
-    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+    engine: fusee.Engine, bulk_workers: Any, nats_server: Any, namespace: str, tmp_path: Path
 ) -> None:
-    workers = worker_procs()
-    workers.module = BULK
-    await workers.start()
-    made = {}
-    for i in range(40):
-        await engine.start("bk_a", f"k-{i}", _arg(tmp_path, "block"))
-        made[f"k-{i}"] = ("bk_a", "running", time.time())
-    await _settled(engine, made)
+    made = await start_settled(engine, tmp_path, "bk_a", "block", [f"k-{i}" for i in range(40)])
     args = ("runs", "bulk", "cancel", "--workflow", "bk_a", "--reason", "halfway")
-    code, out = await _cli(nats_server, namespace, *args, env={KILL_AFTER: "15"})
+    code, out = await _cli(nats_server, namespace, *args, kill_after=15)
     assert code == -9, out  # SIGKILLed after 15 cancels
 
     async def cancelled_so_far() -> list[str]:
@@ -214,26 +210,45 @@ async def test_bulk_cancel_killed_halfway_and_run_again_cancels_each_once(
     assert "0 done, 0 skipped, 0 failed" in out
 
 
+async def test_bulk_resume_dry_run_counts_against_the_index_total_and_sends_nothing(
+    engine: fusee.Engine, bulk_workers: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    made = await start_settled(engine, tmp_path, "bk_b", "pause", [f"d-{i}" for i in range(5)])
+    await start_settled(engine, tmp_path, "bk_a", "pause", ["d-other"])
+    inboxes = {
+        r: await engine.store.read_inbox(engine.run(r).partition, engine.run(r).eid) for r in made
+    }
+    code, out = await _cli(
+        nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b", "--dry-run"
+    )
+    assert code == 0, out
+    assert sorted(
+        line.split()[2] for line in out.splitlines() if line.startswith("would resume ")
+    ) == sorted(made)
+    assert "would resume: 5 done, 0 skipped, 0 failed (done: resumes to send;" in out
+    assert "5 of 5" in out  # the progress bar's total: the index counted the listings
+    assert {
+        r: await engine.store.read_inbox(engine.run(r).partition, engine.run(r).eid) for r in made
+    } == inboxes
+    code, out = await _cli(nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b")
+    assert code == 0, out
+    assert "resume: 5 done, 0 skipped, 0 failed (done: resumes sent;" in out
+    assert "5 of 5" in out
+
+
 async def _resumes(engine: fusee.Engine, run_id: str) -> int:
     return sum(isinstance(r, RunResumed) for _, r in await engine.run(run_id).journal())
 
 
 async def test_bulk_resume_of_500_paused_runs_killed_halfway_resumes_each_once(
-    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+    engine: fusee.Engine, bulk_workers: Any, nats_server: Any, namespace: str, tmp_path: Path
 ) -> None:
-    workers = worker_procs()
-    workers.module = BULK
-    await workers.start()
-    made = {}
-    for i in range(500):
-        await engine.start("bk_b", f"p-{i}", _arg(tmp_path, "pause"))
-        made[f"p-{i}"] = ("bk_b", "paused", time.time())
-    await engine.start("bk_a", "other-paused", _arg(tmp_path, "pause"))  # another workflow
-    await _settled(engine, {**made, "other-paused": ("bk_a", "paused", 0.0)})
+    made = await start_settled(engine, tmp_path, "bk_b", "pause", [f"p-{i}" for i in range(500)])
+    await start_settled(engine, tmp_path, "bk_a", "pause", ["other-paused"])  # another workflow
     assert len(await engine.list_runs(status="paused", workflow="bk_b")) == 500
     (tmp_path / "fixed").touch()  # the provider is back
     args = ("runs", "bulk", "resume", "--workflow", "bk_b")
-    code, out = await _cli(nats_server, namespace, *args, env={KILL_AFTER: "200"})
+    code, out = await _cli(nats_server, namespace, *args, kill_after=200)
     assert code == -9, out
     code, out = await _cli(nats_server, namespace, *args)
     assert code == 0, out
@@ -246,17 +261,13 @@ async def test_bulk_resume_of_500_paused_runs_killed_halfway_resumes_each_once(
 
 
 async def test_http_bulk_cancel_takes_the_same_filters_and_answers_the_summary(
-    engine: fusee.Engine, worker_procs: Any, nats_server: Any, namespace: str, tmp_path: Path
+    engine: fusee.Engine, bulk_workers: Any, nats_server: Any, namespace: str, tmp_path: Path
 ) -> None:
-    workers = worker_procs()
-    workers.module = BULK
-    await workers.start()
-    made = {}
+    made: Made = {}
     for wf in ("bk_a", "bk_b"):
-        for i in range(3):
-            await engine.start(wf, f"h-{wf}-{i}", _arg(tmp_path, "block"))
-            made[f"h-{wf}-{i}"] = (wf, "running", 0.0)
-    await _settled(engine, made)
+        made |= await start_settled(
+            engine, tmp_path, wf, "block", [f"h-{wf}-{i}" for i in range(3)]
+        )
     with api_server(nats_server.url, namespace, tmp_path) as server:
         url = (await server.wait_for("api.serving", timeout=20))["url"]
         async with httpx.AsyncClient(base_url=url, timeout=20) as http:

@@ -3,38 +3,33 @@ resumed then ended; a run that ends while a listing is under way."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 
 import fusee
-from tests.integration.test_bulk import BULK, _arg, _listed, _resumes, _settled
+from tests.integration.test_bulk import _listed, _resumes, start_settled
 from tests.workers.procs import wait_until
 
 
+async def _paused_again(engine: fusee.Engine, run_id: str) -> bool:
+    """Its resume journaled (one ``run.resumed``), and then paused again."""
+    return (
+        await _resumes(engine, run_id) == 1
+        and (await engine.run(run_id).describe()).status == "paused"
+    )
+
+
 async def test_two_bulk_resumes_at_once_resume_each_run_once(
-    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+    engine: fusee.Engine, bulk_workers: Any, tmp_path: Path
 ) -> None:
-    workers = worker_procs()
-    workers.module = BULK
-    await workers.start()
-    made = {}
-    for i in range(40):
-        await engine.start("bk_b", f"p-{i}", _arg(tmp_path, "pause"))
-        made[f"p-{i}"] = ("bk_b", "paused", time.time())
-    await _settled(engine, made)
+    made = await start_settled(engine, tmp_path, "bk_b", "pause", [f"p-{i}" for i in range(40)])
     # a run paused twice: resumed while the provider is still down, it pauses again
     await engine.run("p-0").resume()
-    await _settled(engine, {"p-0": ("bk_b", "paused", 0.0)})
-    # wait for the second pause (its RunResumed journaled, then paused again)
-    with anyio.fail_after(30):
-        while (
-            await _resumes(engine, "p-0") != 1
-            or (await engine.run("p-0").describe()).status != "paused"
-        ):
-            await anyio.sleep(0.05)
+    await wait_until(
+        lambda: _paused_again(engine, "p-0"), timeout=30, what="p-0 resumed and paused again"
+    )
     listed = await _listed(engine, status="paused", workflow="bk_b")
     assert listed == set(made)
     (tmp_path / "fixed").touch()
@@ -60,13 +55,10 @@ async def test_two_bulk_resumes_at_once_resume_each_run_once(
 
 
 async def test_a_run_that_ends_during_a_listing_is_listed_once(
-    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+    engine: fusee.Engine, bulk_workers: Any, tmp_path: Path
 ) -> None:
-    workers = worker_procs()
-    workers.module = BULK
-    await workers.start()
-    run = await engine.start("bk_a", "w-1", _arg(tmp_path, "wait"))
-    await _settled(engine, {"w-1": ("bk_a", "waiting", 0.0)})
+    await start_settled(engine, tmp_path, "bk_a", "wait", ["w-1"])
+    run = engine.run("w-1")
     pages = engine.runs(since="1h")
     first = await pages.__anext__()  # the active markers' page
     assert "w-1" in [i.run_id for i in first]

@@ -277,6 +277,11 @@ async def test_a_journal_gap_pause_needs_force(
         await run.resume()
     assert err.value.status == "paused"
     assert await engine.store.read_inbox(run.partition, run.eid) == inbox
+    # a bulk resume fails it (it stays paused: an operator must see it), not "skipped"
+    summary = await engine.bulk_resume(workflow="pz_code")
+    assert (summary.done, summary.skipped, list(summary.failed)) == (0, 0, ["r-gap"])
+    assert "force=True" in summary.failed["r-gap"]
+    assert await engine.store.read_inbox(run.partition, run.eid) == inbox
     await run.resume(force=True)
     assert await run.result(timeout=20) == ["one", "two", "three"]
     assert _counts(log) == {"one": 1, "two": 1, "three": 1}

@@ -143,8 +143,10 @@ class ActorCore:
 
     # -- the commit ---------------------------------------------------------------
 
-    async def commit(self, record: AnyRecord) -> int:
+    async def commit(self, record: AnyRecord, *, unlist: str | None = None) -> int:
         """Append ``record`` under this actor's fence, linked to its predecessor.
+        ``unlist``: the run's workflow, whose paused listing entry goes in the same
+        write (``run.resumed``).
 
         Raises:
             Fenced: another worker owns this run now; this copy must stop.
@@ -155,15 +157,15 @@ class ActorCore:
         if not self.combinators:
             # one task commits at a time: no lock, no shield (each costs a trip through
             # the event loop on every step)
-            return await self._append(record)
+            return await self._append(record, unlist)
         async with self._commit_lock:
             # shielded: a branch cancelled mid-append (a race's loser) still records what
             # landed, so the next commit links to it under the right fence
             with anyio.CancelScope(shield=True):
-                seq = await self._append(record)
+                seq = await self._append(record, unlist)
         return seq
 
-    async def _append(self, record: AnyRecord) -> int:
+    async def _append(self, record: AnyRecord, unlist: str | None = None) -> int:
         prev, prev_hash = self.history.link()
         # what rides on whatever record comes next (ctx.now() values, an invocation)
         riders = self.history.take_riders()
@@ -177,7 +179,7 @@ class ActorCore:
         msg_id = f"{self.eid}:{self.history.started_seq}:{self.commits}:{self.writer}"
         try:
             seq = await self.store.append(
-                self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id
+                self.eid, kind_of(record), data, fence=self.fence, msg_id=msg_id, unlist=unlist
             )
         except NotEncodable:
             # too large to be stored (refused before it was sent): what rode on it

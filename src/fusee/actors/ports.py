@@ -126,8 +126,19 @@ class RunStore(Protocol):
         less room for the record around it. Checked before anything is written."""
         ...
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
-        """Append under the fence; raises ``Fenced`` when another writer moved it."""
+    async def append(
+        self,
+        eid: str,
+        kind: str,
+        data: bytes,
+        *,
+        fence: int,
+        msg_id: str,
+        unlist: str | None = None,
+    ) -> int:
+        """Append under the fence; raises ``Fenced`` when another writer moved it.
+        ``unlist``: the run's workflow; its paused listing entry is removed in the
+        same write (``run.resumed``)."""
         ...
 
     async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:

@@ -216,7 +216,7 @@ class RunActor:
         if isinstance(cmd, ReadIndex):
             return IndexRead(await self.core.store.get_index_entry(self.core.eid))
         if isinstance(cmd, Commit):
-            await self.core.commit(cmd.record)
+            await self.core.commit(cmd.record, unlist=cmd.unlist)
             return Committed()
         if isinstance(cmd, Execute):
             return await self._execute(cmd)

@@ -153,9 +153,23 @@ def matches(info: RunInfo, f: RunFilter) -> bool:
 
 
 class BulkSummary(msgspec.Struct, kw_only=True):
-    """What a bulk action did: ``done`` runs acted on (with ``dry_run``: would be),
-    ``skipped`` (already resumed/cancelled, ended meanwhile, not paused any more),
-    ``failed`` (run ID -> why)."""
+    """What one pass of a bulk action did, counting the runs it listed:
+
+    - ``done``: the resume or cancel was *sent* (stored in the run's inbox, a resume's
+      marker written; one already stored, deduplicated by its ``Nats-Msg-Id``, counts
+      too). Not *taken*: the run journals ``run.resumed`` / ends ``cancelled`` when its
+      worker reads it, which the pass does not wait for. With ``dry_run``: the runs it
+      would send to (listed, and matching, when the pass read them).
+    - ``skipped``: listed, but needing nothing by the time it was acted on (ended
+      meanwhile, or resumed since: by another pass, or by the interrupted one).
+    - ``failed``: run ID -> why (a store error, a run paused on a broken journal chain,
+      which needs ``resume(force=True)``).
+
+    A pass run again after an interruption does not list the runs the first one sent
+    a resume to (their marker is back, their listing removed once taken), nor the runs
+    it cancelled that have ended: its ``done`` counts what was left, the two passes'
+    ``done`` add up to the runs acted on (a cancel stored and not read yet when the
+    second pass lists its run is sent again, and counted again: the run ends once)."""
 
     action: str
     dry_run: bool = False

@@ -115,9 +115,12 @@ class Execute:
 
 @dataclass(frozen=True)
 class Commit:
-    """Journal ``record``; answer :class:`Committed` (a fenced commit raises out)."""
+    """Journal ``record``; answer :class:`Committed` (a fenced commit raises out).
+    ``unlist``: the run's workflow, whose paused listing entry is removed in the same
+    write (a ``run.resumed``: the run is not paused any more)."""
 
     record: AnyRecord
+    unlist: str | None = None
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,7 @@ class RunLife:
             self._resuming = new_cancel
             return [
                 Log("info", "run.resuming", {"paused": self._record.paused, "force": msg.force}),
-                Commit(self._record),
+                Commit(self._record, unlist=started.workflow),
             ]
         if history.paused is not None:
             out: list[Command] = []

@@ -6,8 +6,6 @@ shared with the HTTP API; this module parses, shows progress and prints.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -18,11 +16,7 @@ from fusee.adapters.cli.commands import CONNECT_TIMEOUT_QUERY, open_engine
 from fusee.adapters.cli.options import GlobalOptions
 from fusee.runtime.bulk import make_filter
 
-__all__ = ("bulk_parser", "runs_bulk", "KILL_AFTER")
-
-# Tests: SIGKILL this process once this many runs have been acted on (an interruption at
-# a known point, for the re-run test); unset in production.
-KILL_AFTER = "FUSEE_TEST_BULK_KILL_AFTER"
+__all__ = ("bulk_parser", "runs_bulk")
 
 
 def bulk_parser(
@@ -54,12 +48,14 @@ def bulk_parser(
         )
 
 
-def _kill_after() -> int:
-    """The test-only hook's count (``FUSEE_TEST_BULK_KILL_AFTER``): SIGKILL the CLI once
-    this many runs are done, for the tests of an interrupted bulk operation. Anything
-    but a positive integer leaves it off."""
-    raw = os.environ.get(KILL_AFTER, "")
-    return int(raw) if raw.strip().isdigit() else 0
+async def _total(engine: fusee.Engine, action: str, filters: dict[str, Any]) -> int | None:
+    """How many runs a bulk resume will meet at most, when the index can count them
+    without reading them: the paused listing entries of the workflow (or of all), with
+    no start time or ID prefix asked (those are checked on each entry read). None for a
+    cancel: the runs not ended are active markers, named by partition and ID only."""
+    if action != "resume" or any(filters[k] for k in ("since", "until", "id_prefix")):
+        return None
+    return await engine.store.count_listed("paused", filters["workflow"])
 
 
 async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
@@ -70,7 +66,6 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
 
     action = args.bulk_action
     err = Console(stderr=True)
-    kill_after = _kill_after()
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         filters = {
             "status": args.status,
@@ -80,15 +75,18 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
             "id_prefix": args.id_prefix,
         }
         make_filter(**filters, now=time.time())  # bad input: refused before anything is read
+        total = await _total(engine, action, filters)
         with Progress(
             TextColumn(f"{action} [progress.description]{{task.description}}"),
             BarColumn(bar_width=None),
-            TextColumn("{task.completed} runs"),
+            TextColumn(
+                "{task.completed} runs" if total is None else "{task.completed} of {task.total:.0f}"
+            ),
             TimeElapsedColumn(),
             console=err,
             transient=False,
         ) as progress:
-            task = progress.add_task("", total=None)
+            task = progress.add_task("", total=total)
             counts = {"done": 0, "skipped": 0, "failed": 0}
 
             def on_run(info: fusee.RunInfo, what: str) -> None:
@@ -99,17 +97,19 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
                     desc = ", ".join(f"{k} {v}" for k, v in counts.items())
                     progress.update(task, description=desc)
                 progress.advance(task)
-                if kill_after and counts["done"] >= kill_after:
-                    os.kill(os.getpid(), signal.SIGKILL)
 
             kwargs: dict[str, Any] = {**filters, "dry_run": args.dry_run, "on_run": on_run}
             if action == "cancel":
                 summary = await engine.bulk_cancel(reason=args.reason, **kwargs)
             else:
                 summary = await engine.bulk_resume(**kwargs)
+            done = progress.tasks[0].completed
+            progress.update(task, total=done)  # (the count was at most this many)
     verb = "would " + action if summary.dry_run else action
+    sent = f"{action}s {'to send' if summary.dry_run else 'sent'}"
     sys.stdout.write(
-        f"{verb}: {summary.done} done, {summary.skipped} skipped, {len(summary.failed)} failed\n"
+        f"{verb}: {summary.done} done, {summary.skipped} skipped, {len(summary.failed)} failed"
+        f" (done: {sent}; each run acts on it when its worker reads it)\n"
     )
     for run_id, why in summary.failed.items():
         sys.stdout.write(f"  failed {run_id}: {why}\n")

@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -19,7 +19,13 @@ import fusee
 from fusee.actors.registry import REGISTRY
 from fusee.adapters.cli.loader import load_file
 from fusee.adapters.cli.options import GlobalOptions, command_hint
-from fusee.adapters.cli.render import format_run, format_runs_table, json_text
+from fusee.adapters.cli.render import (
+    RunsTable,
+    format_run,
+    json_end,
+    json_item,
+    json_text,
+)
 from fusee.errors import NotPausedError, RunCancelled, RunFailed, Timeout
 from fusee.logs import get_logger
 from fusee.runtime.durations import format_duration, parse_duration
@@ -300,24 +306,51 @@ async def runs_list(
     until: str | None = None,
     id_prefix: str | None = None,
 ) -> int:
+    """Print the runs: with a filter, streamed from the index a page at a time (rows
+    printed as each page comes, newest first within it; memory bounded by a page),
+    read from the parts of the index the filter can match; without one, every run of
+    the index, newest first (``Engine.list_runs``, which also reads the entries of
+    earlier versions that filters do not)."""
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        # filtered by the index itself: a status and a workflow read only their runs
-        infos = await engine.list_runs(
-            status=status, workflow=workflow, since=since, until=until, id_prefix=id_prefix
-        )
+        if (status, workflow, since, until, id_prefix) == (None,) * 5:
+            pages: AsyncGenerator[list[fusee.RunInfo], None] = _one_page(await engine.list_runs())
+        else:
+            pages = engine.runs(
+                status=status,
+                workflow=workflow,
+                since=since,
+                until=until,
+                id_prefix=id_prefix,
+            )
+        table = RunsTable(now=time.time())
+        count = 0
+        async with contextlib.aclosing(pages):
+            async for found in pages:
+                if not found:
+                    continue  # (no header before the first row)
+                found.sort(key=lambda i: i.created_at, reverse=True)
+                if as_json:  # one JSON array, an item at a time
+                    text = "".join(json_item(i, first=count + n == 0) for n, i in enumerate(found))
+                else:
+                    text = "".join(line + "\n" for line in table.page(found))
+                sys.stdout.write(text)
+                sys.stdout.flush()  # as they come, also into a pipe
+                count += len(found)
     if as_json:
-        _out(json_text(infos))
+        _out(json_end(count > 0))
         return 0
-    if not infos:
+    if not count:
         filters = " and ".join(
             f for f in (status and f"status {status}", workflow and f"workflow {workflow}") if f
         )
         sys.stderr.write(
             f"No runs{' with ' + filters if filters else ''} in namespace {opts.namespace!r}.\n"
         )
-        return 0
-    _out("\n".join(format_runs_table(infos, now=time.time())))
     return 0
+
+
+async def _one_page(infos: list[fusee.RunInfo]) -> AsyncGenerator[list[fusee.RunInfo], None]:
+    yield infos
 
 
 async def runs_show(opts: GlobalOptions, run_id: str, *, as_json: bool) -> int:

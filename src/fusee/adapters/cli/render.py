@@ -38,7 +38,10 @@ __all__ = (
     "format_journal",
     "format_run",
     "format_runs_table",
+    "RunsTable",
     "json_text",
+    "json_item",
+    "json_end",
 )
 
 CLIP = 64
@@ -229,30 +232,63 @@ def _detail(info: RunInfo) -> str:
 
 def format_runs_table(infos: Iterable[RunInfo], *, now: float) -> list[str]:
     """What ``fusee runs list`` prints: one row per run, newest first as given."""
-    header = ("RUN ID", "WORKFLOW", "STATUS", "STEPS", "AGE", "DETAIL")
-    rows = [
-        (
-            i.run_id,
-            i.workflow,
-            i.status,
-            str(i.steps),
-            format_age(now - i.created_at),
-            _detail(i),
-        )
-        for i in infos
-    ]
-    widths = [max(len(row[c]) for row in [header, *rows]) for c in range(len(header))]
-    right = {3}  # numbers align right
-    lines = []
-    for row in [header, *rows]:
+    return RunsTable(now=now).page(infos)
+
+
+class RunsTable:
+    """``fusee runs list``'s table, a page at a time (a filtered listing streams: its
+    rows are printed as the index yields them). The header comes with the first page,
+    whose rows size the columns; a later row wider than a column widens it from there
+    on (the rows above are not printed again)."""
+
+    HEADER = ("RUN ID", "WORKFLOW", "STATUS", "STEPS", "AGE", "DETAIL")
+    RIGHT = frozenset({3})  # numbers align right
+
+    def __init__(self, *, now: float) -> None:
+        self.now = now
+        self.widths: list[int] | None = None
+
+    def page(self, infos: Iterable[RunInfo]) -> list[str]:
+        """The lines of ``infos``' rows (with the header, the first time)."""
+        rows = [
+            (
+                i.run_id,
+                i.workflow,
+                i.status,
+                str(i.steps),
+                format_age(self.now - i.created_at),
+                _detail(i),
+            )
+            for i in infos
+        ]
+        first = self.widths is None
+        shown = [self.HEADER, *rows] if first else rows
+        widths = self.widths or [0] * len(self.HEADER)
+        self.widths = [max([w, *(len(r[c]) for r in shown)]) for c, w in enumerate(widths)]
+        return [self._line(row) for row in shown]
+
+    def _line(self, row: tuple[str, ...]) -> str:
+        assert self.widths is not None
         cells = [
-            cell.rjust(widths[c]) if c in right else cell.ljust(widths[c])
+            cell.rjust(self.widths[c]) if c in self.RIGHT else cell.ljust(self.widths[c])
             for c, cell in enumerate(row)
         ]
-        lines.append("  ".join(cells).rstrip())
-    return lines
+        return "  ".join(cells).rstrip()
 
 
 def json_text(value: Any) -> str:
     """``value`` as indented JSON (msgspec Structs and ``Raw`` values included)."""
     return msgspec.json.format(msgspec.json.encode(value), indent=2).decode()
+
+
+def json_item(value: Any, *, first: bool) -> str:
+    """``value`` as an item of an indented JSON array written an item at a time (what
+    :func:`json_text` of the whole list would print, the ``[`` before the first item
+    and ``,`` between them; ``json_end`` closes it)."""
+    text = "  " + json_text(value).replace("\n", "\n  ")
+    return ("[\n" if first else ",\n") + text
+
+
+def json_end(any_item: bool) -> str:
+    """What closes an array written by :func:`json_item` (``[]`` when empty)."""
+    return "\n]" if any_item else "[]"

@@ -753,15 +753,25 @@ _SCHEMAS: dict[str, Any] = {
         "properties": {
             "action": {"enum": ["resume", "cancel"]},
             "dry_run": {"type": "boolean"},
-            "done": {"type": "integer", "description": "Runs acted on (would be, dry)."},
+            "done": {
+                "type": "integer",
+                "description": (
+                    "Runs the resume or cancel was sent to (stored in the run's inbox; the "
+                    "run takes it when its worker reads it, which is not waited for). With "
+                    "`dry_run`: the runs it would be sent to."
+                ),
+            },
             "skipped": {
                 "type": "integer",
-                "description": "Runs already resumed or cancelled, or ended meanwhile.",
+                "description": "Runs listed that needed nothing when acted on: resumed since, or ended meanwhile.",
             },
             "failed": {
                 "type": "object",
                 "additionalProperties": {"type": "string"},
-                "description": "Run ID -> why its action failed.",
+                "description": (
+                    "Run ID -> why its action failed (a store error; a run paused on a "
+                    "broken journal chain, which needs a forced resume)."
+                ),
             },
         },
     },

@@ -27,6 +27,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
     StorageType,
@@ -87,6 +89,8 @@ INDEX_KIND = "run.index"  # a run's index entry (Layout.index_entry)
 UNMARKED_KIND = "run.inactive"  # its removal: replaces it, then expires
 LISTED_KIND = "run.listed"  # a run's listing entry (Layout.listing)
 LISTED_FROM = "config.listed_from"  # in the work bucket: see NatsStore.legacy_pages
+PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.open_listings
+UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then expires
 
 # Room kept in every message for what is not the value: the record's other fields
 # (links, name, the values ctx.now() took) and its headers. A value may be the
@@ -290,11 +294,40 @@ class NatsStore:
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
         self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
         await self.tokens.ensure()  # token streams: <NS>_TOKENS (see tokens.py)
-        # where the final entries with a listing entry begin (see legacy_pages): the
-        # stream's last sequence when a fusee that writes them first opened the namespace
+
+    async def open_listings(self) -> None:
+        """What a worker of this version does once before it serves: note where the
+        final entries with a listing entry begin (``config.listed_from``, the stream's
+        last sequence when a worker that writes them first opened the namespace: see
+        :meth:`legacy_pages`), and list the runs an earlier version paused
+        (``config.paused_listed`` once done). Workers only: they write listing entries;
+        a reader (``fusee runs list``) changes nothing stored."""
         if await self._config(LISTED_FROM) is None:
-            info = await retrying(self.js.stream_info, lay.stream, what="the stream's info")
+            info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
             await self.init_config(LISTED_FROM, str(info.state.last_seq).encode())
+        if await self._config(PAUSED_LISTED) is None:
+            await self._list_old_pauses()
+            await self.init_config(PAUSED_LISTED, b"1")
+
+    async def _list_old_pauses(self) -> None:
+        """A listing entry for each run the ``<ns>_runs`` bucket holds as paused: a
+        pause of an earlier version has none, and a run nothing pokes is never
+        activated to write it. Created only where none is (an expected last sequence
+        of 0 on the listing's subject), so a newer pause's entry is never replaced; a
+        listing of a run resumed since is found stale by its readers and pruned. Once
+        per namespace (a worker that dies before it is done leaves it to the next)."""
+        found = await self._kv_list(self.layout.runs_bucket, self.runs, ">")
+        for eid, (_, value) in found.items():
+            listed = self._listed(eid, value, 0)
+            if listed is None or not _is_paused(value):
+                continue
+            subject, data, headers = listed
+            headers = {**headers, EXPECTED_SEQ: "0"}
+            try:
+                await retrying(self.js.publish, subject, data, 5.0, None, headers)
+            except nats.js.errors.BadRequestError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
+                    raise
 
     async def _bucket(self, name: str, what: str) -> KeyValue:
         try:
@@ -323,10 +356,21 @@ class NatsStore:
 
     # -- the journal ----------------------------------------------------------------
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+    async def append(
+        self,
+        eid: str,
+        kind: str,
+        data: bytes,
+        *,
+        fence: int,
+        msg_id: str,
+        unlist: str | None = None,
+    ) -> int:
         """Append one record under the actor's fence; returns its stream sequence.
 
         Under load, records of many actors share one atomic batch (see ``commit.py``).
+        ``unlist``: the run's workflow, whose paused listing entry goes in the same
+        write (``run.resumed``: the run is not paused any more).
 
         Raises:
             Fenced: another writer appended since ``fence``.
@@ -335,7 +379,8 @@ class NatsStore:
         subject = self.layout.record(eid, kind)
         self._check_fits(subject, data, headers, lambda: _record_of(kind, eid))
         give_up = time.monotonic() + patience()
-        item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up)
+        riders = () if unlist is None else (self._unlisted("paused", unlist, eid),)
+        item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up, riders=riders)
         return await self.committer.append(item)
 
     async def start_run(
@@ -986,10 +1031,12 @@ class NatsStore:
 
     async def listed_pages(
         self, status: str | None, workflow: str | None, *, page: int = 500
-    ) -> AsyncIterator[list[tuple[str, bytes]]]:
+    ) -> AsyncIterator[list[tuple[str, bytes, int]]]:
         """The listing entries of ``status`` and ``workflow`` (None: any), a page at a
-        time: ``(eid, value)``. Ended runs' are final; a paused run's may be stale (it
-        resumed since: the caller checks the run's entry)."""
+        time: ``(eid, value, stream sequence)``. Ended runs' are final; a paused run's
+        may be stale (resumed by a worker of an earlier version, or listed again by
+        ``open_listings``: the caller checks the run's entry and prunes it,
+        :meth:`unlist`)."""
         with lost_on_transient("listing the run index"):
             async for found in direct_pages(
                 self.nc, self.layout.stream, self.layout.listings(status, workflow), 1, page
@@ -998,14 +1045,56 @@ class NatsStore:
                 for msg in found:
                     named = self.layout.parse_listing(msg.subject)
                     if msg.data and named is not None and msg.headers.get(KIND) == LISTED_KIND:
-                        out.append((named[2], msg.data))
+                        out.append((named[2], msg.data, msg.seq))
                 yield out
+
+    async def count_listed(self, status: str, workflow: str | None) -> int:
+        """How many runs the listing entries of ``status`` and ``workflow`` (None: any)
+        name, without reading them: the pending count of an ephemeral consumer that
+        would deliver the last message of each subject (two requests, whatever the
+        count). An upper bound for ``paused``: a stale entry, or a removal in the second
+        before it expires, counts too."""
+        config = ConsumerConfig(
+            filter_subject=self.layout.listings(status, workflow),
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            ack_policy=AckPolicy.NONE,
+            mem_storage=True,
+            num_replicas=1,
+            inactive_threshold=5.0,  # gone by itself if the delete below is lost
+        )
+        with lost_on_transient("counting the run index"):
+            info = await retrying(
+                self.js.add_consumer, self.layout.stream, config, what="a counting consumer"
+            )
+        with contextlib.suppress(*TRANSIENT, nats.js.errors.NotFoundError):
+            await self.js.delete_consumer(self.layout.stream, info.name)
+        return int(info.num_pending or 0)
+
+    def _unlisted(self, status: str, workflow: str, eid: str) -> Message:
+        """The removal of a run's listing entry: replaces it, then expires."""
+        headers = {KIND: UNLISTED_KIND, ROLLUP: "sub", TTL: "1"}
+        return self.layout.listing(status, workflow, eid), b"", headers
+
+    async def unlist(self, status: str, workflow: str, eid: str, seq: int) -> bool:
+        """Remove the run's listing entry under ``status`` if it is still the one stored
+        at ``seq`` (one a reader found stale); False when a newer one replaced it (the
+        run paused again: that one stays)."""
+        subject, data, headers = self._unlisted(status, workflow, eid)
+        headers = {**headers, EXPECTED_SEQ: str(seq)}
+        try:
+            await retrying(self.js.publish, subject, data, 5.0, None, headers)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            return False
+        return True
 
     async def legacy_pages(self, *, page: int = 500) -> AsyncIterator[list[tuple[str, bytes]]]:
         """The final entries of ended runs a previous fusee wrote (``<ns>.in.x.<eid>``
         without a listing entry): those stored before this store's namespace was first
-        opened by a fusee that writes listing entries (``config.listed_from``). A page
-        at a time, ``(eid, value)``."""
+        opened by a worker that writes listing entries (``config.listed_from``; none
+        yet: every final entry stored before this listing began). A page at a time,
+        ``(eid, value)``."""
         upto = await self._listed_from()
         if upto <= 0:
             return
@@ -1025,11 +1114,19 @@ class NatsStore:
                     return
 
     async def _listed_from(self) -> int:
-        """The stream's last sequence when a fusee writing listing entries first opened
-        the namespace (every final entry above it has one)."""
-        if self._listed_upto is None:
+        """The stream's last sequence when a worker writing listing entries first
+        opened the namespace (every final entry above it has one). Before one did, the
+        stream's last sequence now, read before the setting (no such worker had written
+        anything up to then); remembered once the setting is there."""
+        if self._listed_upto is not None:
+            return self._listed_upto
+        raw = await self._config(LISTED_FROM)
+        if raw is None:
+            info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
             raw = await self._config(LISTED_FROM)
-            self._listed_upto = int(raw) if raw and raw.isdigit() else 0
+            if raw is None:
+                return int(info.state.last_seq)
+        self._listed_upto = int(raw) if raw.isdigit() else 0
         return self._listed_upto
 
     async def mark_active(self, partition: int, eid: str) -> None:
@@ -1331,6 +1428,13 @@ class NatsStore:
         except TRANSIENT:
             return None
         return msg.data
+
+
+def _is_paused(value: bytes) -> bool:
+    try:
+        return decode_info(value).status == "paused"
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
 
 
 def _journal_seq(headers: dict[str, str]) -> int:

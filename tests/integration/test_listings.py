@@ -1,0 +1,124 @@
+"""The paused runs' listing entries (issue 12's review): a resume removes its run's in
+the write of ``run.resumed``; a stale one (a resume of an earlier version) is pruned by
+the reader that finds it, unless a newer pause replaced it; a run an earlier version
+paused is listed once a worker of this version opens the namespace; and only workers
+write ``config.listed_from``, never a reader."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import nats.js.errors
+import pytest
+
+import fusee
+from fusee.adapters.jetstream.store import LISTED_FROM, PAUSED_LISTED, NatsStore
+from fusee.runtime.index import RunInfo, encode_info
+from tests.helpers import run_cli
+from tests.integration.test_bulk import start_settled
+
+
+async def _config(store: NatsStore, key: str) -> bytes | None:
+    try:
+        return (await store.work.get(key)).value
+    except nats.js.errors.KeyNotFoundError:
+        return None
+
+
+async def _paused_listings(store: NatsStore) -> list[str]:
+    """The run IDs (escaped) the stream lists under ``paused``, stale ones included."""
+    return [eid async for found in store.listed_pages("paused", None) for eid, _, _ in found]
+
+
+def _paused(run_id: str) -> bytes:
+    info = RunInfo(
+        run_id=run_id, workflow="w", status="paused", created_at=time.time(), partition=0
+    )
+    return encode_info(info)
+
+
+async def test_a_reader_writes_no_listed_from_and_a_worker_does(
+    nats_server: Any, namespace: str
+) -> None:
+    eng = await fusee.connect(nats_server.url, namespace=namespace, partitions=4)
+    try:
+        assert await eng.list_runs(status="failed") == []
+        done = await run_cli(
+            "runs", "list", "--status", "failed", "--nats", nats_server.url,
+            "--namespace", namespace,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert await _config(eng.store, LISTED_FROM) is None
+        async with eng.worker():
+            pass
+        assert await _config(eng.store, LISTED_FROM) is not None
+    finally:
+        await eng.close()
+
+
+async def test_a_resume_removes_the_paused_listing_in_its_write(
+    engine: fusee.Engine, bulk_workers: Any, tmp_path: Path
+) -> None:
+    await start_settled(engine, tmp_path, "bk_b", "pause", ["r-1"])
+    assert await _paused_listings(engine.store) == ["r-1"]
+    (tmp_path / "fixed").touch()
+    await engine.run("r-1").resume()
+    assert await engine.run("r-1").result(timeout=30) == "answered"
+    assert await _paused_listings(engine.store) == []  # not left for readers to check
+
+
+async def test_a_stale_paused_listing_is_pruned_by_the_reader_that_finds_it(
+    engine: fusee.Engine,
+) -> None:
+    store = engine.store
+    await store.open_listings()  # as the worker that ended it did
+    raw = _paused("s-1")
+    assert await store.put_index("s-1", raw, journal_seq=1, last=0) is not None
+    await store.mark_run_active(0, "s-1", raw)
+    await store.clear_run_active(0, "s-1", listed=raw)  # paused: listed
+    # resumed by an earlier version (no removal with its run.resumed), then ended
+    await store.mark_run_active(0, "s-1", raw)
+    done = RunInfo(run_id="s-1", workflow="w", status="completed", created_at=time.time())
+    await store.end_run(0, "s-1", encode_info(done), journal_seq=3)
+    assert await _paused_listings(store) == ["s-1"]
+    assert await engine.list_runs(status="paused") == []
+    assert await _paused_listings(store) == []  # pruned
+    assert [i.run_id for i in await engine.list_runs(status="completed")] == ["s-1"]
+
+
+async def test_a_listing_newer_than_the_one_read_is_not_pruned(engine: fusee.Engine) -> None:
+    store = engine.store
+    raw = _paused("n-1")
+    await store.clear_run_active(0, "n-1", listed=raw)
+    [[(_, _, first)]] = [found async for found in store.listed_pages("paused", "w")]
+    await store.clear_run_active(0, "n-1", listed=raw)  # it paused again since
+    assert await store.unlist("paused", "w", "n-1", first) is False
+    assert await _paused_listings(store) == ["n-1"]
+
+
+async def test_a_run_an_earlier_version_paused_is_listed_once_a_worker_opens(
+    engine: fusee.Engine,
+) -> None:
+    store = engine.store
+    # paused by an earlier version: its entry in the bucket, no listing entry
+    assert await store.put_index("old-p", _paused("old-p"), journal_seq=1, last=0) is not None
+    # and one paused by this version since, whose listing must stay as it is
+    assert await store.put_index("new-p", _paused("new-p"), journal_seq=1, last=0) is not None
+    await store.clear_run_active(0, "new-p", listed=_paused("new-p"))
+    [[(_, _, new_seq)]] = [found async for found in store.listed_pages("paused", "w")]
+    assert [i.run_id for i in await engine.list_runs(status="paused")] == ["new-p"]
+    await store.open_listings()
+    assert await _config(store, PAUSED_LISTED) is not None
+    assert sorted(i.run_id for i in await engine.list_runs(status="paused")) == ["new-p", "old-p"]
+    seqs = {eid: seq async for found in store.listed_pages("paused", "w") for eid, _, seq in found}
+    assert seqs["new-p"] == new_seq
+
+
+@pytest.mark.parametrize("key", [LISTED_FROM, PAUSED_LISTED])
+async def test_opening_the_listings_again_changes_nothing(engine: fusee.Engine, key: str) -> None:
+    await engine.store.open_listings()
+    before = await _config(engine.store, key)
+    await engine.store.open_listings()
+    assert await _config(engine.store, key) == before is not None
