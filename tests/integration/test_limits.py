@@ -14,6 +14,7 @@ import pytest
 
 import fusee
 import fusee.runtime.limits as limits_module
+from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.inbox import PermitRequest, decode_message, encode_message
@@ -238,12 +239,24 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
     eid, p = escape(actor), partition_of(actor, engine.partitions)
 
     async def requests_of(run_id: str) -> list[str]:
+        """The attempts of ``run_id`` that sent a durable request (the limit was full)."""
         keys = []
         for m in await engine.store.read_inbox(p, eid):
             msg = decode_message(m.data)
             if isinstance(msg, PermitRequest) and msg.run == escape(run_id):
                 keys.append(msg.key.rsplit(".", 1)[1])
         return keys
+
+    # every permit asked for (on core NATS first, then durably if not granted there)
+    asked: list[str] = []
+    acquire = ActorCore.acquire_permit
+
+    async def recording(self: ActorCore, name: str, fairness: str, key: str) -> int:
+        if self.run_id == "lp-a":
+            asked.append(key.rsplit(".", 1)[1])
+        return await acquire(self, name, fairness, key)
+
+    monkeypatch.setattr(ActorCore, "acquire_permit", recording)
 
     async with engine.worker(registry=registry):
         a = await engine.start("lp_flaky", "lp-a", None)
@@ -253,7 +266,8 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
 
         await wait_until(paused, timeout=30, what="run a to pause")
         assert LP["flaky"] == [1, 2]
-        assert await requests_of("lp-a") == ["1", "2"]  # a permit for each attempt
+        assert asked == ["1", "2"]  # a permit for each attempt
+        assert await requests_of("lp-a") == []  # granted on core NATS: the limit had room
         # a holds nothing while paused: b's step gets the only permit
         b = await engine.start("lp_holder", "lp-b", None)
         with anyio.fail_after(30):
@@ -265,8 +279,9 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
             return "3" in await requests_of("lp-a")
 
         # the resumed step asks for a permit before its third attempt, and waits:
-        # b holds the only one
+        # b holds the only one (so it was refused on core NATS and sent durably)
         await wait_until(asked_again, timeout=30, what="run a's request for attempt 3")
+        assert asked == ["1", "2", "3"]
         assert LP["flaky"] == [1, 2]
         assert (await a.describe()).status != "paused"
         LP["go"].set()

@@ -240,6 +240,16 @@ class RunStore(Protocol):
         """Fire and forget on core NATS (a lost message is fine: nothing durable rides it)."""
         ...
 
+    async def request_core(self, subject: str, data: bytes, timeout: float) -> bytes | None:
+        """Request/reply on core NATS (a limit's fast path): the reply, or None when none
+        came in time.
+
+        Raises:
+            NobodyListens: no subscriber at all.
+            ConnectionLost: the connection is closed or reconnecting.
+        """
+        ...
+
     # keyed objects: the state projection in the objects bucket
     async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
         """``(state JSON, journal sequence it was made at, KV revision)``, or None."""

@@ -1273,14 +1273,16 @@ class NatsStore:
         Raises:
             NobodyListens: no subscriber at all (no worker serves the subject).
             NotEncodable: the request is over the server's max_payload.
+            ConnectionLost: the connection is closed or reconnecting.
         """
         self._check_fits(subject, data, {}, f"the request on {subject}")
-        try:
-            msg = await self.nc.request(subject, data, timeout=timeout)
-        except nats.errors.NoRespondersError:
-            raise NobodyListens(subject) from None
-        except nats.errors.TimeoutError:
-            return None
+        with lost_on_transient(f"the request on {subject}"):
+            try:
+                msg = await self.nc.request(subject, data, timeout=timeout)
+            except nats.errors.NoRespondersError:
+                raise NobodyListens(subject) from None
+            except nats.errors.TimeoutError:
+                return None
         return msg.data
 
     async def owner_alive(self, partition: int, *, timeout: float = PING_TIMEOUT) -> bool:
