@@ -388,3 +388,49 @@ async def test_a_timed_out_attempt_still_running_keeps_its_permit(engine: fusee.
         # (the last attempt's thread: the permit is released as it returns)
         await wait_until(lambda: inflight == 0 or None, timeout=10, what="the threads")
     assert peak <= 1, f"{peak} attempts in flight under concurrent=1"
+
+
+async def test_limits_shows_the_waiters_that_came_since_the_last_grant(
+    engine: fusee.Engine,
+) -> None:
+    """concurrent=1 and a holder that keeps its permit: the steps that ask meanwhile are
+    granted nothing (no snapshot is written), and engine.limits() still counts them,
+    per fairness key, as they come; once released they are served and counted no more."""
+    await engine.limit("full", concurrent=1)
+    holding, go = anyio.Event(), anyio.Event()
+
+    async def hold() -> str:
+        holding.set()
+        await go.wait()
+        return "held"
+
+    async def holder(ctx: fusee.Context, _: Any) -> str:
+        return str(await ctx.step("hold", hold, limit="full"))
+
+    async def waiter(ctx: fusee.Context, tenant: str) -> str:
+        await ctx.step("call", lambda: None, limit="full", fairness_key=tenant)
+        return tenant
+
+    registry = Registry()
+    registry.add(Workflow("holder", holder, Any, True))
+    registry.add(Workflow("waiter", waiter, Any, True))
+
+    def shown(holders: int, waiters: dict[str, int]) -> Any:
+        async def check() -> bool:
+            (info,) = await engine.limits()
+            return info.holders == holders and info.waiters == waiters
+
+        return check
+
+    async with engine.worker(registry=registry):
+        h = await engine.start("holder", "full-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        await wait_until(shown(1, {}), timeout=30, what="the holder listed")
+        runs = [await engine.start("waiter", f"full-{i}", "A" if i < 3 else "B") for i in range(5)]
+        await wait_until(shown(1, {"A": 3, "B": 2}), timeout=30, what="5 waiters listed")
+        go.set()
+        assert await h.result(timeout=30) == "held"
+        for run in runs:
+            await run.result(timeout=30)
+        await wait_until(shown(0, {}), timeout=30, what="nothing held or waiting")
