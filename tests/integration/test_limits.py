@@ -322,6 +322,51 @@ async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes
     assert await run.result(timeout=30) == "ok"
 
 
+async def test_a_fast_grant_whose_answer_is_lost_is_taken_by_the_durable_request(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """The limit actor journals a grant asked for on core NATS and dies before it
+    answers (os._exit, once): the step, on another worker, hears nothing, sends its
+    durable request, and the limit's next activation moves the journaled permit to it
+    (one permit: never more than concurrent=2 in flight); every run finishes."""
+    from tests.workers.procs import owners
+
+    await engine.limit("k", concurrent=2)
+    flag = tmp_path / "crash"
+    flag.touch()
+    workers = worker_procs()
+    workers.module = Path(__file__).resolve().parent.parent / "workers" / "limits_crash.py"
+    env = {"CRASH_FLAG": str(flag), "CRASH_AT": "answer"}
+    procs = [await workers.start(extra_env=env) for _ in range(2)]
+    n = engine.partitions
+    lp = partition_of(limit_actor_id("k"), n)
+
+    async def split() -> Any:
+        o = await owners(engine)
+        return o if len(set(o.values())) == 2 and None not in o.values() else None
+
+    o = await wait_until(split, timeout=30, what="two owners")
+    # the runs on the worker that does not own the limit: they outlive the crash
+    rids = [f"c-{i}" for i in range(200) if o[partition_of(f"c-{i}", n)] != o[lp]][:3]
+    first = await engine.start("limited", rids[0], {"dir": str(tmp_path)})
+
+    def crashed_or_held() -> bool | None:
+        return (not flag.exists() or (tmp_path / f"held-{rids[0]}").exists()) or None
+
+    # the first run's ask finds the limit actor parked (nobody answers) or live: in
+    # the first case it holds (durably granted) and keeps the limit actor in memory,
+    # so the next run's ask is answered on core NATS, and that answer is the one lost
+    await wait_until(crashed_or_held, timeout=30, what="the crash or a holder")
+    rest = [await engine.start("limited", r, {"dir": str(tmp_path)}) for r in rids[1:]]
+    await wait_until(lambda: not flag.exists() or None, timeout=30, what="the crash")
+    await wait_until(lambda: sum(not p.alive for p in procs) == 1 or None, timeout=30, what="exit")
+    (tmp_path / "release").touch()
+    for run in [first, *rest]:
+        assert await run.result(timeout=60) == "ok"
+    counts = [int(x) for x in (tmp_path / "counts").read_text().split()]
+    assert max(counts) <= 2, counts
+
+
 async def test_an_object_type_starting_with_fusee_is_refused(engine: fusee.Engine) -> None:
     """Object type "fusee.limit" key "k" would have limit k's actor ID
     ("@fusee.limit/k"): types starting with "fusee." are reserved, and a limit's ID
