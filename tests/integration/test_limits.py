@@ -251,10 +251,12 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
     asked: list[str] = []
     acquire = ActorCore.acquire_permit
 
-    async def recording(self: ActorCore, name: str, fairness: str, key: str) -> int:
+    async def recording(
+        self: ActorCore, name: str, fairness: str, key: str, *, pos: int = 0
+    ) -> int:
         if self.run_id == "lp-a":
             asked.append(key.rsplit(".", 1)[1])
-        return await acquire(self, name, fairness, key)
+        return await acquire(self, name, fairness, key, pos=pos)
 
     monkeypatch.setattr(ActorCore, "acquire_permit", recording)
 
@@ -479,3 +481,62 @@ async def test_limits_shows_the_waiters_that_came_since_the_last_grant(
         for run in runs:
             await run.result(timeout=30)
         await wait_until(shown(0, {}), timeout=30, what="nothing held or waiting")
+
+
+async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """concurrent=1: a run parks waiting behind a holder; the limit journals its grant
+    and the grant is never sent (a hook drops it, as a limit actor gone between the two
+    would, and this one stays): the run's timer brings it back after REASK_AFTER, it
+    asks again, the limit moves the journaled permit to that request and it finishes."""
+    import fusee.actors.core as core_module
+    from fusee.actors.limit_actor import LimitActor
+
+    monkeypatch.setattr(core_module, "REASK_AFTER", 1.0)
+    await engine.limit("lost", concurrent=1)
+    holding, go = anyio.Event(), anyio.Event()
+    dropped: list[int] = []
+    send = LimitActor._send
+
+    async def drop_first(self: LimitActor, waiter: Any, error: str) -> None:
+        if not error and waiter.run == escape("lost-w") and not dropped:
+            dropped.append(waiter.seq)  # journaled, never sent
+            return
+        await send(self, waiter, error)
+
+    monkeypatch.setattr(LimitActor, "_send", drop_first)
+
+    async def hold() -> str:
+        holding.set()
+        await go.wait()
+        return "held"
+
+    async def holder(ctx: fusee.Context, _: Any) -> str:
+        return str(await ctx.step("hold", hold, limit="lost"))
+
+    async def waiter(ctx: fusee.Context, _: Any) -> str:
+        await ctx.step("call", lambda: None, limit="lost")
+        return "ok"
+
+    registry = Registry()
+    registry.add(Workflow("holder", holder, Any, True))
+    registry.add(Workflow("waiter", waiter, Any, True))
+    async with engine.worker(registry=registry) as worker:
+        h = await engine.start("holder", "lost-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        w = await engine.start("waiter", "lost-w", None)
+
+        async def queued() -> bool:
+            (info,) = await engine.limits()
+            return info.waiters == {"": 1}
+
+        await wait_until(queued, timeout=30, what="the waiter's durable request")
+        await wait_until(
+            lambda: escape("lost-w") not in worker.actors or None, timeout=30, what="it parks"
+        )
+        go.set()  # the holder releases: the limit grants w, and the grant is dropped
+        assert await h.result(timeout=30) == "held"
+        assert await w.result(timeout=30) == "ok"
+    assert len(dropped) == 1

@@ -61,6 +61,9 @@ RIDE_MAX = 4096
 # How long a step waits for the live limit actor's answer to a permit asked on core
 # NATS before it sends its durable request (a grant answered later is moved by it).
 ASK_PATIENCE = 1.0
+# How long a run parked waiting for a grant stays parked before it comes back to ask
+# again, if no grant brought it back first (its timer: one durable write a park).
+REASK_AFTER = 30.0
 
 
 class _Answer(msgspec.Struct):
@@ -316,15 +319,19 @@ class ActorCore:
 
     # -- limits -----------------------------------------------------------------------
 
-    async def acquire_permit(self, name: str, fairness: str, key: str) -> int:
+    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> int:
         """Ask limit ``name`` for a permit for attempt ``key`` and wait for it. First on
         core NATS, of the live limit actor (:meth:`_ask`: it journals the grant and
         answers); when it does not grant (nobody listens or answers in time, the limit
         is full or others wait), the request goes to the limit's inbox, the grant comes
         to this actor's. Stays in memory ``park_after`` seconds, then leaves
         (``Parked``): the grant brings the run back, whose replay asks again (the limit
-        moves the permit it holds for ``key`` to the new request). Returns what a
-        release names: the request's inbox sequence, or the fast grant's number (< 0).
+        moves the permit it holds for ``key`` to the new request). Before it parks it
+        sets a timer (wait position ``pos``, the step's) ``REASK_AFTER`` seconds on: a
+        grant that never comes (journaled and never sent, its limit actor not back) does
+        not leave the run parked for good; the timer brings it back, and it asks again.
+        Returns what a release names: the request's inbox sequence, or the fast grant's
+        number (< 0).
 
         Raises:
             UnknownLimit: there is no such limit.
@@ -372,6 +379,15 @@ class ActorCore:
             if left <= 0:
                 if may_park():
                     await self.flush()
+                    # the bound on a grant that never comes: back to ask again (the
+                    # limit keeps its place, or moves the permit the attempt holds)
+                    await self.store.schedule_timer(
+                        self.eid,
+                        self.partition,
+                        pos,
+                        self.clock() + REASK_AFTER,
+                        start=self.history.started_seq,
+                    )
                     self.left_at = view.seen
                     raise Parked
                 idle_since = self.clock()
