@@ -140,7 +140,10 @@ class MemoryStore:
 
     # -- the journal --------------------------------------------------------------------
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+    async def append(
+        self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str, rollup: bool = False
+    ) -> int:
+        # (``rollup``: the earlier records are kept here; nothing reads them)
         await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
         return self._append(eid, data, fence=fence, kind=kind)
 

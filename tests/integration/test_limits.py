@@ -540,3 +540,59 @@ async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
         assert await h.result(timeout=30) == "held"
         assert await w.result(timeout=30) == "ok"
     assert len(dropped) == 1
+
+
+async def test_the_limits_journal_is_rolled_up_and_its_inbox_trimmed_below_its_waiters(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each snapshot replaces the earlier ones (one record in the limit's journal), and
+    the inbox is trimmed below its oldest waiter's request: under concurrent=1, once the
+    first of 6 waiters is granted, its request is gone and the 5 still waiting are
+    kept (a new activation rebuilds them from there)."""
+    from fusee.actors import limit_actor as limit_actor_module
+
+    monkeypatch.setattr(limit_actor_module, "TRIM_AFTER", 1)
+    await engine.limit("trim", concurrent=1)
+    actor = limit_actor_id("trim")
+    eid, p = escape(actor), partition_of(actor, engine.partitions)
+    gates = {f"trim-{i}": anyio.Event() for i in range(7)}
+    started: list[str] = []
+
+    async def gated(ctx: fusee.Context, _: Any) -> str:
+        async def call() -> None:
+            started.append(ctx.run_id)
+            await gates[ctx.run_id].wait()
+
+        await ctx.step("call", call, limit="trim")
+        return "ok"
+
+    async def queued_runs() -> set[str]:
+        out = set()
+        for m in await engine.store.read_inbox(p, eid):
+            msg = decode_message(m.data)
+            if isinstance(msg, PermitRequest):
+                out.add(msg.run)
+        return out
+
+    async def waiting(n: int) -> bool:
+        (info,) = await engine.limits()
+        return info.waiters == ({"": n} if n else {})
+
+    async with engine.worker(registry=_registry(gated, "gated")):
+        first = await engine.start("gated", "trim-0", None)
+        await wait_until(lambda: started or None, timeout=30, what="the first holder")
+        runs = [await engine.start("gated", f"trim-{i}", None) for i in range(1, 7)]
+        await wait_until(lambda: waiting(6), timeout=30, what="6 waiters")
+        assert len(await queued_runs()) == 6
+        gates["trim-0"].set()
+        assert await first.result(timeout=30) == "ok"
+        await wait_until(lambda: len(started) == 2 or None, timeout=30, what="the next holder")
+        await wait_until(lambda: waiting(5), timeout=30, what="5 waiters")
+        # the granted one's request is trimmed, the 5 waiting are kept
+        left = {escape(f"trim-{i}") for i in range(1, 7)} - {escape(started[1])}
+        assert await queued_runs() == left
+        for gate in gates.values():
+            gate.set()
+        for run in runs:
+            assert await run.result(timeout=30) == "ok"
+    assert len(await engine.store.read_journal(eid)) == 1  # the last snapshot only

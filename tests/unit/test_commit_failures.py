@@ -22,11 +22,13 @@ class FailingStore(MemoryStore):
 
     fail_at: int = 0
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+    async def append(
+        self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str, rollup: bool = False
+    ) -> int:
         if self.appends + 1 == self.fail_at:
             self.appends += 1
             raise TimeoutError("nats: timeout")
-        return await super().append(eid, kind, data, fence=fence, msg_id=msg_id)
+        return await super().append(eid, kind, data, fence=fence, msg_id=msg_id, rollup=rollup)
 
 
 async def _careless(ctx: fusee.Context, _arg: Any) -> str:

@@ -86,9 +86,11 @@ class DyingStore(MemoryStore):
             self.trace.append(f"   the process dies {when} it")
             raise Crash
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+    async def append(
+        self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str, rollup: bool = False
+    ) -> int:
         self._write("before", kind, f"append to {eid}")
-        seq = await super().append(eid, kind, data, fence=fence, msg_id=msg_id)
+        seq = await super().append(eid, kind, data, fence=fence, msg_id=msg_id, rollup=rollup)
         record = decode_record(data)
         if isinstance(record, StepCompleted):
             self.stored_steps.add(f"{eid}:{record.name}")

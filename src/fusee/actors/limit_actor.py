@@ -47,6 +47,9 @@ _encode = msgspec.json.Encoder()
 NO = b'{"grant":null}'  # a fast ask refused: the step sends its durable request
 # Looked at again at least this often (an eviction asked for, a lease to expire).
 TICK = 0.25
+# The inbox is trimmed (below its oldest waiter's request and what the last snapshot
+# read) once this many messages were read since it was last trimmed.
+TRIM_AFTER = 256
 
 
 def _waiter(seq: int, msg: PermitRequest) -> Waiter:
@@ -64,6 +67,7 @@ class LimitActor:
         self._shows: list[str] = []  # reply subjects of `show` requests
         self._seen = 0
         self._resend: list[Waiter] = []
+        self._untrimmed = 0  # inbox messages read since the inbox was last trimmed
 
     async def run(self) -> Outcome:
         core = self.core
@@ -146,6 +150,7 @@ class LimitActor:
         while True:
             now = core.clock()
             grants = []
+            self._untrimmed += len(self._pending)
             for seq, msg in self._pending:
                 self._seen = max(self._seen, seq)
                 if isinstance(msg, LimitSet):
@@ -226,13 +231,25 @@ class LimitActor:
             ]
 
     async def _commit(self) -> None:
+        """Journal the state: a snapshot that replaces the earlier ones (a rollup: an
+        activation reads the last only); then, now and then, trim the inbox below what
+        this snapshot still needs (its waiters' requests, what it has not read)."""
         core = self.core
-        data = _encode.encode(self.state.snapshot(self._seen))
+        snap = self.state.snapshot(self._seen)
         core.commits += 1
         msg_id = f"{core.eid}:{core.commits}:{core.writer}"
         core.fence = await self.store.append(
-            core.eid, "limit.state", data, fence=core.fence, msg_id=msg_id
+            core.eid,
+            "limit.state",
+            _encode.encode(snap),
+            fence=core.fence,
+            msg_id=msg_id,
+            rollup=True,
         )
+        if self._untrimmed >= TRIM_AFTER:
+            self._untrimmed = 0
+            below = min([snap.seen + 1, *(s for _, seqs in snap.queues for s in seqs)])
+            await self.store.purge_inbox(core.partition, core.eid, below)
 
     async def _answer(self, grant: Grant, reply: str) -> None:
         """Answer a fast ask with its grant (journaled): a lost answer is the asker's

@@ -126,8 +126,12 @@ class RunStore(Protocol):
         less room for the record around it. Checked before anything is written."""
         ...
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
-        """Append under the fence; raises ``Fenced`` when another writer moved it."""
+    async def append(
+        self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str, rollup: bool = False
+    ) -> int:
+        """Append under the fence; raises ``Fenced`` when another writer moved it.
+        ``rollup``: the record replaces the earlier ones on its subject (a limit's
+        snapshot: each holds the whole state)."""
         ...
 
     async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:
@@ -334,6 +338,11 @@ class ClusterStore(RunStore, Protocol):
     async def note_active(self, partition: int, eid: str, note: bytes) -> None:
         """Write ``note`` (why no worker runs the actor now, a JSON object; ``{}``: no
         note) as its active marker."""
+        ...
+
+    async def purge_inbox(self, partition: int, eid: str, below: int) -> None:
+        """Remove the messages of ``eid``'s inbox with a sequence under ``below`` (its
+        active marker and timers, on subjects of their own, stay)."""
         ...
 
     async def subscribe_inbox(
