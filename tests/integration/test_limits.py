@@ -545,13 +545,14 @@ async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
 async def test_the_limits_journal_is_rolled_up_and_its_inbox_trimmed_below_its_waiters(
     engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each snapshot replaces the earlier ones (one record in the limit's journal), and
+    """A snapshot replaces the earlier ones (here each: one record in the journal), and
     the inbox is trimmed below its oldest waiter's request: under concurrent=1, once the
     first of 6 waiters is granted, its request is gone and the 5 still waiting are
     kept (a new activation rebuilds them from there)."""
     from fusee.actors import limit_actor as limit_actor_module
 
     monkeypatch.setattr(limit_actor_module, "TRIM_AFTER", 1)
+    monkeypatch.setattr(limit_actor_module, "ROLLUP_EVERY", 1)
     await engine.limit("trim", concurrent=1)
     actor = limit_actor_id("trim")
     eid, p = escape(actor), partition_of(actor, engine.partitions)

@@ -50,6 +50,9 @@ TICK = 0.25
 # The inbox is trimmed (below its oldest waiter's request and what the last snapshot
 # read) once this many messages were read since it was last trimmed.
 TRIM_AFTER = 256
+# Every this many snapshots one replaces the earlier ones (a rollup: the server purges
+# them as it stores it), so the journal holds at most this many.
+ROLLUP_EVERY = 32
 
 
 def _waiter(seq: int, msg: PermitRequest) -> Waiter:
@@ -231,9 +234,10 @@ class LimitActor:
             ]
 
     async def _commit(self) -> None:
-        """Journal the state: a snapshot that replaces the earlier ones (a rollup: an
-        activation reads the last only); then, now and then, trim the inbox below what
-        this snapshot still needs (its waiters' requests, what it has not read)."""
+        """Journal the state (a snapshot; an activation reads the last only), every
+        ``ROLLUP_EVERY``-th one replacing the earlier ones; then, now and then, trim the
+        inbox below what this snapshot still needs (its waiters' requests, what it has
+        not read)."""
         core = self.core
         snap = self.state.snapshot(self._seen)
         core.commits += 1
@@ -244,7 +248,7 @@ class LimitActor:
             _encode.encode(snap),
             fence=core.fence,
             msg_id=msg_id,
-            rollup=True,
+            rollup=core.commits % ROLLUP_EVERY == 0,
         )
         if self._untrimmed >= TRIM_AFTER:
             self._untrimmed = 0
