@@ -293,21 +293,20 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
     assert LP["peak"] == 1
 
 
-async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes_back(
-    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
-) -> None:
-    """The limit actor journals a grant and dies before sending it (os._exit, once);
-    the run, on another worker, parks waiting: the limit's next activation sends the
-    grant of each holder it restores again, and the run finishes."""
+async def _crashing_pair(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path, at: str
+) -> tuple[list[Any], Path, list[str]]:
+    """Two workers of tests/workers/limits_crash.py (limit ``k``'s actor dies once, at
+    ``at``, while the returned flag exists) that own a share of the partitions each,
+    and 3 run IDs on the worker that does not own the limit (they outlive the crash)."""
     from tests.workers.procs import owners
 
-    await engine.limit("k", concurrent=1)
     flag = tmp_path / "crash"
     flag.touch()
     workers = worker_procs()
     workers.module = Path(__file__).resolve().parent.parent / "workers" / "limits_crash.py"
-    procs = [await workers.start(extra_env={"CRASH_FLAG": str(flag)}) for _ in range(2)]
-    (tmp_path / "release").touch()
+    env = {"CRASH_FLAG": str(flag), "CRASH_AT": at}
+    procs = [await workers.start(extra_env=env) for _ in range(2)]
     n = engine.partitions
     lp = partition_of(limit_actor_id("k"), n)
 
@@ -316,9 +315,20 @@ async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes
         return o if len(set(o.values())) == 2 and None not in o.values() else None
 
     o = await wait_until(split, timeout=30, what="two owners")
-    # the run on the worker that does not own the limit: it outlives the crash
-    rid = next(f"c-{i}" for i in range(100) if o[partition_of(f"c-{i}", n)] != o[lp])
-    run = await engine.start("limited", rid, {"dir": str(tmp_path)})
+    rids = [f"c-{i}" for i in range(200) if o[partition_of(f"c-{i}", n)] != o[lp]][:3]
+    return procs, flag, rids
+
+
+async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes_back(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """The limit actor journals a grant and dies before sending it (os._exit, once);
+    the run, on another worker, parks waiting: the limit's next activation sends the
+    grant of each holder it restores again, and the run finishes."""
+    await engine.limit("k", concurrent=1)
+    procs, flag, rids = await _crashing_pair(engine, worker_procs, tmp_path, "send")
+    (tmp_path / "release").touch()
+    run = await engine.start("limited", rids[0], {"dir": str(tmp_path)})
     await wait_until(lambda: not flag.exists() or None, timeout=30, what="the crash")
     await wait_until(lambda: sum(not p.alive for p in procs) == 1 or None, timeout=30, what="exit")
     assert await run.result(timeout=30) == "ok"
@@ -331,25 +341,8 @@ async def test_a_fast_grant_whose_answer_is_lost_is_taken_by_the_durable_request
     answers (os._exit, once): the step, on another worker, hears nothing, sends its
     durable request, and the limit's next activation moves the journaled permit to it
     (one permit: never more than concurrent=2 in flight); every run finishes."""
-    from tests.workers.procs import owners
-
     await engine.limit("k", concurrent=2)
-    flag = tmp_path / "crash"
-    flag.touch()
-    workers = worker_procs()
-    workers.module = Path(__file__).resolve().parent.parent / "workers" / "limits_crash.py"
-    env = {"CRASH_FLAG": str(flag), "CRASH_AT": "answer"}
-    procs = [await workers.start(extra_env=env) for _ in range(2)]
-    n = engine.partitions
-    lp = partition_of(limit_actor_id("k"), n)
-
-    async def split() -> Any:
-        o = await owners(engine)
-        return o if len(set(o.values())) == 2 and None not in o.values() else None
-
-    o = await wait_until(split, timeout=30, what="two owners")
-    # the runs on the worker that does not own the limit: they outlive the crash
-    rids = [f"c-{i}" for i in range(200) if o[partition_of(f"c-{i}", n)] != o[lp]][:3]
+    procs, flag, rids = await _crashing_pair(engine, worker_procs, tmp_path, "answer")
     first = await engine.start("limited", rids[0], {"dir": str(tmp_path)})
 
     def crashed_or_held() -> bool | None:
@@ -437,13 +430,10 @@ async def test_a_timed_out_attempt_still_running_keeps_its_permit(engine: fusee.
     assert peak <= 1, f"{peak} attempts in flight under concurrent=1"
 
 
-async def test_limits_shows_the_waiters_that_came_since_the_last_grant(
-    engine: fusee.Engine,
-) -> None:
-    """concurrent=1 and a holder that keeps its permit: the steps that ask meanwhile are
-    granted nothing (no snapshot is written), and engine.limits() still counts them,
-    per fairness key, as they come; once released they are served and counted no more."""
-    await engine.limit("full", concurrent=1)
+def _held_limit(limit: str) -> tuple[Registry, anyio.Event, anyio.Event]:
+    """Workflows "holder" (its step takes a permit of ``limit`` and keeps it until
+    ``go`` is set; ``holding`` is set once it runs) and "waiter" (a step under the
+    limit, its fairness key the input)."""
     holding, go = anyio.Event(), anyio.Event()
 
     async def hold() -> str:
@@ -452,15 +442,26 @@ async def test_limits_shows_the_waiters_that_came_since_the_last_grant(
         return "held"
 
     async def holder(ctx: fusee.Context, _: Any) -> str:
-        return str(await ctx.step("hold", hold, limit="full"))
+        return str(await ctx.step("hold", hold, limit=limit))
 
-    async def waiter(ctx: fusee.Context, tenant: str) -> str:
-        await ctx.step("call", lambda: None, limit="full", fairness_key=tenant)
-        return tenant
+    async def waiter(ctx: fusee.Context, tenant: str | None) -> str:
+        await ctx.step("call", lambda: None, limit=limit, fairness_key=tenant)
+        return "ok"
 
     registry = Registry()
     registry.add(Workflow("holder", holder, Any, True))
     registry.add(Workflow("waiter", waiter, Any, True))
+    return registry, holding, go
+
+
+async def test_limits_shows_the_waiters_that_came_since_the_last_grant(
+    engine: fusee.Engine,
+) -> None:
+    """concurrent=1 and a holder that keeps its permit: the steps that ask meanwhile are
+    granted nothing (no snapshot is written), and engine.limits() still counts them,
+    per fairness key, as they come; once released they are served and counted no more."""
+    await engine.limit("full", concurrent=1)
+    registry, holding, go = _held_limit("full")
 
     def shown(holders: int, waiters: dict[str, int]) -> Any:
         async def check() -> bool:
@@ -495,7 +496,6 @@ async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
 
     monkeypatch.setattr(core_module, "REASK_AFTER", 1.0)
     await engine.limit("lost", concurrent=1)
-    holding, go = anyio.Event(), anyio.Event()
     dropped: list[int] = []
     send = LimitActor._send
 
@@ -506,22 +506,7 @@ async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
         await send(self, waiter, error)
 
     monkeypatch.setattr(LimitActor, "_send", drop_first)
-
-    async def hold() -> str:
-        holding.set()
-        await go.wait()
-        return "held"
-
-    async def holder(ctx: fusee.Context, _: Any) -> str:
-        return str(await ctx.step("hold", hold, limit="lost"))
-
-    async def waiter(ctx: fusee.Context, _: Any) -> str:
-        await ctx.step("call", lambda: None, limit="lost")
-        return "ok"
-
-    registry = Registry()
-    registry.add(Workflow("holder", holder, Any, True))
-    registry.add(Workflow("waiter", waiter, Any, True))
+    registry, holding, go = _held_limit("lost")
     async with engine.worker(registry=registry) as worker:
         h = await engine.start("holder", "lost-h", None)
         with anyio.fail_after(30):
