@@ -3,8 +3,9 @@
 One in-process worker, runs of ``steps`` no-op steps, with ``limit=`` (a limit with
 room to spare: concurrent=1000, no rate) and without, alternating, each timed run with
 the floor (a block of fenced publishes) measured right before it. Prints ms a step and
-the ratio to that floor for both, and the difference in floors (how many fsync'd
-writes' worth a limit adds)."""
+the ratio to that floor for both, the difference in floors (how many fsync'd
+writes' worth a limit adds), and the messages the journal stream stored a step (its
+last sequence before and after each run: every durable write, the limit's included)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,8 @@ async def main(steps: int, repeats: int) -> None:
             await engine.limit("bench", concurrent=1000)
             probe = await Floor.open(server.url, "FLOOR_LIM")
             ms: dict[str, list[float]] = {"plain": [], "limited": []}
+            writes: dict[str, list[float]] = {"plain": [], "limited": []}
+            stream = engine.store.layout.stream
             floors: dict[str, list[float]] = {"plain": [], "limited": []}
             async with engine.worker():
                 for wf in ("bench_plain", "bench_limited"):
@@ -55,10 +58,13 @@ async def main(steps: int, repeats: int) -> None:
                 for r in range(repeats):
                     for kind in ("plain", "limited") if r % 2 == 0 else ("limited", "plain"):
                         floors[kind].append(statistics.median(await probe.block(NEAR)))
+                        before = (await probe.js.stream_info(stream)).state.last_seq
                         t0 = time.perf_counter()
                         run = await engine.start(f"bench_{kind}", f"{kind}-{r}", steps)
                         await run.result(timeout=120)
                         ms[kind].append((time.perf_counter() - t0) * 1000 / steps)
+                        after = (await probe.js.stream_info(stream)).state.last_seq
+                        writes[kind].append((after - before) / steps)
             await probe.close()
             await engine.close()
         finally:
@@ -71,6 +77,7 @@ async def main(steps: int, repeats: int) -> None:
             "ms_per_step": [round(min(ms[kind]), 3), round(max(ms[kind]), 3)],
             "ratio_to_floor": [round(ratios[0], 2), round(ratios[-1], 2)],
             "ratio_median": round(statistics.median(ratios), 2),
+            "stream_writes_per_step": round(statistics.median(writes[kind]), 2),
         }
         medians[kind] = statistics.median(ratios)
     out["extra_floors_per_step"] = round(medians["limited"] - medians["plain"], 2)

@@ -149,6 +149,7 @@ class MemoryStore:
         fence: int,
         msg_id: str,
         unlist: str | None = None,  # (no listing entries here)
+        rollup: bool = False,  # (the earlier records are kept here; nothing reads them)
     ) -> int:
         await anyio.lowlevel.checkpoint()  # a real store suspends here; cancellation lands
         return self._append(eid, data, fence=fence, kind=kind)

@@ -252,7 +252,7 @@ class Engine:
 
     async def limits(self) -> list[LimitInfo]:
         """Every limit: its config, holders, and waiters per fairness key."""
-        return await list_limits(self.store)
+        return await list_limits(self.store, self.partitions)
 
     async def live_workers(self, *, listen: float = 0.5) -> dict[str, list[str]]:
         """The workers of this namespace alive now, each with the code it serves

@@ -1,6 +1,8 @@
 """``engine.limit()`` and ``engine.limits()``: a limit's config is sent to its actor's
 inbox (it journals it) and kept in the work bucket (``limit.<eid>``) for listings; its
-holders and waiters are read from the actor's last journaled snapshot."""
+holders and waiters are asked of the live limit actor (``show`` on core NATS: as they
+are now), else read from its last journaled snapshot and the requests its inbox got
+since (a parked limit actor has read none of them yet)."""
 
 from __future__ import annotations
 
@@ -8,13 +10,16 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from fusee.actors.ports import NobodyListens
 from fusee.adapters.jetstream.store import NatsStore
+from fusee.errors import ConnectionLost
 from fusee.runtime.ids import escape, partition_of, unescape, validate_name
-from fusee.runtime.inbox import LimitSet, encode_message
+from fusee.runtime.inbox import LimitSet, PermitRequest, decode_message, encode_message
 from fusee.runtime.limits import (
     LimitConfig,
     Snapshot,
     check_config,
+    core_subject,
     limit_actor_id,
     limit_key,
     parse_limit_id,
@@ -24,12 +29,23 @@ __all__ = ("LimitInfo", "set_limit", "list_limits")
 
 _config = msgspec.json.Decoder(LimitConfig)
 _snapshot = msgspec.json.Decoder(Snapshot)
+# How long a listing waits for a live limit actor's answer (else: the journal and inbox).
+SHOW_PATIENCE = 1.0
+
+
+class _Shown(msgspec.Struct):
+    config: LimitConfig | None = None
+    holders: int = 0
+    waiters: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+_shown = msgspec.json.Decoder(_Shown)
 
 
 @dataclass(frozen=True)
 class LimitInfo:
-    """A limit as its actor last journaled it: ``holders`` (permits held),
-    ``waiters`` per fairness key."""
+    """A limit as it is now: ``holders`` (permits held), ``waiters`` per fairness key
+    (a step that has asked and not been granted yet)."""
 
     name: str
     per_second: float | None
@@ -59,23 +75,56 @@ async def set_limit(
     await store.send_inbox(p, eid, "limit", encode_message(body))
 
 
-async def list_limits(store: NatsStore) -> list[LimitInfo]:
+async def list_limits(store: NatsStore, partitions: int) -> list[LimitInfo]:
     out = []
     for key, value in sorted((await store.list_limits()).items()):
         eid = key.removeprefix("limit.")
         name = parse_limit_id(unescape(eid))
         if name is None:
             continue
-        config = _config.decode(value)
-        holders, waiters = 0, {}
-        last = await store.last_in_journal(eid)
-        if last is not None:
-            snap = _snapshot.decode(last.data)
-            if snap.config is not None:
-                config = snap.config
-            holders = len(snap.holders)
-            waiters = {k: len(v) for k, v in snap.queues}
+        shown = await _ask_live(store, eid)
+        if shown is None:
+            shown = await _from_journal(store, partition_of(unescape(eid), partitions), eid)
+        config = shown.config if shown.config is not None else _config.decode(value)
         out.append(
-            LimitInfo(name, config.per_second, config.burst, config.concurrent, holders, waiters)
+            LimitInfo(
+                name,
+                config.per_second,
+                config.burst,
+                config.concurrent,
+                shown.holders,
+                shown.waiters,
+            )
         )
     return out
+
+
+async def _ask_live(store: NatsStore, eid: str) -> _Shown | None:
+    """The live limit actor's answer (its state as it is now), or None: none is live."""
+    try:
+        answer = await store.request_core(
+            core_subject(store.layout.namespace, eid), b'{"op":"show"}', SHOW_PATIENCE
+        )
+    except (NobodyListens, ConnectionLost):
+        return None
+    if answer is None:
+        return None
+    try:
+        return _shown.decode(answer)
+    except msgspec.DecodeError:
+        return None
+
+
+async def _from_journal(store: NatsStore, partition: int, eid: str) -> _Shown:
+    """The last snapshot, and the requests stored in the inbox after what it read (not
+    the attempts it holds or queues already: asking again), each a waiter of its key."""
+    last = await store.last_in_journal(eid)
+    snap = _snapshot.decode(last.data) if last is not None else Snapshot()
+    waiters = {k: len(v) for k, v in snap.queues}
+    known = {h.key for h in snap.holders}
+    for msg in await store.read_inbox(partition, eid, snap.seen):
+        req = decode_message(msg.data)
+        if isinstance(req, PermitRequest) and req.key not in known:
+            known.add(req.key)
+            waiters[req.fairness] = waiters.get(req.fairness, 0) + 1
+    return _Shown(snap.config, len(snap.holders), waiters)

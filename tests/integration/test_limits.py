@@ -14,6 +14,7 @@ import pytest
 
 import fusee
 import fusee.runtime.limits as limits_module
+from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.inbox import PermitRequest, decode_message, encode_message
@@ -238,12 +239,26 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
     eid, p = escape(actor), partition_of(actor, engine.partitions)
 
     async def requests_of(run_id: str) -> list[str]:
+        """The attempts of ``run_id`` that sent a durable request (the limit was full)."""
         keys = []
         for m in await engine.store.read_inbox(p, eid):
             msg = decode_message(m.data)
             if isinstance(msg, PermitRequest) and msg.run == escape(run_id):
                 keys.append(msg.key.rsplit(".", 1)[1])
         return keys
+
+    # every permit asked for (on core NATS first, then durably if not granted there)
+    asked: list[str] = []
+    acquire = ActorCore.acquire_permit
+
+    async def recording(
+        self: ActorCore, name: str, fairness: str, key: str, *, pos: int = 0
+    ) -> int:
+        if self.run_id == "lp-a":
+            asked.append(key.rsplit(".", 1)[1])
+        return await acquire(self, name, fairness, key, pos=pos)
+
+    monkeypatch.setattr(ActorCore, "acquire_permit", recording)
 
     async with engine.worker(registry=registry):
         a = await engine.start("lp_flaky", "lp-a", None)
@@ -253,7 +268,8 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
 
         await wait_until(paused, timeout=30, what="run a to pause")
         assert LP["flaky"] == [1, 2]
-        assert await requests_of("lp-a") == ["1", "2"]  # a permit for each attempt
+        assert asked == ["1", "2"]  # a permit for each attempt
+        assert await requests_of("lp-a") == []  # granted on core NATS: the limit had room
         # a holds nothing while paused: b's step gets the only permit
         b = await engine.start("lp_holder", "lp-b", None)
         with anyio.fail_after(30):
@@ -265,8 +281,9 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
             return "3" in await requests_of("lp-a")
 
         # the resumed step asks for a permit before its third attempt, and waits:
-        # b holds the only one
+        # b holds the only one (so it was refused on core NATS and sent durably)
         await wait_until(asked_again, timeout=30, what="run a's request for attempt 3")
+        assert asked == ["1", "2", "3"]
         assert LP["flaky"] == [1, 2]
         assert (await a.describe()).status != "paused"
         LP["go"].set()
@@ -276,21 +293,20 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
     assert LP["peak"] == 1
 
 
-async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes_back(
-    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
-) -> None:
-    """The limit actor journals a grant and dies before sending it (os._exit, once);
-    the run, on another worker, parks waiting: the limit's next activation sends the
-    grant of each holder it restores again, and the run finishes."""
+async def _crashing_pair(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path, at: str
+) -> tuple[list[Any], Path, list[str]]:
+    """Two workers of tests/workers/limits_crash.py (limit ``k``'s actor dies once, at
+    ``at``, while the returned flag exists) that own a share of the partitions each,
+    and 3 run IDs on the worker that does not own the limit (they outlive the crash)."""
     from tests.workers.procs import owners
 
-    await engine.limit("k", concurrent=1)
     flag = tmp_path / "crash"
     flag.touch()
     workers = worker_procs()
     workers.module = Path(__file__).resolve().parent.parent / "workers" / "limits_crash.py"
-    procs = [await workers.start(extra_env={"CRASH_FLAG": str(flag)}) for _ in range(2)]
-    (tmp_path / "release").touch()
+    env = {"CRASH_FLAG": str(flag), "CRASH_AT": at}
+    procs = [await workers.start(extra_env=env) for _ in range(2)]
     n = engine.partitions
     lp = partition_of(limit_actor_id("k"), n)
 
@@ -299,12 +315,51 @@ async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes
         return o if len(set(o.values())) == 2 and None not in o.values() else None
 
     o = await wait_until(split, timeout=30, what="two owners")
-    # the run on the worker that does not own the limit: it outlives the crash
-    rid = next(f"c-{i}" for i in range(100) if o[partition_of(f"c-{i}", n)] != o[lp])
-    run = await engine.start("limited", rid, {"dir": str(tmp_path)})
+    rids = [f"c-{i}" for i in range(200) if o[partition_of(f"c-{i}", n)] != o[lp]][:3]
+    return procs, flag, rids
+
+
+async def test_a_grant_journaled_and_not_sent_is_sent_again_when_the_limit_comes_back(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """The limit actor journals a grant and dies before sending it (os._exit, once);
+    the run, on another worker, parks waiting: the limit's next activation sends the
+    grant of each holder it restores again, and the run finishes."""
+    await engine.limit("k", concurrent=1)
+    procs, flag, rids = await _crashing_pair(engine, worker_procs, tmp_path, "send")
+    (tmp_path / "release").touch()
+    run = await engine.start("limited", rids[0], {"dir": str(tmp_path)})
     await wait_until(lambda: not flag.exists() or None, timeout=30, what="the crash")
     await wait_until(lambda: sum(not p.alive for p in procs) == 1 or None, timeout=30, what="exit")
     assert await run.result(timeout=30) == "ok"
+
+
+async def test_a_fast_grant_whose_answer_is_lost_is_taken_by_the_durable_request(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """The limit actor journals a grant asked for on core NATS and dies before it
+    answers (os._exit, once): the step, on another worker, hears nothing, sends its
+    durable request, and the limit's next activation moves the journaled permit to it
+    (one permit: never more than concurrent=2 in flight); every run finishes."""
+    await engine.limit("k", concurrent=2)
+    procs, flag, rids = await _crashing_pair(engine, worker_procs, tmp_path, "answer")
+    first = await engine.start("limited", rids[0], {"dir": str(tmp_path)})
+
+    def crashed_or_held() -> bool | None:
+        return (not flag.exists() or (tmp_path / f"held-{rids[0]}").exists()) or None
+
+    # the first run's ask finds the limit actor parked (nobody answers) or live: in
+    # the first case it holds (durably granted) and keeps the limit actor in memory,
+    # so the next run's ask is answered on core NATS, and that answer is the one lost
+    await wait_until(crashed_or_held, timeout=30, what="the crash or a holder")
+    rest = [await engine.start("limited", r, {"dir": str(tmp_path)}) for r in rids[1:]]
+    await wait_until(lambda: not flag.exists() or None, timeout=30, what="the crash")
+    await wait_until(lambda: sum(not p.alive for p in procs) == 1 or None, timeout=30, what="exit")
+    (tmp_path / "release").touch()
+    for run in [first, *rest]:
+        assert await run.result(timeout=60) == "ok"
+    counts = [int(x) for x in (tmp_path / "counts").read_text().split()]
+    assert max(counts) <= 2, counts
 
 
 async def test_an_object_type_starting_with_fusee_is_refused(engine: fusee.Engine) -> None:
@@ -373,3 +428,157 @@ async def test_a_timed_out_attempt_still_running_keeps_its_permit(engine: fusee.
         # (the last attempt's thread: the permit is released as it returns)
         await wait_until(lambda: inflight == 0 or None, timeout=10, what="the threads")
     assert peak <= 1, f"{peak} attempts in flight under concurrent=1"
+
+
+def _held_limit(limit: str) -> tuple[Registry, anyio.Event, anyio.Event]:
+    """Workflows "holder" (its step takes a permit of ``limit`` and keeps it until
+    ``go`` is set; ``holding`` is set once it runs) and "waiter" (a step under the
+    limit, its fairness key the input)."""
+    holding, go = anyio.Event(), anyio.Event()
+
+    async def hold() -> str:
+        holding.set()
+        await go.wait()
+        return "held"
+
+    async def holder(ctx: fusee.Context, _: Any) -> str:
+        return str(await ctx.step("hold", hold, limit=limit))
+
+    async def waiter(ctx: fusee.Context, tenant: str | None) -> str:
+        await ctx.step("call", lambda: None, limit=limit, fairness_key=tenant)
+        return "ok"
+
+    registry = Registry()
+    registry.add(Workflow("holder", holder, Any, True))
+    registry.add(Workflow("waiter", waiter, Any, True))
+    return registry, holding, go
+
+
+async def test_limits_shows_the_waiters_that_came_since_the_last_grant(
+    engine: fusee.Engine,
+) -> None:
+    """concurrent=1 and a holder that keeps its permit: the steps that ask meanwhile are
+    granted nothing (no snapshot is written), and engine.limits() still counts them,
+    per fairness key, as they come; once released they are served and counted no more."""
+    await engine.limit("full", concurrent=1)
+    registry, holding, go = _held_limit("full")
+
+    def shown(holders: int, waiters: dict[str, int]) -> Any:
+        async def check() -> bool:
+            (info,) = await engine.limits()
+            return info.holders == holders and info.waiters == waiters
+
+        return check
+
+    async with engine.worker(registry=registry):
+        h = await engine.start("holder", "full-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        await wait_until(shown(1, {}), timeout=30, what="the holder listed")
+        runs = [await engine.start("waiter", f"full-{i}", "A" if i < 3 else "B") for i in range(5)]
+        await wait_until(shown(1, {"A": 3, "B": 2}), timeout=30, what="5 waiters listed")
+        go.set()
+        assert await h.result(timeout=30) == "held"
+        for run in runs:
+            await run.result(timeout=30)
+        await wait_until(shown(0, {}), timeout=30, what="nothing held or waiting")
+
+
+async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """concurrent=1: a run parks waiting behind a holder; the limit journals its grant
+    and the grant is never sent (a hook drops it, as a limit actor gone between the two
+    would, and this one stays): the run's timer brings it back after REASK_AFTER, it
+    asks again, the limit moves the journaled permit to that request and it finishes."""
+    import fusee.actors.core as core_module
+    from fusee.actors.limit_actor import LimitActor
+
+    monkeypatch.setattr(core_module, "REASK_AFTER", 1.0)
+    await engine.limit("lost", concurrent=1)
+    dropped: list[int] = []
+    send = LimitActor._send
+
+    async def drop_first(self: LimitActor, waiter: Any, error: str) -> None:
+        if not error and waiter.run == escape("lost-w") and not dropped:
+            dropped.append(waiter.seq)  # journaled, never sent
+            return
+        await send(self, waiter, error)
+
+    monkeypatch.setattr(LimitActor, "_send", drop_first)
+    registry, holding, go = _held_limit("lost")
+    async with engine.worker(registry=registry) as worker:
+        h = await engine.start("holder", "lost-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        w = await engine.start("waiter", "lost-w", None)
+
+        async def queued() -> bool:
+            (info,) = await engine.limits()
+            return info.waiters == {"": 1}
+
+        await wait_until(queued, timeout=30, what="the waiter's durable request")
+        await wait_until(
+            lambda: escape("lost-w") not in worker.actors or None, timeout=30, what="it parks"
+        )
+        go.set()  # the holder releases: the limit grants w, and the grant is dropped
+        assert await h.result(timeout=30) == "held"
+        assert await w.result(timeout=30) == "ok"
+    assert len(dropped) == 1
+
+
+async def test_the_limits_journal_is_rolled_up_and_its_inbox_trimmed_below_its_waiters(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot replaces the earlier ones (here each: one record in the journal), and
+    the inbox is trimmed below its oldest waiter's request: under concurrent=1, once the
+    first of 6 waiters is granted, its request is gone and the 5 still waiting are
+    kept (a new activation rebuilds them from there)."""
+    from fusee.actors import limit_actor as limit_actor_module
+
+    monkeypatch.setattr(limit_actor_module, "TRIM_AFTER", 1)
+    monkeypatch.setattr(limit_actor_module, "ROLLUP_EVERY", 1)
+    await engine.limit("trim", concurrent=1)
+    actor = limit_actor_id("trim")
+    eid, p = escape(actor), partition_of(actor, engine.partitions)
+    gates = {f"trim-{i}": anyio.Event() for i in range(7)}
+    started: list[str] = []
+
+    async def gated(ctx: fusee.Context, _: Any) -> str:
+        async def call() -> None:
+            started.append(ctx.run_id)
+            await gates[ctx.run_id].wait()
+
+        await ctx.step("call", call, limit="trim")
+        return "ok"
+
+    async def queued_runs() -> set[str]:
+        out = set()
+        for m in await engine.store.read_inbox(p, eid):
+            msg = decode_message(m.data)
+            if isinstance(msg, PermitRequest):
+                out.add(msg.run)
+        return out
+
+    async def waiting(n: int) -> bool:
+        (info,) = await engine.limits()
+        return info.waiters == ({"": n} if n else {})
+
+    async with engine.worker(registry=_registry(gated, "gated")):
+        first = await engine.start("gated", "trim-0", None)
+        await wait_until(lambda: started or None, timeout=30, what="the first holder")
+        runs = [await engine.start("gated", f"trim-{i}", None) for i in range(1, 7)]
+        await wait_until(lambda: waiting(6), timeout=30, what="6 waiters")
+        assert len(await queued_runs()) == 6
+        gates["trim-0"].set()
+        assert await first.result(timeout=30) == "ok"
+        await wait_until(lambda: len(started) == 2 or None, timeout=30, what="the next holder")
+        await wait_until(lambda: waiting(5), timeout=30, what="5 waiters")
+        # the granted one's request is trimmed, the 5 waiting are kept
+        left = {escape(f"trim-{i}") for i in range(1, 7)} - {escape(started[1])}
+        assert await queued_runs() == left
+        for gate in gates.values():
+            gate.set()
+        for run in runs:
+            assert await run.result(timeout=30) == "ok"
+    assert len(await engine.store.read_journal(eid)) == 1  # the last snapshot only

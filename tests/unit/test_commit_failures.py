@@ -31,11 +31,12 @@ class FailingStore(MemoryStore):
         fence: int,
         msg_id: str,
         unlist: str | None = None,
+        rollup: bool = False,
     ) -> int:
         if self.appends + 1 == self.fail_at:
             self.appends += 1
             raise TimeoutError("nats: timeout")
-        return await super().append(eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist)
+        return await super().append(eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist, rollup=rollup)
 
 
 async def _careless(ctx: fusee.Context, _arg: Any) -> str:

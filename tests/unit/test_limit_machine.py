@@ -1,9 +1,12 @@
 """The limit's decisions (runtime/limits.py) under every order of requests, releases,
-renewals, leases running out, config changes, restarts from a snapshot and the clock:
+renewals, leases running out, config changes, restarts from a snapshot and the clock,
+and permits asked on core NATS (the fast path: granted, its answer lost and the same
+attempt's durable request sent; refused; answered late, after the durable request):
 never more than ``concurrent`` held, never more than ``burst + per_second * w`` grants
 in any window of ``w`` seconds, a request never granted twice (but a moved permit),
-an expired holder reclaimed once, keys served round-robin, and every waiter served
-once the clock runs and holders release."""
+one permit at most per attempt, no fast grant while others wait, an expired holder
+reclaimed once, keys served round-robin, and every waiter served once the clock runs
+and holders release."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import math
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fusee.runtime.limits import LEASE, LimitConfig, LimitState, Waiter
+from fusee.runtime.limits import LEASE, Ask, LimitConfig, LimitState, Waiter
 from tests.machines import machine_settings
 
 
@@ -33,15 +36,66 @@ class Limits(RuleBasedStateMachine):
 
     def _grant(self) -> None:
         for g in self.state.grants(self.now):
-            assert g.waiter.seq not in self.granted, "a request granted twice"
-            self.granted.add(g.waiter.seq)
-            if not g.moved:
-                assert self.config.concurrent is not None
-                assert len(self.state.holders) <= self.config.concurrent, (
-                    f"{len(self.state.holders)} permits held, over concurrent"
-                )
-                self.times.append(self.now)
-                self.queued_order.append((self.now, g.waiter.fairness))
+            self._granted(g.waiter.seq, g.moved, g.waiter.fairness)
+
+    def _granted(self, seq: int, moved: bool, fairness: str) -> None:
+        assert seq not in self.granted, "a request granted twice"
+        self.granted.add(seq)
+        if not moved:
+            assert self.config.concurrent is not None
+            assert len(self.state.holders) <= self.config.concurrent, (
+                f"{len(self.state.holders)} permits held, over concurrent"
+            )
+            self.times.append(self.now)
+            self.queued_order.append((self.now, fairness))
+
+    @rule(fairness=st.sampled_from(["a", "b", "c"]))
+    def ask(self, fairness: str) -> None:
+        """A new attempt asks on core NATS: granted only when nobody waits and there is
+        room; refused, it sends its durable request (and waits its turn)."""
+        self.keys += 1
+        key = f"k{self.keys}"
+        waited = bool(self.state.queues)
+        g = self.state.ask(
+            Ask(key=key, run="r", partition=0, worker="w1", fairness=fairness), self.now
+        )
+        if g is not None:
+            assert not waited, "a fast grant jumped the waiters"
+            assert g.waiter.seq < 0
+            self._granted(g.waiter.seq, False, fairness)
+            return
+        self.seq += 1
+        assert self.state.request(Waiter(self.seq, key, "r", 0, "w1", fairness), self.now) is None
+        self._grant()
+
+    @precondition(lambda self: any(s < 0 for s in self.state.holders))
+    @rule(data=st.data())
+    def fast_answer_lost(self, data: st.DataObject) -> None:
+        """A fast grant's answer was lost: its step's durable request (same attempt)
+        takes the permit over, no second one."""
+        seq = data.draw(st.sampled_from(sorted(s for s in self.state.holders if s < 0)))
+        h = self.state.holders[seq]
+        n = len(self.state.holders)
+        self.seq += 1
+        moved = self.state.request(Waiter(self.seq, h.key, h.run, 0, "w1", ""), self.now)
+        assert moved is not None, "the fast grant was not moved"
+        assert moved.moved
+        assert len(self.state.holders) == n, "a lost answer made a second permit"
+        self._granted(self.seq, True, "")
+        self._grant()
+
+    @precondition(lambda self: self.state.holders or self.state.queues)
+    @rule(data=st.data())
+    def late_ask(self, data: st.DataObject) -> None:
+        """A fast ask answered after its step gave up on it and sent its durable
+        request (held or queued now): refused, nothing changes."""
+        keys = [h.key for h in self.state.holders.values()]
+        keys += [w.key for q in self.state.queues.values() for w in q]
+        key = data.draw(st.sampled_from(sorted(keys)))
+        before = self.state.snapshot(self.seq)
+        g = self.state.ask(Ask(key=key, run="r", partition=0, worker="w1"), self.now)
+        assert g is None, "a late ask of an attempt that holds or waits was granted"
+        assert self.state.snapshot(self.seq) == before, "a refused ask changed the state"
 
     @rule(fairness=st.sampled_from(["a", "b", "c"]), again=st.booleans())
     def request(self, fairness: str, again: bool) -> None:
@@ -104,6 +158,13 @@ class Limits(RuleBasedStateMachine):
                 assert j - i + 1 <= burst + per * w + 1e-6, (
                     f"{j - i + 1} grants in {w:.3f} s: over burst + rate"
                 )
+
+    @invariant()
+    def one_permit_per_attempt(self) -> None:
+        held = [h.key for h in self.state.holders.values()]
+        queued = [w.key for q in self.state.queues.values() for w in q]
+        assert len(set(held)) == len(held), "an attempt holds two permits"
+        assert not set(held) & set(queued), "an attempt holds a permit and waits for one"
 
     @invariant()
     def a_waiter_waits_only_for_room(self) -> None:

@@ -23,9 +23,10 @@ import msgspec
 from fusee.actors.combinators import may_park
 from fusee.actors.host import Stoppable
 from fusee.actors.outcomes import Outcome
-from fusee.actors.ports import RunStore, Stored, TokenSink
+from fusee.actors.ports import NobodyListens, RunStore, Stored, TokenSink
 from fusee.errors import (
     CommitFailed,
+    ConnectionLost,
     Evicted,
     JournalGap,
     NotEncodable,
@@ -45,7 +46,7 @@ from fusee.runtime.inbox import (
     decode_message,
     encode_message,
 )
-from fusee.runtime.limits import core_subject, limit_actor_id
+from fusee.runtime.limits import Ask, core_subject, limit_actor_id
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted, encode_record, kind_of
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Wait
 
@@ -57,6 +58,20 @@ log = get_logger()
 # that record is then at most this much larger than it would be alone, far below the
 # headroom a record keeps for what surrounds its own value.
 RIDE_MAX = 4096
+# How long a step waits for the live limit actor's answer to a permit asked on core
+# NATS before it sends its durable request (a grant answered later is moved by it).
+ASK_PATIENCE = 1.0
+# How long a run parked waiting for a grant stays parked before it comes back to ask
+# again, if no grant brought it back first (its timer: one durable write a park).
+REASK_AFTER = 30.0
+
+
+class _Answer(msgspec.Struct):
+    grant: int | None = None
+
+
+_answer = msgspec.json.Decoder(_Answer)
+_encode = msgspec.json.Encoder()
 
 
 class Driver(Protocol):
@@ -306,12 +321,19 @@ class ActorCore:
 
     # -- limits -----------------------------------------------------------------------
 
-    async def acquire_permit(self, name: str, fairness: str, key: str) -> int:
-        """Ask limit ``name`` for a permit for attempt ``key`` and wait for it: the
-        request goes to the limit's inbox, the grant comes to this actor's. Stays in
-        memory ``park_after`` seconds, then leaves (``Parked``): the grant brings the run
-        back, whose replay asks again (the limit moves the permit it holds for ``key``
-        to the new request). Returns the request's sequence (what a release names).
+    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> int:
+        """Ask limit ``name`` for a permit for attempt ``key`` and wait for it. First on
+        core NATS, of the live limit actor (:meth:`_ask`: it journals the grant and
+        answers); when it does not grant (nobody listens or answers in time, the limit
+        is full or others wait), the request goes to the limit's inbox, the grant comes
+        to this actor's. Stays in memory ``park_after`` seconds, then leaves
+        (``Parked``): the grant brings the run back, whose replay asks again (the limit
+        moves the permit it holds for ``key`` to the new request). Before it parks it
+        sets a timer (wait position ``pos``, the step's) ``REASK_AFTER`` seconds on: a
+        grant that never comes (journaled and never sent, its limit actor not back) does
+        not leave the run parked for good; the timer brings it back, and it asks again.
+        Returns what a release names: the request's inbox sequence, or the fast grant's
+        number (< 0).
 
         Raises:
             UnknownLimit: there is no such limit.
@@ -319,6 +341,10 @@ class ActorCore:
         limit_id = limit_actor_id(name)
         eid = escape(limit_id)
         assert self.partitions is not None, "a worker's actor knows the partitions"
+        fast = await self._ask(eid, fairness, key)
+        if fast is not None:
+            self.held[fast] = eid
+            return fast
         body = encode_message(
             PermitRequest(
                 key=key,
@@ -355,6 +381,15 @@ class ActorCore:
             if left <= 0:
                 if may_park():
                     await self.flush()
+                    # the bound on a grant that never comes: back to ask again (the
+                    # limit keeps its place, or moves the permit the attempt holds)
+                    await self.store.schedule_timer(
+                        self.eid,
+                        self.partition,
+                        pos,
+                        self.clock() + REASK_AFTER,
+                        start=self.history.started_seq,
+                    )
                     self.left_at = view.seen
                     raise Parked
                 idle_since = self.clock()
@@ -362,6 +397,34 @@ class ActorCore:
             may_park(idle=False)
             with anyio.move_on_after(left):
                 await changed.wait()
+
+    async def _ask(self, eid: str, fairness: str, key: str) -> int | None:
+        """The fast path: ask the live limit actor on core NATS (no durable write here;
+        it journals a grant before it answers). The grant's number, or None: not granted
+        (no answer within ``ASK_PATIENCE``, nobody listening, or "no")."""
+        ask = Ask(
+            key=key,
+            run=self.eid,
+            partition=self.partition,
+            worker=self.worker_id,
+            fairness=fairness,
+        )
+        body = _encode.encode({"op": "ask", "ask": ask})
+        try:
+            answer = await self.store.request_core(
+                core_subject(self.namespace, eid), body, ASK_PATIENCE
+            )
+        except NobodyListens:
+            return None  # parked (or no worker yet): the durable request activates it
+        except ConnectionLost:
+            return None  # the durable request is as patient as any write
+        if answer is None:
+            return None  # a grant answered late is moved by the durable request
+        try:
+            grant = _answer.decode(answer).grant
+        except msgspec.DecodeError:
+            return None
+        return grant if grant is not None and grant < 0 else None
 
     async def release_permit(self, seq: int) -> None:
         """The attempt holding the permit of request ``seq`` ended: the limit hears it

@@ -99,7 +99,7 @@ class ActorHost(Protocol):
         """Until the wait ends (raises ``Parked`` when the actor leaves memory)."""
         ...
 
-    async def acquire_permit(self, name: str, fairness: str, key: str) -> int:
+    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> int:
         """Wait for a permit of limit ``name`` (see ``ActorCore.acquire_permit``)."""
         ...
 

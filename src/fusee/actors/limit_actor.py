@@ -4,10 +4,14 @@ Its journal is ``<ns>.run.<eid>.j`` (``eid``: the escaped ``@fusee.limit/<name>`
 fenced like a run's; each record is a :class:`~fusee.runtime.limits.Snapshot` of the
 whole state, so an activation reads the last one only. Requests, config changes come
 to its inbox (``permit``, ``limit``); renewals and releases come on core NATS from the
-holders' workers (a lost one: the lease runs out). A grant is journaled (the snapshot
-holding it landed) before it is sent to the run's inbox, so a permit is never granted
-twice, also across a crash of this actor. The decisions are
-:class:`fusee.runtime.limits.LimitState`'s; this performs them.
+holders' workers (a lost one: the lease runs out). A step first asks on core NATS
+(``ask``, request/reply: the fast path); it is answered with a grant, journaled first,
+or "no" (the limit full, others waiting, the attempt holding one already), and then
+sends its durable request. ``show`` (request/reply) answers the holders and waiters as
+they are now. A grant is journaled (the snapshot holding it landed) before it is sent
+to the run's inbox or answered, so a permit is never granted twice, also across a crash
+of this actor. The decisions are :class:`fusee.runtime.limits.LimitState`'s; this
+performs them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from fusee.logs import get_logger
 from fusee.runtime.ids import escape
 from fusee.runtime.inbox import LimitSet, PermitGrant, PermitRequest, encode_message
 from fusee.runtime.limits import (
+    Ask,
+    Grant,
     LimitConfig,
     LimitState,
     Snapshot,
@@ -38,8 +44,15 @@ log = get_logger()
 
 _snapshot = msgspec.json.Decoder(Snapshot)
 _encode = msgspec.json.Encoder()
+NO = b'{"grant":null}'  # a fast ask refused: the step sends its durable request
 # Looked at again at least this often (an eviction asked for, a lease to expire).
 TICK = 0.25
+# The inbox is trimmed (below its oldest waiter's request and what the last snapshot
+# read) once this many messages were read since it was last trimmed.
+TRIM_AFTER = 256
+# Every this many snapshots one replaces the earlier ones (a rollup: the server purges
+# them as it stores it), so the journal holds at most this many.
+ROLLUP_EVERY = 32
 
 
 def _waiter(seq: int, msg: PermitRequest) -> Waiter:
@@ -53,8 +66,11 @@ class LimitActor:
         self.store = store
         self.state = LimitState()
         self._heard: list[dict[str, Any]] = []  # renewals and releases, in order
+        self._asks: list[tuple[Ask, str]] = []  # permits asked on core NATS, reply subjects
+        self._shows: list[str] = []  # reply subjects of `show` requests
         self._seen = 0
         self._resend: list[Waiter] = []
+        self._untrimmed = 0  # inbox messages read since the inbox was last trimmed
 
     async def run(self) -> Outcome:
         core = self.core
@@ -67,16 +83,31 @@ class LimitActor:
         finally:
             with anyio.CancelScope(shield=True):
                 await unsubscribe()
+                # asked as it left: told "no" now rather than by their patience
+                asks, self._asks = self._asks, []
+                for _, reply in asks:
+                    await self.store.publish_core(reply, NO)
 
-    async def _on_core(self, _subject: str, data: bytes, _reply: str | None) -> None:
+    async def _on_core(self, _subject: str, data: bytes, reply: str | None) -> None:
         try:
             body = msgspec.json.decode(data)
         except msgspec.DecodeError:
             return
-        if isinstance(body, dict):
+        if not isinstance(body, dict):
+            return
+        op = body.get("op")
+        if op == "ask" and reply:
+            try:
+                self._asks.append((msgspec.convert(body.get("ask"), Ask), reply))
+            except msgspec.ValidationError:
+                await self.store.publish_core(reply, NO)
+                return
+        elif op == "show" and reply:
+            self._shows.append(reply)
+        else:
             self._heard.append(body)
-            if self.core.woken is not None:
-                self.core.woken.set()
+        if self.core.woken is not None:
+            self.core.woken.set()
 
     async def _load(self) -> None:
         core = self.core
@@ -103,8 +134,11 @@ class LimitActor:
         # a grant journaled and then not sent (a crash between) would leave its run
         # waiting until the lease took it back: each holder's grant is sent again (its
         # Msg-Id dedupes; a run that had it ignores a grant it did not ask for)
+        # (a fast grant is not: its step asked again in its inbox, which moves it)
         self._resend = [
-            Waiter(h.seq, h.key, h.run, h.partition, h.worker) for h in self.state.holders.values()
+            Waiter(h.seq, h.key, h.run, h.partition, h.worker)
+            for h in self.state.holders.values()
+            if h.seq > 0
         ]
 
     async def _serve(self) -> Outcome:
@@ -119,6 +153,7 @@ class LimitActor:
         while True:
             now = core.clock()
             grants = []
+            self._untrimmed += len(self._pending)
             for seq, msg in self._pending:
                 self._seen = max(self._seen, seq)
                 if isinstance(msg, LimitSet):
@@ -149,15 +184,28 @@ class LimitActor:
                     "limit.reclaimed", limit=self.name, request=holder.seq, worker=holder.worker
                 )
             refused = state.refuse_all() if state.config is None else []
-            grants += state.grants(now)
-            if grants or refused:
-                # journaled before any grant is sent: never granted twice
+            grants += state.grants(now)  # the waiters first: an ask does not jump the queue
+            asks, self._asks = self._asks, []
+            fast: list[tuple[Grant, str]] = []
+            for ask, reply in asks:
+                g = state.ask(ask, now)
+                if g is None:
+                    await self.store.publish_core(reply, NO)
+                else:
+                    fast.append((g, reply))
+            if grants or refused or fast:
+                # journaled before any grant is sent or answered: never granted twice
                 await self._commit()
                 dirty = False
+            for g, reply in fast:
+                await self._answer(g, reply)
             for g in grants:
                 await self._send(g.waiter, "")
             for w in refused:
                 await self._send(w, f"there is no limit {self.name!r} (engine.limit() sets one)")
+            shows, self._shows = self._shows, []
+            for reply in shows:
+                await self.store.publish_core(reply, self._show())
             if state.config is None:
                 return "ended"  # no such limit: its requests were told
             if state.waiting() or state.holders:
@@ -186,12 +234,40 @@ class LimitActor:
             ]
 
     async def _commit(self) -> None:
+        """Journal the state (a snapshot; an activation reads the last only), every
+        ``ROLLUP_EVERY``-th one replacing the earlier ones; then, now and then, trim the
+        inbox below what this snapshot still needs (its waiters' requests, what it has
+        not read)."""
         core = self.core
-        data = _encode.encode(self.state.snapshot(self._seen))
+        snap = self.state.snapshot(self._seen)
         core.commits += 1
         msg_id = f"{core.eid}:{core.commits}:{core.writer}"
         core.fence = await self.store.append(
-            core.eid, "limit.state", data, fence=core.fence, msg_id=msg_id
+            core.eid,
+            "limit.state",
+            _encode.encode(snap),
+            fence=core.fence,
+            msg_id=msg_id,
+            rollup=core.commits % ROLLUP_EVERY == 0,
+        )
+        if self._untrimmed >= TRIM_AFTER:
+            self._untrimmed = 0
+            below = min([snap.seen + 1, *(s for _, seqs in snap.queues for s in seqs)])
+            await self.store.purge_inbox(core.partition, core.eid, below)
+
+    async def _answer(self, grant: Grant, reply: str) -> None:
+        """Answer a fast ask with its grant (journaled): a lost answer is the asker's
+        durable request, which moves the permit."""
+        await self.store.publish_core(reply, b'{"grant":%d}' % grant.waiter.seq)
+
+    def _show(self) -> bytes:
+        state = self.state
+        return _encode.encode(
+            {
+                "config": state.config,
+                "holders": len(state.holders),
+                "waiters": state.waiters_by_key(),
+            }
         )
 
     async def _send(self, waiter: Waiter, error: str) -> None:

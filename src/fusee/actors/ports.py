@@ -135,10 +135,13 @@ class RunStore(Protocol):
         fence: int,
         msg_id: str,
         unlist: str | None = None,
+        rollup: bool = False,
     ) -> int:
         """Append under the fence; raises ``Fenced`` when another writer moved it.
         ``unlist``: the run's workflow; its paused listing entry is removed in the
-        same write (``run.resumed``)."""
+        same write (``run.resumed``).
+        ``rollup``: the record replaces the earlier ones on its subject (a limit's
+        snapshot: each holds the whole state)."""
         ...
 
     async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:
@@ -251,6 +254,16 @@ class RunStore(Protocol):
         """Fire and forget on core NATS (a lost message is fine: nothing durable rides it)."""
         ...
 
+    async def request_core(self, subject: str, data: bytes, timeout: float) -> bytes | None:
+        """Request/reply on core NATS (a limit's fast path): the reply, or None when none
+        came in time.
+
+        Raises:
+            NobodyListens: no subscriber at all.
+            ConnectionLost: the connection is closed or reconnecting.
+        """
+        ...
+
     # keyed objects: the state projection in the objects bucket
     async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
         """``(state JSON, journal sequence it was made at, KV revision)``, or None."""
@@ -335,6 +348,11 @@ class ClusterStore(RunStore, Protocol):
     async def note_active(self, partition: int, eid: str, note: bytes) -> None:
         """Write ``note`` (why no worker runs the actor now, a JSON object; ``{}``: no
         note) as its active marker."""
+        ...
+
+    async def purge_inbox(self, partition: int, eid: str, below: int) -> None:
+        """Remove the messages of ``eid``'s inbox with a sequence under ``below`` (its
+        active marker and timers, on subjects of their own, stay)."""
         ...
 
     async def subscribe_inbox(

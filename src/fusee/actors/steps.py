@@ -188,7 +188,9 @@ async def execute(
             if permits is not None:
                 # a permit of the limit before each attempt (waits its turn, may park)
                 try:
-                    held = await host.acquire_permit(permits[0], permits[1], f"{key}.{attempt}")
+                    held = await host.acquire_permit(
+                        permits[0], permits[1], f"{key}.{attempt}", pos=decision.pos
+                    )
                 except UnknownLimit as exc:
                     failure = await fail_step(
                         host, decision.pos, name, attempt, "fusee.UnknownLimit", str(exc), 0.0

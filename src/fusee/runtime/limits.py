@@ -18,6 +18,12 @@ send, the time to look again. Nothing here awaits or reads a clock.
 - **The same attempt asking again** (its run replayed on another worker, or woken from
   a park) names the same ``key``: a held permit moves to the new request (no second
   permit), a queued one keeps its place.
+- **Asked on core NATS** (:meth:`LimitState.ask`, the fast path: no durable request):
+  granted only when nobody waits, the limit has room and the attempt neither holds nor
+  waits for a permit; its permit is named by a negative number (``-1``, ``-2``, ...,
+  counted in the snapshot). Anything else is answered "no", and the step sends its
+  durable request (which moves a permit its attempt holds, as above): a fast grant whose
+  answer was lost, and the same attempt's durable request, are one permit.
 
 ``tests/unit/test_limit_machine.py`` drives it with hypothesis.
 """
@@ -39,6 +45,7 @@ __all__ = (
     "Grant",
     "LimitState",
     "Snapshot",
+    "Ask",
     "check_config",
     "LEASE",
     "RENEW_EVERY",
@@ -117,6 +124,17 @@ class Holder(msgspec.Struct):
     expires: float
 
 
+class Ask(msgspec.Struct, frozen=True, kw_only=True):
+    """A permit asked for on core NATS (the fast path): attempt ``key`` of run ``run``
+    (escaped ID, in ``partition``), run by ``worker``, under fairness key ``fairness``."""
+
+    key: str
+    run: str
+    partition: int
+    worker: str = ""
+    fairness: str = ""
+
+
 @dataclass(frozen=True)
 class Grant:
     """Send the grant of request ``waiter.seq`` to its run's inbox (after the state
@@ -138,6 +156,7 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     holders: list[Holder] = msgspec.field(default_factory=list)
     queues: list[tuple[str, list[int]]] = msgspec.field(default_factory=list)
     seen: int = 0
+    fast: int = 0  # permits granted on core NATS so far (the last one is named -fast)
 
 
 @dataclass
@@ -147,6 +166,7 @@ class LimitState:
     refilled_at: float = 0.0
     holders: dict[int, Holder] = field(default_factory=dict)  # request seq -> holder
     queues: dict[str, deque[Waiter]] = field(default_factory=dict)  # the front served next
+    fast: int = 0  # permits granted on core NATS (ask): the next one is named -(fast + 1)
 
     # -- events -------------------------------------------------------------------------
 
@@ -182,6 +202,30 @@ class LimitState:
                     return None
         self.queues.setdefault(waiter.fairness, deque()).append(waiter)
         return None
+
+    def ask(self, ask: Ask, now: float) -> Grant | None:
+        """A permit asked for on core NATS: granted at once (a new holder, named by the
+        next negative number) when nobody waits, the limit has room and attempt
+        ``ask.key`` holds no permit and waits for none; else None and nothing changes
+        (the step sends its durable request instead)."""
+        config = self.config
+        if config is None or self.queues:
+            return None  # unknown (the durable request is told why), or others wait
+        if config.concurrent is not None and len(self.holders) >= config.concurrent:
+            return None
+        if any(h.key == ask.key for h in self.holders.values()):
+            return None  # held (its answer lost, or its run replayed): the durable path moves it
+        if config.per_second is not None:
+            self._refill(now)
+            if self.tokens < 1.0:
+                return None
+            self.tokens -= 1.0
+        self.fast += 1
+        waiter = Waiter(-self.fast, ask.key, ask.run, ask.partition, ask.worker, ask.fairness)
+        self.holders[waiter.seq] = Holder(
+            waiter.seq, waiter.key, waiter.run, waiter.partition, waiter.worker, now + LEASE
+        )
+        return Grant(waiter)
 
     def release(self, seq: int) -> bool:
         """The holder of request ``seq`` is done (success, raise or cancel)."""
@@ -279,6 +323,7 @@ class LimitState:
             holders=list(self.holders.values()),
             queues=[(k, [w.seq for w in q]) for k, q in self.queues.items()],
             seen=seen,
+            fast=self.fast,
         )
 
     @classmethod
@@ -290,6 +335,7 @@ class LimitState:
             tokens=snap.tokens,
             refilled_at=snap.refilled_at,
             holders={h.seq: h for h in snap.holders},
+            fast=snap.fast,
         )
         for key, seqs in snap.queues:
             queue = deque(requests[s] for s in seqs if s in requests)

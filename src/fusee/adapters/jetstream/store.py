@@ -365,8 +365,11 @@ class NatsStore:
         fence: int,
         msg_id: str,
         unlist: str | None = None,
+        rollup: bool = False,
     ) -> int:
         """Append one record under the actor's fence; returns its stream sequence.
+        ``rollup``: it replaces the earlier records on its subject (``Nats-Rollup: sub``;
+        the fence's subtree then ends at it, so the next append expects it as before).
 
         Under load, records of many actors share one atomic batch (see ``commit.py``).
         ``unlist``: the run's workflow, whose paused listing entry goes in the same
@@ -376,6 +379,8 @@ class NatsStore:
             Fenced: another writer appended since ``fence``.
         """
         headers = self._fenced_headers(eid, kind, fence, msg_id)
+        if rollup:
+            headers[ROLLUP] = "sub"
         subject = self.layout.record(eid, kind)
         self._check_fits(subject, data, headers, lambda: _record_of(kind, eid))
         give_up = time.monotonic() + patience()
@@ -518,6 +523,19 @@ class NatsStore:
         sequence ``after``: all of it, or the first ``limit`` messages."""
         return await direct_batch(
             self.nc, self.layout.stream, self.layout.inbox(partition, eid), after + 1, limit=limit
+        )
+
+    async def purge_inbox(self, partition: int, eid: str, below: int) -> None:
+        """Remove the inbox messages of ``eid`` under sequence ``below`` (a subject
+        purge of ``<ns>.in.<p>.<eid>`` only: the marker ``….a`` and timers ``….t<pos>``
+        are other subjects; the journal stream allows purges, see
+        ``journal_stream_config``)."""
+        await retrying(
+            self.js.purge_stream,
+            self.layout.stream,
+            below,
+            self.layout.inbox(partition, eid),
+            what=lambda: f"purging the inbox of {unescape(eid)!r}",
         )
 
     async def send_inbox(
@@ -1370,14 +1388,16 @@ class NatsStore:
         Raises:
             NobodyListens: no subscriber at all (no worker serves the subject).
             NotEncodable: the request is over the server's max_payload.
+            ConnectionLost: the connection is closed or reconnecting.
         """
         self._check_fits(subject, data, {}, f"the request on {subject}")
-        try:
-            msg = await self.nc.request(subject, data, timeout=timeout)
-        except nats.errors.NoRespondersError:
-            raise NobodyListens(subject) from None
-        except nats.errors.TimeoutError:
-            return None
+        with lost_on_transient(f"the request on {subject}"):
+            try:
+                msg = await self.nc.request(subject, data, timeout=timeout)
+            except nats.errors.NoRespondersError:
+                raise NobodyListens(subject) from None
+            except nats.errors.TimeoutError:
+                return None
         return msg.data
 
     async def owner_alive(self, partition: int, *, timeout: float = PING_TIMEOUT) -> bool:
