@@ -112,7 +112,9 @@ class Tool:
     fairness_key: str | None = None
 
     def spec(self, name: str) -> ToolSpec:
-        return ToolSpec(name=name, description=self.description, parameters=self.arguments.parameters)
+        return ToolSpec(
+            name=name, description=self.description, parameters=self.arguments.parameters
+        )
 
     def step_fn(self, kwargs: dict[str, Any], call_id: str) -> Callable[[StepInfo], Any]:
         """The step function of one call: the tool with its validated arguments, its
@@ -154,7 +156,9 @@ class WorkflowTool:
     _named: Any = field(default=None, compare=False)
 
     def spec(self, name: str) -> ToolSpec:
-        return ToolSpec(name=name, description=self.description, parameters=self.arguments.parameters)
+        return ToolSpec(
+            name=name, description=self.description, parameters=self.arguments.parameters
+        )
 
 
 def tool(
@@ -194,7 +198,9 @@ def tool(
         ``"refund": fusee.ai.tool(refund, approve=lambda cb, call: slack.post(cb.url))``
     """
     if approve is not None and not callable(approve):
-        raise ConfigError(f"tool(approve={approve!r}): approve must be an ask function (cb[, call])")
+        raise ConfigError(
+            f"tool(approve={approve!r}): approve must be an ask function (cb[, call])"
+        )
     wait = parse_duration(approve_timeout, "tool(approve_timeout=...)") if approve_timeout else None
     if isinstance(fn, WorkflowTool):
         if retry is not None or limit is not None or fairness_key is not None:
@@ -305,7 +311,9 @@ def as_tool(name: str, value: Any) -> Tool | WorkflowTool:
     if isinstance(value, Workflow):
         return workflow_tool(value)
     if not callable(value):
-        raise ConfigError(f"tool {name!r}: {value!r} is not a function, a tool() or a workflow_tool()")
+        raise ConfigError(
+            f"tool {name!r}: {value!r} is not a function, a tool() or a workflow_tool()"
+        )
     made = tool(value)
     assert isinstance(made, Tool)
     return made
@@ -377,7 +385,9 @@ def _function_tool(fn: Callable[..., Any], description: str | None) -> _Made:
             info_param = p.name
             continue
         fields.append((p.name, hint, p.default))
-    arguments = _struct_arguments(where, fn.__name__ if hasattr(fn, "__name__") else "tool", fields, params_doc)
+    arguments = _struct_arguments(
+        where, fn.__name__ if hasattr(fn, "__name__") else "tool", fields, params_doc
+    )
     return _Made(fn, description if description is not None else doc, arguments, info_param)
 
 
@@ -430,7 +440,7 @@ def _pydantic_arguments(
         for n, t, d in fields
     }
     try:
-        model = pydantic.create_model(  # type: ignore[call-overload]
+        model = pydantic.create_model(
             f"{name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **defs
         )
         parameters = model.model_json_schema()
@@ -450,7 +460,9 @@ def _input_arguments(workflow: Workflow[Any]) -> Arguments:
     (the arguments are the input), else ``{"input": ...}``."""
     where = f"workflow_tool({workflow.name!r})"
     if not workflow.takes_input:
-        return Arguments({"type": "object", "properties": {}, "additionalProperties": False}, lambda raw: None)
+        return Arguments(
+            {"type": "object", "properties": {}, "additionalProperties": False}, lambda raw: None
+        )
     kind = workflow.input_type
     if kind is Any:
         return Arguments({"type": "object"}, _object_only(where))
@@ -542,7 +554,11 @@ def _describe(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
 
 
 def _is_pydantic(kind: Any) -> bool:
-    return isinstance(kind, type) and hasattr(kind, "model_json_schema") and hasattr(kind, "model_validate")
+    return (
+        isinstance(kind, type)
+        and hasattr(kind, "model_json_schema")
+        and hasattr(kind, "model_validate")
+    )
 
 
 def _jsonable(value: Any) -> Any:
