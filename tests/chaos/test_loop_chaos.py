@@ -40,7 +40,7 @@ POINTS = (
     "lookup:o-2:after",
 )
 FINAL = "Refunded 30 EUR on o-1; ana was told."
-SCRIPT = [
+SCRIPT: list[dict[str, Any]] = [
     {"calls": [{"name": "search_kb", "id": "c0", "args": {"query": "refund policy"}}]},
     {"calls": [{"name": "lookup_order", "id": "c1", "args": {"order": "o-1"}}]},
     {
@@ -73,7 +73,7 @@ async def test_sigkill_during_the_third_turns_tool_calls(
             chosen.append(point)
             here = tmp_path / f"i{i}"
             here.mkdir()
-            arg = {
+            arg: dict[str, Any] = {
                 "prompt": "Refund o-1 and tell ana",
                 "script": SCRIPT,
                 "model_log": str(here / "model.jsonl"),
