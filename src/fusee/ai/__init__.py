@@ -1,17 +1,21 @@
 """AI steps: model calls, structured output and agents as durable steps.
 
+- :func:`generate`: one model call as a durable step, with structured output
+  (``output=``) and a durable re-ask (``validate=``, ``reask=``).
 - :func:`model_call`: a model call whose tokens stream to any reader.
 - :func:`model_step`: one request to a :class:`Model` as one durable step.
 - The model layer's types: messages, :class:`ToolSpec`, :class:`ModelRequest`,
   :class:`ModelResponse`, :class:`Usage`, the :class:`Model` protocol.
 
 Example:
-    ``text = await model_call(ctx, f"model-{turn}", lambda resume: llm.stream(history, prefill=resume))``
+    ``triage = await generate(ctx, "classify", model=model, prompt=p, output=Triage, reask=3)``
 """
 
 from fusee.ai.errors import OutputError as OutputError
 from fusee.ai.errors import OutputInvalid as OutputInvalid
 from fusee.ai.errors import TruncatedStream as TruncatedStream
+from fusee.ai.generate import Generation as Generation
+from fusee.ai.generate import generate as generate
 from fusee.ai.model_call import model_call as model_call
 from fusee.ai.model_step import model_step as model_step
 from fusee.ai.types import AssistantMessage as AssistantMessage
@@ -30,6 +34,8 @@ from fusee.ai.types import UserMessage as UserMessage
 from fusee.ai.types import as_messages as as_messages
 
 __all__ = (
+    "generate",
+    "Generation",
     "model_call",
     "model_step",
     "Model",
