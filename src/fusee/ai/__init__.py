@@ -4,6 +4,8 @@
   (``output=``) and a durable re-ask (``validate=``, ``reask=``).
 - :func:`model_call`: a model call whose tokens stream to any reader.
 - :func:`model_step`: one request to a :class:`Model` as one durable step.
+- :func:`openai_model`, :func:`anthropic_model`: models over the official SDKs
+  (the extras ``fusee[openai]``, ``fusee[anthropic]``).
 - The model layer's types: messages, :class:`ToolSpec`, :class:`ModelRequest`,
   :class:`ModelResponse`, :class:`Usage`, the :class:`Model` protocol.
 
@@ -11,6 +13,8 @@ Example:
     ``triage = await generate(ctx, "classify", model=model, prompt=p, output=Triage, reask=3)``
 """
 
+from fusee.ai.anthropic_model import AnthropicModel as AnthropicModel
+from fusee.ai.anthropic_model import anthropic_model as anthropic_model
 from fusee.ai.errors import OutputError as OutputError
 from fusee.ai.errors import OutputInvalid as OutputInvalid
 from fusee.ai.errors import TruncatedStream as TruncatedStream
@@ -18,6 +22,8 @@ from fusee.ai.generate import Generation as Generation
 from fusee.ai.generate import generate as generate
 from fusee.ai.model_call import model_call as model_call
 from fusee.ai.model_step import model_step as model_step
+from fusee.ai.openai_model import OpenAIModel as OpenAIModel
+from fusee.ai.openai_model import openai_model as openai_model
 from fusee.ai.types import AssistantMessage as AssistantMessage
 from fusee.ai.types import Message as Message
 from fusee.ai.types import Model as Model
@@ -38,6 +44,10 @@ __all__ = (
     "Generation",
     "model_call",
     "model_step",
+    "openai_model",
+    "OpenAIModel",
+    "anthropic_model",
+    "AnthropicModel",
     "Model",
     "ModelRequest",
     "ModelResponse",
