@@ -40,13 +40,20 @@ __all__ = (
 )
 
 
-class SystemMessage(msgspec.Struct, frozen=True, tag_field="role", tag="system"):
+class _Message(msgspec.Struct, frozen=True, tag_field="role"):
+    @property
+    def role(self) -> str:
+        """``"system"``, ``"user"``, ``"assistant"`` or ``"tool"`` (the union's tag)."""
+        return str(self.__struct_config__.tag)
+
+
+class SystemMessage(_Message, frozen=True, tag="system"):
     """Instructions for the model."""
 
     content: str
 
 
-class UserMessage(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
+class UserMessage(_Message, frozen=True, tag="user"):
     """What the user said."""
 
     content: str
@@ -72,18 +79,14 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
         return msgspec.json.decode(self.arguments or "{}")
 
 
-class AssistantMessage(
-    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="role", tag="assistant"
-):
+class AssistantMessage(_Message, frozen=True, kw_only=True, omit_defaults=True, tag="assistant"):
     """What the model said: text, tool calls, or both."""
 
     content: str = ""
     tool_calls: list[ToolCall] = []
 
 
-class ToolResultMessage(
-    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, tag_field="role", tag="tool"
-):
+class ToolResultMessage(_Message, frozen=True, kw_only=True, omit_defaults=True, tag="tool"):
     """The result of tool call ``tool_call_id`` given back to the model (its text, as a
     provider takes it; ``is_error``: the tool failed and ``content`` says how)."""
 
