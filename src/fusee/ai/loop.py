@@ -293,7 +293,7 @@ def approval_verdict(value: Any) -> tuple[bool, str | None]:
         return value["approved"], None if reason is None else str(reason)
     return (
         False,
-        f"the approval's value {content_of(value)} is neither true nor {{'approved': ...}}",
+        f"the approval's value {msgspec.json.encode(value).decode()} is neither true nor {{'approved': ...}}",
     )
 
 
@@ -384,7 +384,7 @@ def _run(ctx: Context, p: _Call) -> Awaitable[Any]:
             fairness_key=tool.fairness_key,
         )
     assert isinstance(tool, WorkflowTool)
-    target = tool._named if tool._named is not None else tool.workflow
+    target = tool.target if tool.target is not None else tool.workflow
     return ctx.child(target, f"{ctx.run_id}/{p.call.id}", p.value, timeout=tool.timeout)
 
 

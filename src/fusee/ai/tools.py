@@ -91,8 +91,8 @@ class Arguments:
         except (msgspec.ValidationError, ValueError, TypeError) as e:
             # pydantic's ValidationError is a ValueError
             raise ToolInputError(
-                f"invalid arguments for tool {tool!r}: {e}; call it again with arguments "
-                f"that match its schema"
+                f"invalid arguments for tool {tool!r}: {_said(e)}; call it again with "
+                f"arguments that match its schema"
             ) from None
 
 
@@ -153,7 +153,9 @@ class WorkflowTool:
     timeout: float | None = None
     approve: Callable[..., Any] | None = None
     approve_timeout: float | None = None
-    _named: Any = field(default=None, compare=False)
+    target: Any = field(
+        default=None, compare=False
+    )  # what ctx.child takes: the workflow, or its name
 
     def spec(self, name: str) -> ToolSpec:
         return ToolSpec(
@@ -216,7 +218,7 @@ def tool(
             parse_duration(timeout, "tool(timeout=...)") if timeout is not None else fn.timeout,
             approve if approve is not None else fn.approve,
             wait if wait is not None else fn.approve_timeout,
-            fn._named,
+            fn.target,
         )
     made = _function_tool(fn, description)
     if retry is not None and not isinstance(retry, Retry):
@@ -580,6 +582,21 @@ def _positional(fn: Callable[..., Any]) -> int:
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return 2
     return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def _said(error: Exception) -> str:
+    """A validation error in one line: pydantic's as ``loc: msg`` for each error (its
+    text spans lines and links to its docs), msgspec's as it is."""
+    errors = getattr(error, "errors", None)
+    if not callable(errors):
+        return str(error)
+    try:
+        found = errors()
+    except TypeError:
+        return str(error)
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e.get('loc', ())) or '$'}: {e.get('msg', '')}" for e in found
+    )
 
 
 def _cut(text: str, size: int = 200) -> str:
