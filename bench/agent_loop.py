@@ -30,6 +30,7 @@ import anyio
 
 import fusee
 from bench.__main__ import NEAR, Floor
+from bench.workflows import noop_steps as steps
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.ai import AssistantMessage, ModelRequest, ToolCall, loop
 from fusee.testing import ScriptedModel
@@ -63,17 +64,6 @@ async def agent(ctx: fusee.Context, turns: int) -> int:
         max_iterations=turns + 1,
     )
     return result.iterations
-
-
-@fusee.workflow("bench.agent_steps")
-async def steps(ctx: fusee.Context, n: int) -> int:
-    for i in range(n):
-        await ctx.step(f"s{i}", _noop)
-    return n
-
-
-async def _noop() -> None:
-    return None
 
 
 async def main(repeats: int, w1_steps: int) -> None:
