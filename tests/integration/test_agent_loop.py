@@ -405,3 +405,52 @@ async def test_tools_changed_between_deploys_make_the_replay_name_both_calls(
     assert "step 'agent/tool-0-lookup'" in info.reason
     assert "child 'deploy-1/c-l'" in info.reason
     assert len(requests(arg)) == 2  # the replay asked the model nothing
+
+
+async def test_turn_calls_its_own_model_and_stop_ends_the_loop_early(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    # the evaluator-optimizer case: each turn drafts and scores; stop judges the score
+    # (a step of the workflow) and ends the loop at the first draft over the bar
+    arg = agent_arg(tmp_path, [], scores={"draft 0": 0.3, "draft 1": 0.6, "draft 2": 0.9}, bar=0.8)
+    await start_worker(worker_procs, tmp_path)
+    run = await engine.start("evaluator", "refine-1", arg)
+    result = await run.result(timeout=60)
+    assert result["text"] == "draft 2"
+    assert result["stopped"] is True
+    assert result["iterations"] == 3
+    assert [m["content"] for m in result["messages"] if m["role"] == "tool"] == [
+        "0.3",
+        "0.6",
+        "0.9",
+    ]
+    assert journal_calls(await run.journal()) == [
+        ("step", "refine/turn-0"),
+        ("step", "refine/tool-0-score"),
+        ("step", "judge-0"),
+        ("step", "refine/turn-1"),
+        ("step", "refine/tool-1-score"),
+        ("step", "judge-1"),
+        ("step", "refine/turn-2"),
+        ("step", "refine/tool-2-score"),
+        ("step", "judge-2"),
+    ]
+    # turn= ran once a turn (also under FUSEE_ALWAYS_REPLAY), seeing the history so far
+    turns = [n for n, _, _ in execution_lines(Path(arg["effects"]))]
+    assert turns == ["turn:1", "turn:3", "turn:5"]
+
+
+async def test_stop_that_never_says_so_runs_out_of_iterations(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    arg = agent_arg(tmp_path, [], scores={f"draft {i}": 0.1 for i in range(2)}, bar=0.8)
+    arg["max_iterations"] = 2
+    await start_worker(worker_procs, tmp_path)
+    run = await engine.start("evaluator", "refine-2", arg)
+    with pytest.raises(fusee.RunFailed) as failed:
+        await run.result(timeout=60)
+    assert failed.value.error_type == "fusee.FatalError"
+    assert (
+        "no final answer after 2 turn(s) (max_iterations=2); the last turn still called score"
+        in (failed.value.message)
+    )

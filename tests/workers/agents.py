@@ -26,7 +26,7 @@ import anyio
 import msgspec
 
 import fusee
-from fusee.ai import ModelRequest, ToolCall, loop, tool, workflow_tool
+from fusee.ai import LoopState, ModelRequest, ToolCall, Turn, loop, tool, workflow_tool
 from fusee.ai.types import AssistantMessage
 from fusee.testing import ScriptedModel
 from tests.workers.effects import record, record_line, wait_for_file
@@ -208,6 +208,44 @@ async def agent(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
         tools=tools_of(arg),
         max_iterations=arg.get("max_iterations", 6),
         parallel_tools=arg.get("parallel", True),
+    )
+    out: dict[str, Any] = msgspec.to_builtins(result)
+    return out
+
+
+@fusee.workflow("evaluator")
+async def evaluator(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
+    """Evaluator-optimizer with ``turn=`` (the user's own model call) and ``stop=``: each
+    turn drafts and calls ``score``; ``stop`` judges the score in a step of its own."""
+    effects = arg["effects"]
+    scores = arg["scores"]
+
+    def draft(state: LoopState, i: int) -> Turn:
+        assert state.step is not None
+        record(effects, f"turn:{len(state.history)}", state.step.key, state.step.attempt)
+        args = msgspec.json.encode({"draft": f"draft {i}"}).decode()
+        return Turn(
+            text=f"draft {i}",
+            tool_calls=[ToolCall(id=f"score-{i}", name="score", arguments=args)],
+        )
+
+    def score(draft: str) -> float:
+        """Scores a draft."""
+        return float(scores[draft])
+
+    async def good_enough(state: LoopState, i: int) -> bool:
+        mark = float(state.results[0].content)
+        judged: bool = await ctx.step(f"judge-{i}", lambda: mark >= arg["bar"])
+        return judged
+
+    result = await loop(
+        ctx,
+        "refine",
+        turn=draft,
+        prompt=arg["prompt"],
+        tools={"score": score},
+        stop=good_enough,
+        max_iterations=arg.get("max_iterations", 5),
     )
     out: dict[str, Any] = msgspec.to_builtins(result)
     return out
