@@ -11,7 +11,6 @@ signatures and docstrings, both parallel calls' results in the provider's own sh
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,10 +18,11 @@ import pytest
 import fusee
 from fusee.ai import Model, loop
 from fusee.runtime.records import StepCompleted, StepFailed
-from tests.e2e.test_ai_providers import FAST, PROVIDERS, serve
+from tests.e2e.test_ai_providers import FAST, PROVIDERS, engine, fakes, serve
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
 LOOP_MODELS: dict[str, Model] = {}  # run ID -> the model its loop asks
+__all__ = ("engine", "fakes")  # the fixtures of the generate tests, shared
 
 
 def search_kb(query: str) -> str:
@@ -55,20 +55,6 @@ async def agent(ctx: fusee.Context, stream: bool) -> dict[str, Any]:
         retry=FAST,
     )
     return {"text": result.text, "iterations": result.iterations, "usage": result.usage}
-
-
-@pytest.fixture
-async def engine(nats_server: Any, namespace: str) -> Any:
-    async with await fusee.connect(nats_server.url, namespace=namespace, partitions=2) as eng:
-        yield eng
-
-
-@pytest.fixture
-def fakes() -> Iterator[list[FakeOpenAI]]:
-    started: list[FakeOpenAI] = []
-    yield started
-    for fake in started:
-        fake.stop()
 
 
 ERROR = "tool 'lookup_order' failed: LookupError: order 7 is archived"
