@@ -90,7 +90,7 @@ class ScriptedModel:
 
     def __init__(
         self,
-        script: Sequence[Reply] | Callable[[ModelRequest, int], Reply],
+        script: Sequence[Any] | Callable[[ModelRequest, int], Reply],
         *,
         name: str = "scripted",
         supports_prefill: bool = True,
@@ -101,7 +101,17 @@ class ScriptedModel:
                 f"ScriptedModel: the script is a {type(script).__name__}; give a list of "
                 f"replies or a function (request, n) -> reply"
             )
-        self._script = script if callable(script) else list(script)
+        if not callable(script):
+            for i, reply in enumerate(script):
+                if not _is_reply(reply):
+                    raise InvalidArgument(
+                        f"ScriptedModel: script[{i}] is a {type(reply).__name__}; a reply is "
+                        f"a str, dict, ToolCall, list of ToolCall, ModelResponse, Streamed or "
+                        f"an exception"
+                    )
+        self._script: list[Reply] | Callable[[ModelRequest, int], Reply] = (
+            script if callable(script) else list(script)
+        )
         self._name = name
         self._prefill = supports_prefill
         self._log = Path(log) if log is not None else None
@@ -241,6 +251,12 @@ class ScriptedModel:
             usage=Usage(input_tokens=_words(request), output_tokens=len(text.split())),
             model=self._name,
         )
+
+
+def _is_reply(reply: object) -> bool:
+    if isinstance(reply, list):
+        return all(isinstance(c, ToolCall) for c in reply)
+    return isinstance(reply, str | dict | ToolCall | ModelResponse | Streamed | BaseException)
 
 
 def _words(request: ModelRequest) -> int:
