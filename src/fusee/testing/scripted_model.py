@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from fusee.ai.types import ModelRequest, ModelResponse, StreamItem, ToolCall, Usage
+from fusee.ai.types import ModelRequest, ModelResponse, NamedModel, StreamItem, ToolCall, Usage
 from fusee.errors import FatalError, InvalidArgument
 
 __all__ = ("ScriptedModel", "Streamed", "ScriptedCall", "Reply", "tool_call", "tokenize")
@@ -75,7 +75,7 @@ def tool_call(name: str, call_id: str | None = None, /, **arguments: Any) -> Too
     return ToolCall(id=call_id, name=name, arguments=args)
 
 
-class ScriptedModel:
+class ScriptedModel(NamedModel):
     """A :class:`fusee.ai.Model` whose replies are scripted.
 
     ``script`` is a list of :data:`Reply` taken in order (one per request), or a
@@ -128,14 +128,6 @@ class ScriptedModel:
         self._lock = threading.Lock()
 
     # -- the Model protocol --------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def supports_prefill(self) -> bool:
-        return self._prefill
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         reply = self._take(request, stream=False, prefill="")
