@@ -301,3 +301,27 @@ async def test_a_bad_call_is_a_clear_error_and_nothing_is_asked(
     assert BAD_CALLS[case][1] in err.value.message
     assert model.requests == []
     assert await journal_steps(engine, run_id) == []
+
+
+@fusee.workflow("gen_limited")
+async def limited(ctx: fusee.Context, limit: str) -> str:
+    g = await generate(ctx, "ask", model=MODELS[ctx.run_id], prompt="x", limit=limit,
+                       fairness_key="tenant-1")  # fmt: skip
+    return g.text
+
+
+async def test_limit_applies_to_the_step(engine: fusee.Engine) -> None:
+    """limit= reaches the step: a limit that exists lets it through, one that does not
+    fails it (fusee.UnknownLimit) before the model is asked."""
+    await engine.limit("llm", concurrent=1)
+    known, unknown = ScriptedModel(["fine"]), ScriptedModel(["never"])
+    MODELS["limited"], MODELS["unlimited"] = known, unknown
+    async with engine.worker():
+        assert (
+            await (await engine.start("gen_limited", "limited", "llm")).result(timeout=10) == "fine"
+        )
+        with pytest.raises(fusee.RunFailed) as err:
+            await (await engine.start("gen_limited", "unlimited", "nope")).result(timeout=10)
+    assert err.value.error_type == "fusee.UnknownLimit"
+    assert unknown.requests == []
+    assert len(known.requests) == 1
