@@ -29,7 +29,7 @@ from fusee.ai import (
     model_step,
     openai_model,
 )
-from fusee.runtime.records import StepCompleted
+from fusee.runtime.records import StepCompleted, StepRetrying
 from tests.fakes.anthropic_server import FakeAnthropic
 from tests.fakes.openai_server import FakeOpenAI, Reply
 
@@ -290,3 +290,37 @@ async def test_parallel_tool_calls_round_trip(
             ("tool_result", "call_a"),
             ("tool_result", "call_b"),
         ]
+
+
+@fusee.workflow("ai_streamed")
+async def streamed(ctx: fusee.Context) -> str:
+    g = await generate(ctx, "answer", model=MODELS[ctx.run_id], prompt="Explain", stream=True,
+                       retry=FAST)  # fmt: skip
+    return g.text
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_stream_cut_without_its_terminal_event_is_retried(
+    engine: fusee.Engine, fakes: list[FakeOpenAI], provider: str
+) -> None:
+    """The server closes the first stream cleanly after 3 tokens (no finish_reason, no
+    response.completed, no message_stop): the SDK ends quietly, the adapter raises
+    TruncatedStream, and the step's retry asks again."""
+    text = "A cut stream is never taken for a whole answer."
+    fake, model = serve(provider, [Reply(text, cut_after=3), Reply(text)])
+    fakes.append(fake)
+    run_id = f"cut-{provider}"
+    MODELS[run_id] = model
+    async with engine.worker():
+        result = await (await engine.start("ai_streamed", run_id)).result(timeout=20)
+        events = [e async for e in engine.run(run_id).stream_events("answer")]
+    assert result == text
+    journal = [r for _, r in await engine.run(run_id).journal()]
+    retried = [r for r in journal if isinstance(r, StepRetrying)]
+    assert [(r.name, r.error_type) for r in retried] == [("answer", "fusee.TruncatedStream")]
+    assert [r.ending for r in fake.snapshot()] == ["cut", "done"]
+    # no prefill: the stored stream has the cut attempt, a boundary, then the whole text
+    kinds = [e.kind for e in events]
+    assert kinds.count("attempt") == 1
+    after = kinds.index("attempt")
+    assert "".join(e.text for e in events[after:] if e.kind == "token") == text

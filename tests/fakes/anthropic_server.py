@@ -18,10 +18,9 @@ reply's text after it. Every request is recorded (``requests``).
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
-from tests.fakes.openai_server import FakeOpenAI, Handler, Reply, Request, tokenize
+from tests.fakes.openai_server import FakeOpenAI, Handler, Reply, Request
 
 __all__ = ("FakeAnthropic",)
 
@@ -57,16 +56,10 @@ class AnthropicHandler(Handler):
             content = messages[-1].get("content")
             blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
             prefill = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
-        n, request = self.fake._record(body, prefill, "/v1/messages")
-        if n > len(self.fake.replies):
-            request.ending = "rejected"
-            self._error(500, f"the fake has {len(self.fake.replies)} replies", "api_error")
+        taken = self._take(body, prefill, "/v1/messages", "api_error")
+        if taken is None:
             return
-        reply = self.fake.replies[n - 1]
-        if reply.status != 200:
-            request.ending = "rejected"
-            self._error(reply.status, f"scripted error {reply.status}", "api_error")
-            return
+        n, request, reply = taken
         if "max_tokens" not in body:
             request.ending = "rejected"
             self._error(400, "max_tokens: Field required", "invalid_request_error")
@@ -126,18 +119,14 @@ class AnthropicHandler(Handler):
                     index=0,
                     content_block={"type": "text", "text": ""},
                 )
-                for i, token in enumerate(tokenize(text)):
-                    if reply.cut_after is not None and i >= reply.cut_after:
-                        request.ending = "cut"
-                        self._write(b"")
-                        return
-                    time.sleep(self.fake.delay)
-                    request.sent.append(token)
+                for token in self._tokens(request, reply, text):
                     event(
                         "content_block_delta",
                         index=0,
                         delta={"type": "text_delta", "text": token},
                     )
+                if request.ending == "cut":
+                    return
                 event("content_block_stop", index=0)
                 index = 1
             for k, (call_id, name, args) in enumerate(reply.tool_calls):
@@ -167,12 +156,7 @@ class AnthropicHandler(Handler):
             self.close_connection = True
 
     def _error(self, status: int, message: str, type_: str) -> None:
-        body = json.dumps({"type": "error", "error": {"type": type_, "message": message}}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._json({"type": "error", "error": {"type": type_, "message": message}}, status)
 
 
 FakeAnthropic.handler = AnthropicHandler

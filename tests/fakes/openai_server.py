@@ -38,7 +38,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -228,11 +228,7 @@ class Handler(BaseHTTPRequestHandler):
                 ],
             }
 
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self._start_sse()
         try:
             self._event(chunk({"role": "assistant", "content": "", "refusal": None}, None))
             for i, token in enumerate(tokens):
@@ -262,14 +258,8 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _error(self, status: int, message: str, type_: str) -> None:
-        body = json.dumps(
-            {"error": {"message": message, "type": type_, "param": None, "code": None}}
-        ).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        error = {"message": message, "type": type_, "param": None, "code": None}
+        self._json({"error": error}, status)
 
     # -- the scripted mode ------------------------------------------------------------
 
@@ -286,16 +276,10 @@ class Handler(BaseHTTPRequestHandler):
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
         prefill = last.get("content") if last.get("role") == "assistant" else None
-        n, request = self.fake._record(body, prefill, path)
-        if n > len(self.fake.replies):
-            request.ending = "rejected"
-            self._error(500, f"the fake has {len(self.fake.replies)} replies", "server_error")
+        taken = self._take(body, prefill, path, "server_error")
+        if taken is None:
             return
-        reply = self.fake.replies[n - 1]
-        if reply.status != 200:
-            request.ending = "rejected"
-            self._error(reply.status, f"scripted error {reply.status}", "server_error")
-            return
+        n, request, reply = taken
         text = reply.text
         if prefill and text.startswith(prefill) and not reply.tool_calls:
             text = text[len(prefill) :]
@@ -342,6 +326,34 @@ class Handler(BaseHTTPRequestHandler):
         request.sent.append(text)
         request.ending = "done"
 
+    def _take(
+        self, body: dict[str, Any], prefill: str | None, path: str, error_type: str
+    ) -> tuple[int, Request, Reply] | None:
+        """Record the request and take its reply; None: answered with an error."""
+        n, request = self.fake._record(body, prefill, path)
+        if n > len(self.fake.replies):
+            request.ending = "rejected"
+            self._error(500, f"the fake has {len(self.fake.replies)} replies", error_type)
+            return None
+        reply = self.fake.replies[n - 1]
+        if reply.status != 200:
+            request.ending = "rejected"
+            self._error(reply.status, f"scripted error {reply.status}", error_type)
+            return None
+        return n, request, reply
+
+    def _tokens(self, request: Request, reply: Reply, text: str) -> Iterator[str]:
+        """The text's tokens as they are to be sent; at the reply's ``cut_after`` the
+        body ends cleanly (``request.ending`` is ``"cut"``) and so does the iteration."""
+        for i, token in enumerate(tokenize(text)):
+            if reply.cut_after is not None and i >= reply.cut_after:
+                request.ending = "cut"
+                self._write(b"")
+                return
+            time.sleep(self.fake.delay)
+            request.sent.append(token)
+            yield token
+
     def _start_sse(self) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
@@ -366,14 +378,10 @@ class Handler(BaseHTTPRequestHandler):
         self._start_sse()
         try:
             self._event(chunk({"role": "assistant", "content": ""}, None))
-            for i, token in enumerate(tokenize(text)):
-                if reply.cut_after is not None and i >= reply.cut_after:
-                    request.ending = "cut"
-                    self._write(b"")
-                    return
-                time.sleep(self.fake.delay)
-                request.sent.append(token)
+            for token in self._tokens(request, reply, text):
                 self._event(chunk({"content": token}, None))
+            if request.ending == "cut":
+                return
             for index, (call_id, name, args) in enumerate(reply.tool_calls):
                 head = {"index": index, "id": call_id, "type": "function"}
                 self._event(
@@ -440,13 +448,7 @@ class Handler(BaseHTTPRequestHandler):
                     content_index=0,
                     part=part,
                 )
-                for i, token in enumerate(tokenize(text)):
-                    if reply.cut_after is not None and i >= reply.cut_after:
-                        request.ending = "cut"
-                        self._write(b"")
-                        return
-                    time.sleep(self.fake.delay)
-                    request.sent.append(token)
+                for token in self._tokens(request, reply, text):
                     event(
                         "response.output_text.delta",
                         item_id=item["id"],
@@ -455,6 +457,8 @@ class Handler(BaseHTTPRequestHandler):
                         delta=token,
                         logprobs=[],
                     )
+                if request.ending == "cut":
+                    return
                 event(
                     "response.output_text.done",
                     item_id=item["id"],
@@ -505,9 +509,9 @@ class Handler(BaseHTTPRequestHandler):
             request.ending = "disconnected"
             self.close_connection = True
 
-    def _json(self, data: dict[str, Any]) -> None:
+    def _json(self, data: dict[str, Any], status: int = 200) -> None:
         body = json.dumps(data).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -268,3 +268,60 @@ async def test_stream_makes_the_call_a_token_stream(engine: fusee.Engine) -> Non
     assert [n for n, _ in steps] == ["answer"]
     assert steps[0][1]["text"] == text
     assert result["usage"] == len(text.split())
+
+
+BAD_CALLS: dict[str, tuple[dict[str, Any], str]] = {
+    "both": ({"prompt": "x", "messages": [UserMessage("x")]}, "give prompt= or messages="),
+    "neither": ({}, "give prompt= or messages="),
+    "reask": ({"prompt": "x", "reask": -1}, "reask=-1, expected an int >= 0"),
+    "model": ({"prompt": "x", "model": "gpt-5"}, "model= is a str, not a fusee.ai.Model"),
+    "message": ({"messages": [{"role": "robot", "content": "x"}]}, "messages[0] is not a message"),
+    "validate": ({"prompt": "x", "validate": "yes"}, "validate='yes' is not callable"),
+}
+
+
+@fusee.workflow("gen_bad_call")
+async def bad_call(ctx: fusee.Context, case: str) -> Any:
+    kwargs: dict[str, Any] = {"model": MODELS[ctx.run_id], **BAD_CALLS[case][0]}
+    await generate(ctx, "classify", **kwargs)
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+async def test_a_bad_call_is_a_clear_error_and_nothing_is_asked(
+    engine: fusee.Engine, case: str
+) -> None:
+    run_id = f"bad-call-{case}"
+    model = ScriptedModel(["never"])
+    MODELS[run_id] = model
+    async with engine.worker():
+        with pytest.raises(fusee.RunFailed) as err:
+            await (await engine.start("gen_bad_call", run_id, case)).result(timeout=10)
+    assert err.value.error_type == "fusee.InvalidArgument"
+    assert "generate 'classify'" in err.value.message
+    assert BAD_CALLS[case][1] in err.value.message
+    assert model.requests == []
+    assert await journal_steps(engine, run_id) == []
+
+
+@fusee.workflow("gen_limited")
+async def limited(ctx: fusee.Context, limit: str) -> str:
+    g = await generate(ctx, "ask", model=MODELS[ctx.run_id], prompt="x", limit=limit,
+                       fairness_key="tenant-1")  # fmt: skip
+    return g.text
+
+
+async def test_limit_applies_to_the_step(engine: fusee.Engine) -> None:
+    """limit= reaches the step: a limit that exists lets it through, one that does not
+    fails it (fusee.UnknownLimit) before the model is asked."""
+    await engine.limit("llm", concurrent=1)
+    known, unknown = ScriptedModel(["fine"]), ScriptedModel(["never"])
+    MODELS["limited"], MODELS["unlimited"] = known, unknown
+    async with engine.worker():
+        assert (
+            await (await engine.start("gen_limited", "limited", "llm")).result(timeout=10) == "fine"
+        )
+        with pytest.raises(fusee.RunFailed) as err:
+            await (await engine.start("gen_limited", "unlimited", "nope")).result(timeout=10)
+    assert err.value.error_type == "fusee.UnknownLimit"
+    assert unknown.requests == []
+    assert len(known.requests) == 1

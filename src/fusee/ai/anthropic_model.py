@@ -19,10 +19,12 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fusee.ai.errors import TruncatedStream
+from fusee.ai.sdk_client import sdk_client
 from fusee.ai.types import (
     AssistantMessage,
     ModelRequest,
     ModelResponse,
+    NamedModel,
     StreamItem,
     SystemMessage,
     ToolCall,
@@ -80,18 +82,18 @@ def anthropic_model(
         raise ConfigError(
             f"anthropic_model: output_mode={output_mode!r}, expected 'json_schema' or 'tool'"
         )
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"anthropic_model: the model name {name!r} is not a non-empty str")
-    if client is None:
-        client = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key, max_retries=0)
-    else:
-        if base_url is not None or api_key is not None:
-            raise ConfigError("anthropic_model: give client= or base_url=/api_key=, not both")
-        client = client.with_options(max_retries=0)
+    client = sdk_client(
+        anthropic.AsyncAnthropic,
+        client,
+        name=name,
+        base_url=base_url,
+        api_key=api_key,
+        where="anthropic_model",
+    )
     return AnthropicModel(name, client, dict(settings or {}), output_mode, prefill)
 
 
-class AnthropicModel:
+class AnthropicModel(NamedModel):
     """A Claude model through the Messages API (see :func:`anthropic_model`)."""
 
     def __init__(
@@ -110,14 +112,6 @@ class AnthropicModel:
 
     def __repr__(self) -> str:
         return f"anthropic_model({self._name!r})"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def supports_prefill(self) -> bool:
-        return self._prefill
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         message = await self.client.messages.create(**self._args(request, ""))

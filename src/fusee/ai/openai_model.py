@@ -20,11 +20,13 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from fusee.ai.errors import TruncatedStream
+from fusee.ai.sdk_client import sdk_client
 from fusee.ai.types import (
     AssistantMessage,
     Message,
     ModelRequest,
     ModelResponse,
+    NamedModel,
     StreamItem,
     SystemMessage,
     ToolCall,
@@ -76,18 +78,18 @@ def openai_model(
         raise ConfigError(f"openai_model: api={api!r}, expected 'chat' or 'responses'")
     if prefill and api == "responses":
         raise ConfigError("openai_model: prefill=True is for api='chat' (servers that continue it)")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"openai_model: the model name {name!r} is not a non-empty str")
-    if client is None:
-        client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    else:
-        if base_url is not None or api_key is not None:
-            raise ConfigError("openai_model: give client= or base_url=/api_key=, not both")
-        client = client.with_options(max_retries=0)
+    client = sdk_client(
+        openai.AsyncOpenAI,
+        client,
+        name=name,
+        base_url=base_url,
+        api_key=api_key,
+        where="openai_model",
+    )
     return OpenAIModel(name, client, api, dict(settings or {}), prefill)
 
 
-class OpenAIModel:
+class OpenAIModel(NamedModel):
     """A model served by the OpenAI API or an OpenAI-compatible server (see
     :func:`openai_model`)."""
 
@@ -102,14 +104,6 @@ class OpenAIModel:
 
     def __repr__(self) -> str:
         return f"openai_model({self._name!r}, api={self.api!r})"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def supports_prefill(self) -> bool:
-        return self._prefill
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if self.api == "responses":

@@ -36,6 +36,7 @@ __all__ = (
     "ModelResponse",
     "StreamItem",
     "Model",
+    "NamedModel",
     "as_messages",
 )
 
@@ -196,6 +197,24 @@ class Model(Protocol):
     async def complete(self, request: ModelRequest) -> ModelResponse: ...
 
     def stream(self, request: ModelRequest, prefill: str = "") -> AsyncIterator[StreamItem]: ...
+
+
+class NamedModel:
+    """The two properties every :class:`Model` has, for a class to inherit: ``name``
+    and ``supports_prefill``, from ``_name`` and ``_prefill``."""
+
+    _name: str
+    _prefill: bool
+
+    @property
+    def name(self) -> str:
+        """The model's name, as given."""
+        return self._name
+
+    @property
+    def supports_prefill(self) -> bool:
+        """Whether ``stream`` continues an earlier attempt's text."""
+        return self._prefill
 
 
 def as_messages(

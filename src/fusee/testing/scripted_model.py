@@ -21,7 +21,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from fusee.ai.types import ModelRequest, ModelResponse, StreamItem, ToolCall, Usage
+from fusee.ai.types import ModelRequest, ModelResponse, NamedModel, StreamItem, ToolCall, Usage
 from fusee.errors import FatalError, InvalidArgument
 
 __all__ = ("ScriptedModel", "Streamed", "ScriptedCall", "Reply", "tool_call", "tokenize")
@@ -75,7 +75,7 @@ def tool_call(name: str, call_id: str | None = None, /, **arguments: Any) -> Too
     return ToolCall(id=call_id, name=name, arguments=args)
 
 
-class ScriptedModel:
+class ScriptedModel(NamedModel):
     """A :class:`fusee.ai.Model` whose replies are scripted.
 
     ``script`` is a list of :data:`Reply` taken in order (one per request), or a
@@ -90,7 +90,7 @@ class ScriptedModel:
 
     def __init__(
         self,
-        script: Sequence[Reply] | Callable[[ModelRequest, int], Reply],
+        script: Sequence[Any] | Callable[[ModelRequest, int], Reply],
         *,
         name: str = "scripted",
         supports_prefill: bool = True,
@@ -101,7 +101,17 @@ class ScriptedModel:
                 f"ScriptedModel: the script is a {type(script).__name__}; give a list of "
                 f"replies or a function (request, n) -> reply"
             )
-        self._script = script if callable(script) else list(script)
+        if not callable(script):
+            for i, reply in enumerate(script):
+                if not _is_reply(reply):
+                    raise InvalidArgument(
+                        f"ScriptedModel: script[{i}] is a {type(reply).__name__}; a reply is "
+                        f"a str, dict, ToolCall, list of ToolCall, ModelResponse, Streamed or "
+                        f"an exception"
+                    )
+        self._script: list[Reply] | Callable[[ModelRequest, int], Reply] = (
+            script if callable(script) else list(script)
+        )
         self._name = name
         self._prefill = supports_prefill
         self._log = Path(log) if log is not None else None
@@ -118,14 +128,6 @@ class ScriptedModel:
         self._lock = threading.Lock()
 
     # -- the Model protocol --------------------------------------------------------
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def supports_prefill(self) -> bool:
-        return self._prefill
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         reply = self._take(request, stream=False, prefill="")
@@ -241,6 +243,12 @@ class ScriptedModel:
             usage=Usage(input_tokens=_words(request), output_tokens=len(text.split())),
             model=self._name,
         )
+
+
+def _is_reply(reply: object) -> bool:
+    if isinstance(reply, list):
+        return all(isinstance(c, ToolCall) for c in reply)
+    return isinstance(reply, str | dict | ToolCall | ModelResponse | Streamed | BaseException)
 
 
 def _words(request: ModelRequest) -> int:
