@@ -1,5 +1,12 @@
-"""A small OpenAI-compatible server for tests: ``POST /v1/chat/completions`` with
-``stream=true``, on 127.0.0.1 and a free port, in a thread of the test process.
+"""A small OpenAI-compatible server for tests: ``POST /v1/chat/completions`` and
+``POST /v1/responses``, JSON and SSE, on 127.0.0.1 and a free port, in a thread of the
+test process.
+
+Two modes. With ``text`` (the token-stream tests of ``model_call``) it streams that one
+text as Chat Completions. With ``replies`` (fusee.ai's provider tests) the ``n``-th
+request gets the ``n``-th :class:`Reply`: a text, tool calls, or an error status, in
+the shape of the endpoint asked (a ``chat.completion`` or a ``Response``, as JSON or as
+their SSE events). What follows describes the text mode.
 
 It streams one known text token by token (``delay`` seconds before each), as OpenAI
 does: server-sent events of ``chat.completion.chunk`` objects over chunked HTTP/1.1,
@@ -31,12 +38,12 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-__all__ = ("FakeOpenAI", "Request", "tokenize")
+__all__ = ("FakeOpenAI", "Handler", "Reply", "Request", "tokenize")
 
 Ending = Literal["running", "done", "cut", "disconnected", "rejected"]
 
@@ -48,11 +55,26 @@ def tokenize(text: str) -> list[str]:
 
 
 @dataclass
+class Reply:
+    """One scripted answer: ``text`` (JSON text for structured output), ``tool_calls``
+    as ``(call id, name, arguments JSON)``; ``status`` other than 200 answers an error
+    of that status in OpenAI's shape; ``cut_after`` cuts a stream after that many text
+    tokens (a clean close with no terminal event)."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, str, str]] = field(default_factory=list)
+    status: int = 200
+    cut_after: int | None = None
+    usage: tuple[int, int] = (11, 7)
+
+
+@dataclass
 class Request:
     """One request the fake server received, and what it answered."""
 
     body: dict[str, Any]
     prefill: str | None  # the assistant prefix it continued from (None: no prefill)
+    path: str = "/v1/chat/completions"
     sent: list[str] = field(default_factory=list)  # the chunks written, in order
     ending: Ending = "running"
 
@@ -66,15 +88,18 @@ class FakeOpenAI:
 
     def __init__(
         self,
-        text: str,
+        text: str = "",
         *,
+        replies: list[Reply | str] | None = None,
         delay: float = 0.02,
         model: str = "fake-gpt",
         cut_after: Callable[[int], int | None] | None = None,
     ) -> None:
         """``cut_after(n)``: for the ``n``-th request (from 1), cut the stream cleanly after
-        that many tokens, or None to finish it."""
+        that many tokens, or None to finish it. ``replies``: the scripted mode."""
         self.text = text
+        self.replies = [Reply(r) if isinstance(r, str) else r for r in replies or []]
+        self.scripted = replies is not None
         self.delay = delay
         self.model = model
         self.cut_after = cut_after or (lambda n: None)
@@ -93,8 +118,10 @@ class FakeOpenAI:
         assert self._server is not None, "the fake server is not running"
         return f"http://127.0.0.1:{self._server.server_port}/v1"
 
+    handler: type[Handler]  # set below the class: the request handler it serves with
+
     def start(self) -> FakeOpenAI:
-        handler = type("Handler", (_Handler,), {"fake": self})
+        handler = type("Handler", (self.handler,), {"fake": self})
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True  # a stream being written never holds up the test
         self._server = server
@@ -127,9 +154,11 @@ class FakeOpenAI:
 
     # -- for the handler ------------------------------------------------------------
 
-    def _record(self, body: dict[str, Any], prefill: str | None) -> tuple[int, Request]:
+    def _record(
+        self, body: dict[str, Any], prefill: str | None, path: str = "/v1/chat/completions"
+    ) -> tuple[int, Request]:
         with self._lock:
-            self.requests.append(Request(body, prefill))
+            self.requests.append(Request(body, prefill, path))
             return len(self.requests), self.requests[-1]
 
     def snapshot(self) -> list[Request]:
@@ -137,7 +166,10 @@ class FakeOpenAI:
             return list(self.requests)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class Handler(BaseHTTPRequestHandler):
+    """The OpenAI endpoints; its helpers (``_write``, ``_json``, ``_start_sse``,
+    ``_error``) serve other providers' fakes too."""
+
     fake: FakeOpenAI
     protocol_version = "HTTP/1.1"  # chunked responses, keep-alive, as the real API
 
@@ -145,6 +177,9 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # quiet: the test reads ``fake.requests``
 
     def do_POST(self) -> None:
+        if self.fake.scripted:
+            self._scripted()
+            return
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._error(404, f"Unknown request URL: POST {self.path}", "invalid_request_error")
             return
@@ -193,11 +228,7 @@ class _Handler(BaseHTTPRequestHandler):
                 ],
             }
 
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self._start_sse()
         try:
             self._event(chunk({"role": "assistant", "content": "", "refusal": None}, None))
             for i, token in enumerate(tokens):
@@ -227,11 +258,322 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _error(self, status: int, message: str, type_: str) -> None:
-        body = json.dumps(
-            {"error": {"message": message, "type": type_, "param": None, "code": None}}
-        ).encode()
+        error = {"message": message, "type": type_, "param": None, "code": None}
+        self._json({"error": error}, status)
+
+    # -- the scripted mode ------------------------------------------------------------
+
+    def _scripted(self) -> None:
+        path = self.path.rstrip("/")
+        if path not in ("/v1/chat/completions", "/v1/responses"):
+            self._error(404, f"Unknown request URL: POST {self.path}", "invalid_request_error")
+            return
+        try:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        except ValueError:
+            self._error(400, "We could not parse the JSON body.", "invalid_request_error")
+            return
+        messages = body.get("messages") or []
+        last = messages[-1] if messages else {}
+        prefill = last.get("content") if last.get("role") == "assistant" else None
+        taken = self._take(body, prefill, path, "server_error")
+        if taken is None:
+            return
+        n, request, reply = taken
+        text = reply.text
+        if prefill and text.startswith(prefill) and not reply.tool_calls:
+            text = text[len(prefill) :]
+        ident = f"fake{n}"
+        if path == "/v1/responses":
+            if body.get("stream"):
+                self._responses_sse(request, reply, text, ident)
+            else:
+                self._json(_response_object(self.fake.model, reply, text, ident, "completed"))
+                request.sent.append(text)
+                request.ending = "done"
+            return
+        if body.get("stream"):
+            self._chat_sse(request, reply, text, ident, bool(body.get("stream_options")))
+            return
+        calls = [
+            {"id": i, "type": "function", "function": {"name": name, "arguments": args}}
+            for i, name, args in reply.tool_calls
+        ]
+        message: dict[str, Any] = {"role": "assistant", "content": text or None, "refusal": None}
+        if calls:
+            message["tool_calls"] = calls
+        self._json(
+            {
+                "id": f"chatcmpl-{ident}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.fake.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": "tool_calls" if calls else "stop",
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": reply.usage[0],
+                    "completion_tokens": reply.usage[1],
+                    "total_tokens": sum(reply.usage),
+                },
+            }
+        )
+        request.sent.append(text)
+        request.ending = "done"
+
+    def _take(
+        self, body: dict[str, Any], prefill: str | None, path: str, error_type: str
+    ) -> tuple[int, Request, Reply] | None:
+        """Record the request and take its reply; None: answered with an error."""
+        n, request = self.fake._record(body, prefill, path)
+        if n > len(self.fake.replies):
+            request.ending = "rejected"
+            self._error(500, f"the fake has {len(self.fake.replies)} replies", error_type)
+            return None
+        reply = self.fake.replies[n - 1]
+        if reply.status != 200:
+            request.ending = "rejected"
+            self._error(reply.status, f"scripted error {reply.status}", error_type)
+            return None
+        return n, request, reply
+
+    def _tokens(self, request: Request, reply: Reply, text: str) -> Iterator[str]:
+        """The text's tokens as they are to be sent; at the reply's ``cut_after`` the
+        body ends cleanly (``request.ending`` is ``"cut"``) and so does the iteration."""
+        for i, token in enumerate(tokenize(text)):
+            if reply.cut_after is not None and i >= reply.cut_after:
+                request.ending = "cut"
+                self._write(b"")
+                return
+            time.sleep(self.fake.delay)
+            request.sent.append(token)
+            yield token
+
+    def _start_sse(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def _chat_sse(self, request: Request, reply: Reply, text: str, ident: str, usage: bool) -> None:
+        created = int(time.time())
+
+        def chunk(delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+            return {
+                "id": f"chatcmpl-{ident}",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": self.fake.model,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+
+        self._start_sse()
+        try:
+            self._event(chunk({"role": "assistant", "content": ""}, None))
+            for token in self._tokens(request, reply, text):
+                self._event(chunk({"content": token}, None))
+            if request.ending == "cut":
+                return
+            for index, (call_id, name, args) in enumerate(reply.tool_calls):
+                head = {"index": index, "id": call_id, "type": "function"}
+                self._event(
+                    chunk(
+                        {"tool_calls": [{**head, "function": {"name": name, "arguments": ""}}]},
+                        None,
+                    )
+                )
+                half = len(args) // 2  # the arguments come in two pieces, as OpenAI splits them
+                for piece in (args[:half], args[half:]):
+                    self._event(
+                        chunk(
+                            {"tool_calls": [{"index": index, "function": {"arguments": piece}}]},
+                            None,
+                        )
+                    )
+            self._event(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+            if usage:
+                self._event(
+                    {
+                        **chunk({}, None),
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": reply.usage[0],
+                            "completion_tokens": reply.usage[1],
+                            "total_tokens": sum(reply.usage),
+                        },
+                    }
+                )
+            self._write(b"data: [DONE]\n\n")
+            self._write(b"")
+            request.ending = "done"
+        except (BrokenPipeError, ConnectionResetError):
+            request.ending = "disconnected"
+            self.close_connection = True
+
+    def _responses_sse(self, request: Request, reply: Reply, text: str, ident: str) -> None:
+        seq = iter(range(1_000_000))
+
+        def event(kind: str, **data: Any) -> None:
+            payload = {"type": kind, "sequence_number": next(seq), **data}
+            self._write(f"event: {kind}\ndata: {json.dumps(payload)}\n\n".encode())
+
+        self._start_sse()
+        model = self.fake.model
+        try:
+            event(
+                "response.created",
+                response=_response_object(model, reply, "", ident, "in_progress", empty=True),
+            )
+            index = 0
+            if text or not reply.tool_calls:
+                item = _message_item(ident, "")
+                event(
+                    "response.output_item.added",
+                    output_index=0,
+                    item={**item, "content": [], "status": "in_progress"},
+                )
+                part = {"type": "output_text", "text": "", "annotations": []}
+                event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=0,
+                    content_index=0,
+                    part=part,
+                )
+                for token in self._tokens(request, reply, text):
+                    event(
+                        "response.output_text.delta",
+                        item_id=item["id"],
+                        output_index=0,
+                        content_index=0,
+                        delta=token,
+                        logprobs=[],
+                    )
+                if request.ending == "cut":
+                    return
+                event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=0,
+                    content_index=0,
+                    text=text,
+                    logprobs=[],
+                )
+                done_part = {**part, "text": text}
+                event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=0,
+                    content_index=0,
+                    part=done_part,
+                )
+                event("response.output_item.done", output_index=0, item=_message_item(ident, text))
+                index = 1
+            for k, (call_id, name, args) in enumerate(reply.tool_calls):
+                item = _call_item(f"fc_{ident}_{k}", call_id, name, args)
+                out = index + k
+                event(
+                    "response.output_item.added",
+                    output_index=out,
+                    item={**item, "arguments": "", "status": "in_progress"},
+                )
+                event(
+                    "response.function_call_arguments.delta",
+                    item_id=item["id"],
+                    output_index=out,
+                    delta=args,
+                )
+                event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=out,
+                    arguments=args,
+                    name=name,
+                )
+                event("response.output_item.done", output_index=out, item=item)
+            event(
+                "response.completed",
+                response=_response_object(model, reply, text, ident, "completed"),
+            )
+            self._write(b"")
+            request.ending = "done"
+        except (BrokenPipeError, ConnectionResetError):
+            request.ending = "disconnected"
+            self.close_connection = True
+
+    def _json(self, data: dict[str, Any], status: int = 200) -> None:
+        body = json.dumps(data).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+def _message_item(ident: str, text: str) -> dict[str, Any]:
+    return {
+        "type": "message",
+        "id": f"msg_{ident}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _call_item(item_id: str, call_id: str, name: str, args: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": item_id,
+        "call_id": call_id,
+        "name": name,
+        "arguments": args,
+        "status": "completed",
+    }
+
+
+def _response_object(
+    model: str, reply: Reply, text: str, ident: str, status: str, *, empty: bool = False
+) -> dict[str, Any]:
+    output: list[dict[str, Any]] = []
+    if not empty:
+        if text or not reply.tool_calls:
+            output.append(_message_item(ident, text))
+        output.extend(
+            _call_item(f"fc_{ident}_{k}", i, name, args)
+            for k, (i, name, args) in enumerate(reply.tool_calls)
+        )
+    return {
+        "id": f"resp_{ident}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": status,
+        "output": output,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": None,
+        "metadata": {},
+        "parallel_tool_calls": True,
+        "temperature": None,
+        "top_p": None,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": reply.usage[0],
+            "output_tokens": reply.usage[1],
+            "total_tokens": sum(reply.usage),
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+FakeOpenAI.handler = Handler

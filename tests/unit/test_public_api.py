@@ -92,3 +92,64 @@ def test_every_public_error_is_a_fusee_error() -> None:
 
 def test_version_is_a_string() -> None:
     assert isinstance(fusee.__version__, str)
+
+
+AI_PUBLIC = (
+    "generate",
+    "Generation",
+    "model_call",
+    "model_step",
+    "loop",
+    "Turn",
+    "LoopResult",
+    "LoopState",
+    "tool",
+    "workflow_tool",
+    "Tool",
+    "WorkflowTool",
+    "ToolInputError",
+    "UnknownTool",
+    "openai_model",
+    "OpenAIModel",
+    "anthropic_model",
+    "AnthropicModel",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "Message",
+    "SystemMessage",
+    "UserMessage",
+    "AssistantMessage",
+    "ToolResultMessage",
+    "ToolCall",
+    "ToolSpec",
+    "OutputSpec",
+    "Usage",
+    "StreamItem",
+    "as_messages",
+    "TruncatedStream",
+    "OutputError",
+    "OutputInvalid",
+)
+TESTING_PUBLIC = ("ScriptedModel", "Streamed", "ScriptedCall", "Reply", "tool_call")
+
+
+@pytest.mark.parametrize(
+    ("module", "names"), [("fusee.ai", AI_PUBLIC), ("fusee.testing", TESTING_PUBLIC)]
+)
+def test_the_ai_and_testing_surfaces_are_pinned(module: str, names: tuple[str, ...]) -> None:
+    mod = importlib.import_module(module)
+    assert mod.__all__ == names
+    namespace: dict[str, object] = {}
+    exec(f"from {module} import *", namespace)
+    assert set(namespace) - {"__builtins__"} == set(names)
+
+
+def test_importing_fusee_ai_imports_no_provider_sdk() -> None:
+    """The SDKs are optional extras: only openai_model()/anthropic_model() import them."""
+    import subprocess
+    import sys
+
+    code = "import sys, fusee.ai, fusee.testing; print('openai' in sys.modules, 'anthropic' in sys.modules, 'pydantic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "False"]

@@ -91,6 +91,13 @@ class StepInfo:
         if self._signal is not None:
             self._signal.set()
 
+    def with_key(self, key: str) -> StepInfo:
+        """This step's info under the idempotency key ``key`` (``fusee.ai`` gives a tool
+        call's step the model's tool-call ID); its :attr:`signal` is this step's."""
+        info = StepInfo(key=key, attempt=self.attempt, name=self.name)
+        info._signal = self.signal
+        return info
+
 
 # The running steps of the ctx.all / ctx.race branch this task runs in (set by the
 # combinator): a race the branch loses stops them.

@@ -21,21 +21,28 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterable, Awaitable, Callable
 from datetime import timedelta
-from typing import TypeAlias
+from typing import TypeAlias, TypeVar
 
 import anyio
 
 from fusee.actors.context import Context, token_stream
 from fusee.actors.ports import TokenSink, TokenWriterPort
 from fusee.actors.steps import StepInfo
+from fusee.ai.types import ModelResponse
 from fusee.errors import FuseeError, NotEncodable
 from fusee.runtime.ids import validate_name
 from fusee.runtime.retry import Retry
 
-__all__ = ("model_call", "Chunks", "TokenSink", "TokenWriterPort")
+__all__ = ("model_call", "streamed_step", "Chunks", "Items", "TokenSink", "TokenWriterPort")
 
 Chunks: TypeAlias = AsyncIterable[str] | Awaitable[AsyncIterable[str]]
 """What ``fn(resume)`` returns: an async iterator of text chunks (or an awaitable of one)."""
+
+Items: TypeAlias = AsyncIterable[str | ModelResponse]
+"""What a streamed model step's ``fn(resume)`` returns: text chunks, then a
+:class:`ModelResponse` (``Model.stream``)."""
+
+T = TypeVar("T")
 
 FLUSH_ON_FAILURE = 2.0  # seconds a failed attempt waits for its in-flight tokens to be stored
 
@@ -48,6 +55,8 @@ async def model_call(
     retry: Retry | None = None,
     timeout: str | float | timedelta | None = None,
     prefill: bool = True,
+    limit: str | None = None,
+    fairness_key: str | None = None,
 ) -> str:
     """Call a model as the durable step ``name``, streaming its tokens as stream ``name``.
 
@@ -56,7 +65,8 @@ async def model_call(
     step, and ``fn`` continues from it (a provider prefill): the result is ``resume``
     plus the new text. With ``prefill=False`` the provider cannot continue: ``fn``
     always gets ``""``, the stream records an attempt boundary, and the new attempt's
-    tokens follow it.
+    tokens follow it. ``retry``, ``timeout``, ``limit`` and ``fairness_key`` are
+    :meth:`Context.step`'s.
 
     Returns:
         The whole text of the final attempt. On replay, the journaled text (the token
@@ -70,13 +80,48 @@ async def model_call(
     Example:
         ``text = await model_call(ctx, f"model-{turn}", lambda resume: llm.stream(history, prefill=resume))``
     """
+    result: str = await streamed_step(
+        ctx,
+        name,
+        fn,
+        prefill=prefill,
+        finish=lambda text, final: text,
+        type=str,
+        retry=retry,
+        timeout=timeout,
+        limit=limit,
+        fairness_key=fairness_key,
+    )
+    return result
+
+
+async def streamed_step(
+    ctx: Context,
+    name: str,
+    fn: Callable[[str], Chunks] | Callable[[str], Items],
+    *,
+    prefill: bool,
+    finish: Callable[[str, ModelResponse | None], T],
+    type: type[T],  # noqa: A002 - ctx.step's name
+    retry: Retry | None = None,
+    timeout: str | float | timedelta | None = None,
+    limit: str | None = None,
+    fairness_key: str | None = None,
+) -> T:
+    """The durable step of :func:`model_call` and of a streamed model step
+    (``fusee.ai.model_step``): ``fn(resume)`` yields text chunks, and for a model,
+    a last :class:`ModelResponse`; ``finish(stored text, that response or None)`` is
+    the step's result (``None``: the iterator gave none, or an earlier attempt stored
+    the end marker and its worker died before the result was journaled).
+    """
     name = validate_name(name, "model call name")
     stream = token_stream(ctx, name)
 
-    async def attempt(s: StepInfo) -> str:
+    async def attempt(s: StepInfo) -> T:
         writer = await stream.open()
         try:
-            return await _attempt(writer, fn, prefill)
+            text, final = await _attempt(writer, fn, prefill)
+            return finish(text, final)
         except BaseException:
             # A truncated attempt: let what was sent be stored (or fail) before the
             # retry reads the stream back, so the next attempt resumes from a settled
@@ -91,16 +136,26 @@ async def model_call(
             with anyio.CancelScope(shield=True):
                 await writer.close()
 
-    result: str = await ctx.step(name, attempt, retry=retry, timeout=timeout, type=str)
+    result: T = await ctx.step(
+        name,
+        attempt,
+        retry=retry,
+        timeout=timeout,
+        type=type,
+        limit=limit,
+        fairness_key=fairness_key,
+    )
     return result
 
 
-async def _attempt(writer: TokenWriterPort, fn: Callable[[str], Chunks], prefill: bool) -> str:
+async def _attempt(
+    writer: TokenWriterPort, fn: Callable[[str], Chunks] | Callable[[str], Items], prefill: bool
+) -> tuple[str, ModelResponse | None]:
     state = writer.state
     if state.ended and not state.broken:
         # The provider finished in an attempt whose result was not journaled (its
         # worker died between the end marker and the commit): that text is the result.
-        return state.text
+        return state.text, None
     if state.chunks and (state.broken or state.ended or not prefill):
         await writer.restart()
     resume = state.text
@@ -112,11 +167,17 @@ async def _attempt(writer: TokenWriterPort, fn: Callable[[str], Chunks], prefill
             f"model_call: fn(resume) returned {type(chunks).__name__}, not an async "
             f"iterator of text chunks"
         )
+    final: ModelResponse | None = None
     async for chunk in chunks:
+        if isinstance(chunk, ModelResponse) and final is None:
+            final = chunk  # the model's last item: usage, finish reason, tool calls
+            continue
+        if final is not None:
+            raise NotEncodable("model_call: a chunk came after the model's final response")
         if not isinstance(chunk, str):
             raise NotEncodable(
                 f"model_call: fn yielded a {type(chunk).__name__}; chunks must be str"
             )
         await writer.write(chunk)
     await writer.end()
-    return state.text
+    return state.text, final

@@ -1,0 +1,253 @@
+"""The model layer's types: messages, tool specs, a request, a response, the ``Model``
+protocol.
+
+Every type here is a frozen msgspec Struct, so a :class:`ModelResponse` is a step's
+result as it is: journaled as JSON, decoded into the same Struct on replay. Messages are
+a tagged union on ``role`` (``system``, ``user``, ``assistant``, ``tool``), the shape
+chat APIs use, so a history encodes as a provider would read it.
+
+A model is anything with the :class:`Model` methods: :func:`fusee.ai.openai_model`,
+:func:`fusee.ai.anthropic_model`, :class:`fusee.testing.ScriptedModel`, or a user's own.
+
+Example:
+    ``reply = await model.complete(ModelRequest(messages=[UserMessage("Hi")]))``
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+import msgspec
+
+from fusee.errors import InvalidArgument
+
+__all__ = (
+    "SystemMessage",
+    "UserMessage",
+    "AssistantMessage",
+    "ToolResultMessage",
+    "Message",
+    "ToolCall",
+    "ToolSpec",
+    "OutputSpec",
+    "Usage",
+    "ModelRequest",
+    "ModelResponse",
+    "StreamItem",
+    "Model",
+    "NamedModel",
+    "as_messages",
+)
+
+
+class _Message(msgspec.Struct, frozen=True, tag_field="role"):
+    @property
+    def role(self) -> str:
+        """``"system"``, ``"user"``, ``"assistant"`` or ``"tool"`` (the union's tag)."""
+        return str(self.__struct_config__.tag)
+
+
+class SystemMessage(_Message, frozen=True, tag="system"):
+    """Instructions for the model."""
+
+    content: str
+
+
+class UserMessage(_Message, frozen=True, tag="user"):
+    """What the user said."""
+
+    content: str
+
+
+class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One tool call the model asked for.
+
+    ``id`` is the provider's tool-call ID (stable on replay: it is journaled with the
+    turn); ``arguments`` is the JSON text of the arguments as the model wrote it (it may
+    be invalid JSON: :meth:`args` raises then)."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def args(self) -> Any:
+        """The arguments decoded from JSON.
+
+        Raises:
+            msgspec.DecodeError: the model's arguments are not JSON.
+        """
+        return msgspec.json.decode(self.arguments or "{}")
+
+
+class AssistantMessage(_Message, frozen=True, kw_only=True, omit_defaults=True, tag="assistant"):
+    """What the model said: text, tool calls, or both."""
+
+    content: str = ""
+    tool_calls: list[ToolCall] = []
+
+
+class ToolResultMessage(_Message, frozen=True, kw_only=True, omit_defaults=True, tag="tool"):
+    """The result of tool call ``tool_call_id`` given back to the model (its text, as a
+    provider takes it; ``is_error``: the tool failed and ``content`` says how)."""
+
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
+"""One message of a conversation (a tagged union on ``role``)."""
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A tool as the model sees it: its name, what it does, its arguments' JSON Schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+
+class OutputSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Structured output: the model answers with JSON text matching ``schema`` (a JSON
+    Schema whose root is an object). ``name`` names it for providers that want one
+    (OpenAI's ``json_schema.name``, the tool Anthropic answers through)."""
+
+    schema: dict[str, Any]
+    name: str = "output"
+    description: str = ""
+
+
+class Usage(msgspec.Struct, frozen=True, kw_only=True):
+    """Tokens a call used (``input_tokens`` prompt, ``output_tokens`` completion);
+    ``a + b`` adds two."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+class ModelRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What a model is asked: the conversation, the tools it may call, and the shape
+    of the answer when structured (``output``)."""
+
+    messages: list[Message]
+    tools: list[ToolSpec] = []
+    output: OutputSpec | None = None
+
+
+class ModelResponse(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A model's answer, as journaled.
+
+    ``text`` is the whole text (for structured output, the JSON text of the answer);
+    ``finish_reason`` is normalized to ``"stop"``, ``"tool_calls"``, ``"length"`` or
+    ``"content_filter"`` (another provider value is kept as it is)."""
+
+    text: str = ""
+    tool_calls: list[ToolCall] = []
+    usage: Usage = Usage()
+    model: str = ""
+    finish_reason: str = "stop"
+
+    def message(self) -> AssistantMessage:
+        """This answer as the assistant message of a history."""
+        return AssistantMessage(content=self.text, tool_calls=list(self.tool_calls))
+
+
+StreamItem: TypeAlias = str | ModelResponse
+"""What :meth:`Model.stream` yields: text chunks, then one final :class:`ModelResponse`."""
+
+
+@runtime_checkable
+class Model(Protocol):
+    """A model fusee can call. ``complete`` and ``stream`` are called inside a step's
+    attempt: they may raise (the step's retry policy decides), and must not retry on
+    their own (an SDK's ``max_retries`` is 0).
+
+    ``stream(request, prefill)`` yields the text chunks that follow ``prefill`` (the
+    text an earlier attempt already streamed; ``""`` on a first attempt), then exactly
+    one :class:`ModelResponse` whose ``text`` is ``prefill`` plus the chunks, with the
+    usage and finish reason. A provider stream that ends without its terminal event must
+    raise, not return: a stream with no final response is a truncated attempt.
+    ``prefill`` is only ever non-empty when ``supports_prefill`` is true.
+    """
+
+    @property
+    def name(self) -> str:
+        """The model's name (``"gpt-5"``), for logs and results."""
+        ...
+
+    @property
+    def supports_prefill(self) -> bool:
+        """Whether ``stream`` can continue an earlier attempt's text."""
+        ...
+
+    async def complete(self, request: ModelRequest) -> ModelResponse: ...
+
+    def stream(self, request: ModelRequest, prefill: str = "") -> AsyncIterator[StreamItem]: ...
+
+
+class NamedModel:
+    """The two properties every :class:`Model` has, for a class to inherit: ``name``
+    and ``supports_prefill``, from ``_name`` and ``_prefill``."""
+
+    _name: str
+    _prefill: bool
+
+    @property
+    def name(self) -> str:
+        """The model's name, as given."""
+        return self._name
+
+    @property
+    def supports_prefill(self) -> bool:
+        """Whether ``stream`` continues an earlier attempt's text."""
+        return self._prefill
+
+
+def as_messages(
+    prompt: str | None, messages: list[Message] | list[dict[str, Any]] | None, *, where: str
+) -> list[Message]:
+    """The conversation of a call given ``prompt=`` (one user message) or
+    ``messages=`` (:data:`Message` Structs, or dicts of the same shape:
+    ``{"role": "user", "content": "Hi"}``), exactly one of them.
+
+    Raises:
+        InvalidArgument: both or neither were given, or a message is not a message.
+    """
+    if (prompt is None) == (messages is None):
+        raise InvalidArgument(f"{where}: give prompt= or messages=, exactly one of them")
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise InvalidArgument(f"{where}: prompt= is a {type(prompt).__name__}, not a str")
+        return [UserMessage(prompt)]
+    assert messages is not None
+    if not isinstance(messages, list | tuple) or not messages:
+        raise InvalidArgument(f"{where}: messages= must be a non-empty list of messages")
+    kinds = (SystemMessage, UserMessage, AssistantMessage, ToolResultMessage)
+    out: list[Message] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, kinds):
+            out.append(m)
+            continue
+        try:
+            out.append(msgspec.convert(m, Message))
+        except msgspec.ValidationError as e:
+            raise InvalidArgument(
+                f"{where}: messages[{i}] is not a message ({e}); a message is a "
+                f"SystemMessage, UserMessage, AssistantMessage, ToolResultMessage or a "
+                f"dict of that shape with its 'role'"
+            ) from None
+    return out

@@ -1,0 +1,151 @@
+"""The tools of ``fusee.ai.loop``: schemas from signatures and docstrings, the
+validation of the model's arguments, and how an approval's value is read."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+import pydantic
+import pytest
+
+import fusee
+from fusee.ai import Tool, ToolInputError, WorkflowTool, tool, workflow_tool
+from fusee.ai.loop import approval_verdict
+from fusee.ai.tools import as_tool
+
+
+def search(query: str, limit: int = 5, *, s: fusee.StepInfo) -> list[str]:
+    """Search the knowledge base.
+
+    Args:
+        query: the words to look for.
+        limit: how many hits at most.
+    """
+    return []
+
+
+class Order(pydantic.BaseModel):
+    order: str
+    amount: int
+
+
+def refund(req: Order, speed: Literal["slow", "fast"] = "slow") -> str:
+    """Refund an order."""
+    return "ok"
+
+
+class Query(msgspec.Struct):
+    order: str
+
+
+@fusee.workflow("unit-tools-lookup")
+async def lookup(ctx: fusee.Context, q: Query) -> str:
+    """Look an order up."""
+    return q.order
+
+
+@fusee.workflow("unit-tools-echo")
+async def echo(ctx: fusee.Context, text: str) -> str:
+    return text
+
+
+def test_a_functions_schema_comes_from_its_signature_and_docstring() -> None:
+    made = as_tool("search", search)
+    assert isinstance(made, Tool)
+    spec = made.spec("search")
+    assert spec.description == "Search the knowledge base."
+    assert spec.parameters == {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string", "description": "the words to look for."},
+            "limit": {"type": "integer", "description": "how many hits at most.", "default": 5},
+        },
+        "required": ["query"],
+        "additionalProperties": False,
+    }  # the StepInfo parameter is not an argument
+    assert made.info_param == "s"
+    assert made.arguments.parse("search", '{"query": "x", "limit": "3"}') == {
+        "query": "x",
+        "limit": 3,
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"limit": 3}', "Object missing required field `query`"),
+        ('{"query": 1}', "Expected `str`, got `int` - at `$.query`"),
+        ('{"query": "x", "other": 1}', "Object contains unknown field `other`"),
+        ("[1]", "Expected `object`, got `array`"),
+        ("{nope", "are not JSON"),
+    ],
+)
+def test_arguments_that_do_not_match_say_what_is_wrong(text: str, says: str) -> None:
+    made = as_tool("search", search)
+    with pytest.raises(ToolInputError) as bad:
+        made.arguments.parse("search", text)
+    assert says in str(bad.value)
+    assert "'search'" in str(bad.value)
+
+
+def test_a_pydantic_parameter_makes_a_pydantic_schema() -> None:
+    made = as_tool("refund", refund)
+    params = made.spec("refund").parameters
+    assert params["required"] == ["req"]
+    assert params["properties"]["speed"]["enum"] == ["slow", "fast"]
+    assert "Order" in params["$defs"]
+    parsed = made.arguments.parse("refund", '{"req": {"order": "o-1", "amount": 3}}')
+    assert parsed == {"req": Order(order="o-1", amount=3), "speed": "slow"}
+    with pytest.raises(ToolInputError) as bad:
+        made.arguments.parse("refund", '{"req": {"order": "o-1", "amount": "x"}}')
+    assert "req.amount: Input should be a valid integer" in str(bad.value)
+
+
+def test_a_function_that_cannot_be_a_tool_is_refused() -> None:
+    def spread(*words: str) -> str:
+        return ""
+
+    with pytest.raises(fusee.ConfigError, match=r"\*words has no schema"):
+        tool(spread)
+    with pytest.raises(fusee.ConfigError, match="approve must be an ask function"):
+        tool(search, approve="yes")  # type: ignore[arg-type]
+    with pytest.raises(fusee.ConfigError, match="not a function"):
+        as_tool("x", 42)
+
+
+def test_a_workflow_tool_takes_its_input_types_schema() -> None:
+    made = workflow_tool(lookup)
+    assert made.spec("lookup").parameters == {
+        "type": "object",
+        "properties": {"order": {"type": "string"}},
+        "required": ["order"],
+    }
+    assert made.description == "Look an order up."
+    assert made.arguments.parse("lookup", '{"order": "o-1"}') == {"order": "o-1"}
+    scalar = workflow_tool(echo)
+    assert scalar.spec("echo").parameters["properties"] == {"input": {"type": "string"}}
+    assert scalar.arguments.parse("echo", '{"input": "hi"}') == "hi"
+    assert isinstance(as_tool("lookup", lookup), WorkflowTool)  # a workflow as it is
+    with pytest.raises(fusee.ConfigError, match="needs parameters="):
+        workflow_tool("other-app.lookup")
+
+
+@pytest.mark.parametrize(
+    ("value", "verdict"),
+    [
+        (True, (True, None)),
+        ({"approved": True}, (True, None)),
+        (False, (False, None)),
+        ({"approved": False, "reason": "too much"}, (False, "too much")),
+    ],
+)
+def test_an_approvals_value(value: Any, verdict: tuple[bool, str | None]) -> None:
+    assert approval_verdict(value) == verdict
+
+
+def test_an_approval_value_of_another_shape_refuses_and_says_so() -> None:
+    ok, reason = approval_verdict("yes")
+    assert ok is False
+    assert reason is not None
+    assert '"yes"' in reason
