@@ -36,7 +36,9 @@ class FailingStore(MemoryStore):
         if self.appends + 1 == self.fail_at:
             self.appends += 1
             raise TimeoutError("nats: timeout")
-        return await super().append(eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist, rollup=rollup)
+        return await super().append(
+            eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist, rollup=rollup
+        )
 
 
 async def _careless(ctx: fusee.Context, _arg: Any) -> str:

@@ -98,7 +98,9 @@ class DyingStore(MemoryStore):
         rollup: bool = False,
     ) -> int:
         self._write("before", kind, f"append to {eid}")
-        seq = await super().append(eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist, rollup=rollup)
+        seq = await super().append(
+            eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist, rollup=rollup
+        )
         record = decode_record(data)
         if isinstance(record, StepCompleted):
             self.stored_steps.add(f"{eid}:{record.name}")
