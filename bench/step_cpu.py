@@ -45,7 +45,17 @@ class MemoryJournal:
     max_value: int = 1 << 20
     tokens: None = None  # no token streams here
 
-    async def append(self, eid: str, kind: str, data: bytes, *, fence: int, msg_id: str) -> int:
+    async def append(
+        self,
+        eid: str,
+        kind: str,
+        data: bytes,
+        *,
+        fence: int,
+        msg_id: str,
+        unlist: str | None = None,  # (no listing entries here)
+        rollup: bool = False,  # (no limits here)
+    ) -> int:
         last = self.msgs[-1].seq if self.msgs else 0
         if fence != last:
             raise Fenced(f"fence {fence} != {last}")

@@ -271,7 +271,14 @@ async def test_a_journal_gap_pause_needs_force(
         run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id="forged"
     )
     await run.signal("go")
-    await wait_until(lambda: _paused(run), timeout=20, what="the run to pause on the gap")
+    # describe() says paused as soon as the chain is broken; the worker lists the pause
+    # once it met the break (what a bulk resume reads)
+    async def listed() -> bool:
+        pages = [p async for p in engine.store.listed_pages("paused", "pz_code", page=100)]
+        return any(eid == run.eid for page in pages for eid, _, _ in page)
+
+    await wait_until(listed, timeout=20, what="the worker to list the run paused on the gap")
+    assert await _paused(run)
     inbox = await engine.store.read_inbox(run.partition, run.eid)
     with pytest.raises(fusee.NotPausedError, match="force=True") as err:
         await run.resume()
