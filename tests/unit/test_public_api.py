@@ -54,6 +54,8 @@ PUBLIC = (
     "StorageFull",
     "Completion",
     "InvalidToken",
+    "LimitInfo",
+    "UnknownLimit",
 )
 
 
