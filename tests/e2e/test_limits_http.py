@@ -17,7 +17,7 @@ import pytest
 
 import fusee
 from tests.helpers import permit_requests
-from tests.workers.procs import HERE, Workers, api_server, started, wait_until
+from tests.workers.procs import HERE, api_and_worker, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,16 +32,8 @@ class Api:
 @pytest.fixture(scope="module")
 def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tmp = tmp_path_factory.mktemp("limits-http")
-    namespace = f"t{secrets.token_hex(4)}"
-    workers = Workers(nats_server.url, namespace, tmp, module=HERE / "limits.py")
-    with api_server(nats_server.url, namespace, tmp) as server:
-        try:
-            worker = workers.spawn()
-            serving = started(server, "api.serving")
-            started(worker, "worker.started")
-            yield Api(serving["url"], nats_server.url, namespace)
-        finally:
-            workers.cleanup()
+    with api_and_worker(nats_server.url, tmp, HERE / "limits.py") as (url, namespace):
+        yield Api(url, nats_server.url, namespace)
 
 
 def assert_error(response: httpx.Response, status: int, type_: str) -> str:
