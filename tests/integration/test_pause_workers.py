@@ -271,6 +271,7 @@ async def test_a_journal_gap_pause_needs_force(
         run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id="forged"
     )
     await run.signal("go")
+
     # describe() says paused as soon as the chain is broken; the worker lists the pause
     # once it met the break (what a bulk resume reads)
     async def listed() -> bool:

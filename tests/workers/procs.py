@@ -13,6 +13,7 @@ import functools
 import itertools
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -180,6 +181,22 @@ def api_server(url: str, namespace: str, tmp_path: Path) -> Iterator[WorkerProc]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@contextlib.contextmanager
+def api_and_worker(url: str, tmp_path: Path, module: Path) -> Iterator[tuple[str, str]]:
+    """``fusee api`` and a worker serving ``module``, in a fresh namespace:
+    ``(the API's URL, the namespace)`` once both serve (for a module's fixture)."""
+    namespace = f"t{secrets.token_hex(4)}"
+    workers = Workers(url, namespace, tmp_path, module=module)
+    with api_server(url, namespace, tmp_path) as server:
+        try:
+            worker = workers.spawn()
+            serving = started(server, "api.serving")
+            started(worker, "worker.started")
+            yield str(serving["url"]), namespace
+        finally:
+            workers.cleanup()
 
 
 def started(proc: WorkerProc, event: str) -> dict[str, Any]:
