@@ -296,7 +296,7 @@ async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> N
 
 
 async def test_the_demo_asks_a_real_openai_client_when_a_key_is_set(tmp_path: Path) -> None:
-    replies = [
+    replies: list[Reply | str] = [
         Reply(
             tool_calls=[
                 ("call_k", "search_kb", '{"query": "damaged"}'),
