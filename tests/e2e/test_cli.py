@@ -265,18 +265,27 @@ def journal_lines(stdout: str, title: str) -> list[tuple[str, str]]:
     return out
 
 
-async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    done = await cli("dev", str(DEMO), "--store", str(store), env=offline_env())
+def demo_output(done: subprocess.CompletedProcess[str], model: str, order_call: str) -> str:
+    """The demo's ``runs show`` hint, once its output was checked: it exited 0, named
+    ``model``, had a refund approved, and printed the run's journal with the child
+    ``<run id>/<order_call>``."""
     assert done.returncode == 0, done.stderr
-    assert "model: scripted" in done.stdout
+    assert f"model: {model}" in done.stdout
     assert "approval asked: refund " in done.stdout
-    assert "A: Sorry your parcel arrived damaged. Order 1042 is refunded in full" in done.stdout
     hint = next(line for line in done.stdout.splitlines() if " runs show " in line)
     run_id = hint.split(" runs show ")[1].split()[0]
     assert journal_lines(done.stdout, "Journal of run ") == [
-        (kind, name.format(run=run_id)) for kind, name in DEMO_JOURNAL
+        (kind, name.format(run=run_id).replace("call_order", order_call))
+        for kind, name in DEMO_JOURNAL
     ]
+    return hint
+
+
+async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    done = await cli("dev", str(DEMO), "--store", str(store), env=offline_env())
+    hint = demo_output(done, "scripted", "call_order")
+    assert "A: Sorry your parcel arrived damaged. Order 1042 is refunded in full" in done.stdout
     # the workflow tool's child run: the order service's first answer lost, retried
     assert journal_lines(done.stdout, "Journal of the workflow tool's run ") == [
         ("run.started", "orders-lookup"),
@@ -315,16 +324,8 @@ async def test_the_demo_asks_a_real_openai_client_when_a_key_is_set(tmp_path: Pa
         }
         done = await cli("dev", str(DEMO), "--store", str(tmp_path / "store"), env=env)
         sent = [r.body for r in fake.snapshot()]
-    assert done.returncode == 0, done.stderr
-    assert "model: gpt-test" in done.stdout
+    demo_output(done, "gpt-test", "call_o")
     assert "A: Refunded: 40 EUR are on their way back to you." in done.stdout
-    assert "approval asked: refund " in done.stdout
-    hint = next(line for line in done.stdout.splitlines() if " runs show " in line)
-    run_id = hint.split(" runs show ")[1].split()[0]
-    assert journal_lines(done.stdout, "Journal of run ") == [
-        (kind, name.format(run=run_id).replace("call_order", "call_o"))
-        for kind, name in DEMO_JOURNAL
-    ]
     # what the provider saw: three requests of the model named, the tools' schemas,
     # and each tool's result sent back under its call's ID
     assert [b["model"] for b in sent] == ["gpt-test"] * 3
