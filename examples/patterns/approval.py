@@ -76,7 +76,8 @@ async def main(engine: fusee.Engine) -> None:
     for order, answer in [("1042", True), ("1043", {"approved": False, "reason": "over 30 EUR"})]:
         print()
         run = await engine.start(support, f"approval-{stamp}-{order}", f"Damaged parcel, {order}")
-        _, token = await slack.receive()  # a person reads Slack
+        with anyio.fail_after(30):
+            _, token = await slack.receive()  # a person reads Slack
         await engine.complete(token, answer)
         print(f"  answered {answer} -> {await run.result(timeout='30s')}\n")
         print("\n".join(fusee.dev.format_journal(await run.journal())))

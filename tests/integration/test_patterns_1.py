@@ -18,6 +18,8 @@ import pytest
 import fusee
 from fusee.runtime.objects import object_id
 from fusee.runtime.records import RunStarted, StepCompleted
+from tests.helpers import cli_env, run_cli
+from tests.workers.patterns_1 import FILES, PATTERNS
 from tests.workers.procs import HERE, WorkerProc, Workers, journal_calls, started, wait_until
 
 pytestmark = pytest.mark.timeout(90)
@@ -207,3 +209,19 @@ async def test_approval_runs_the_tool_once_approved_and_tells_the_model_a_refusa
         ("step", "ask/agent/approve-0-refund"),
         ("step", "agent/turn-1"),
     ]
+
+
+@pytest.mark.parametrize("stem", FILES)
+async def test_fusee_dev_runs_the_pattern_file_offline(stem: str, nats_server: Any) -> None:
+    """What the README says: ``fusee dev examples/patterns/<file>.py`` runs its ``main``,
+    offline, and exits 0 (each ``main`` prints its results; all but the session's, the
+    journals). On the session's server, in a namespace of its own."""
+    env = {k: v for k, v in cli_env().items() if not k.startswith("OPENAI_")}
+    path = str(PATTERNS / f"{stem}.py")
+    ns = f"t{secrets.token_hex(4)}"
+    done = await run_cli("dev", path, "--nats", nats_server.url, "--namespace", ns, env=env)
+    assert done.returncode == 0, done.stderr
+    if stem != "sessions":
+        assert " run.completed " in done.stdout, done.stdout
+    else:
+        assert "user-7's history holds 4 messages" in done.stdout, done.stdout

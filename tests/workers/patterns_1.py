@@ -1,5 +1,6 @@
 """The agent patterns of ``examples/patterns/`` that ``tests/integration/test_patterns_1.py``
-runs, imported as ``fusee dev`` imports a file, so one worker serves them all."""
+runs, imported as ``fusee dev`` imports a file, so one worker serves them all. The test
+module imports ``FILES`` from here without loading them (it serves nothing)."""
 
 from __future__ import annotations
 
@@ -19,5 +20,6 @@ FILES = (
     "approval",
 )
 
-for _stem in FILES:
-    load_file(str(PATTERNS / f"{_stem}.py"))
+if __name__ != "tests.workers.patterns_1":  # a worker's module (launch.py), not the tests' import
+    for _stem in FILES:
+        load_file(str(PATTERNS / f"{_stem}.py"))
