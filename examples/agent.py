@@ -96,9 +96,9 @@ asking, asked = anyio.create_memory_object_stream[tuple[str, str]](math.inf)
 
 
 async def ask_the_lead(cb: fusee.Completion, call: ToolCall) -> None:
-    """Puts the refund in front of the support lead (a print here; a Slack post, a mail...).
-    Completing ``cb.url`` with ``true`` runs the tool; ``{"approved": false, "reason":
-    ...}`` tells the model no."""
+    """Puts the refund in front of the support lead: here on a channel ``main`` reads;
+    in real life a Slack post or a mail with ``cb.url``. Completing it with ``true`` runs
+    the tool; ``{"approved": false, "reason": ...}`` tells the model no."""
     await asking.send((f"{call.name} {call.arguments}", cb.token))
 
 
