@@ -41,10 +41,15 @@ def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "fusee", *args, "--log-format", "json"]
 
 
-async def run_cli(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    """Run ``fusee ARGS`` to its end; stdout and stderr as text."""
+async def run_cli(
+    *args: str, timeout: float = 20.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``fusee ARGS`` to its end (in ``env``, default :func:`cli_env`); stdout and
+    stderr as text."""
     with anyio.fail_after(timeout):
-        done = await anyio.run_process(cli_cmd(*args), check=False, env=cli_env())
+        done = await anyio.run_process(
+            cli_cmd(*args), check=False, env=cli_env() if env is None else env
+        )
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )

@@ -17,9 +17,16 @@ import pytest
 
 import fusee
 from fusee.ai import ModelRequest, ToolResultMessage
-from fusee.runtime.records import RunStarted, StepCompleted, StepFailed, WaitDone, WaitStarted
+from fusee.runtime.records import RunStarted, StepFailed, WaitDone, WaitStarted
 from fusee.testing import ScriptedModel
-from tests.workers.procs import HERE, Workers, assert_chained, execution_lines, wait_until
+from tests.workers.procs import (
+    HERE,
+    Workers,
+    assert_chained,
+    execution_lines,
+    journal_calls,
+    wait_until,
+)
 
 AGENTS = HERE / "agents.py"
 
@@ -50,17 +57,6 @@ def calls(name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
     if len(args) > 1:  # raw argument text
         return {"name": name, "id": cid, "arguments": args[1]}
     return {"name": name, "id": cid, "args": kwargs}
-
-
-def journal_calls(journal: list[tuple[int, Any]]) -> list[tuple[str, str]]:
-    """Each position's call, in position order: ``("step", name)`` or ``(wait kind, name)``."""
-    at: dict[int, tuple[str, str]] = {}
-    for _, r in journal:
-        if isinstance(r, StepCompleted | StepFailed):
-            at.setdefault(r.pos, ("step", r.name))
-        elif isinstance(r, WaitStarted):
-            at.setdefault(r.pos, (r.wait, r.name))
-    return [at[p] for p in sorted(at)]
 
 
 def requests(arg: dict[str, Any]) -> list[ModelRequest]:

@@ -27,7 +27,7 @@ import msgspec
 import pytest
 
 from fusee.actors.worker import owner_for
-from fusee.runtime.records import StepCompleted
+from fusee.runtime.records import StepCompleted, StepFailed, WaitStarted
 from tests.helpers import cli_cmd, cli_env
 
 HERE = Path(__file__).resolve().parent
@@ -269,6 +269,17 @@ async def wait_until(
 
 
 # -- journals -------------------------------------------------------------------------
+
+
+def journal_calls(journal: list[tuple[int, Any]]) -> list[tuple[str, str]]:
+    """Each position's call, in position order: ``("step", name)`` or ``(wait kind, name)``."""
+    at: dict[int, tuple[str, str]] = {}
+    for _, r in journal:
+        if isinstance(r, StepCompleted | StepFailed):
+            at.setdefault(r.pos, ("step", r.name))
+        elif isinstance(r, WaitStarted):
+            at.setdefault(r.pos, (r.wait, r.name))
+    return [at[p] for p in sorted(at)]
 
 
 def assert_chained(journal: list[tuple[int, Any]]) -> None:
