@@ -97,8 +97,8 @@ async def model_step(
             )
 
     def finish(text: str, final: ModelResponse | None) -> ModelResponse:
-        if final is None:  # ended in an attempt whose worker died before the commit
-            return ModelResponse(text=text, model=model_name)
+        if final is None:  # items() raises first: a model step's stream has its response
+            raise TruncatedStream(f"model step {name!r}: no final response from {model_name}")
         return named(msgspec.structs.replace(final, text=text))
 
     streamed: ModelResponse = await streamed_step(
@@ -108,6 +108,7 @@ async def model_step(
         prefill=model.supports_prefill,
         finish=finish,
         type=ModelResponse,
+        needs_final=True,
         retry=retry,
         timeout=timeout,
         limit=limit,
