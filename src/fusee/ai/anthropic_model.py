@@ -64,7 +64,8 @@ def anthropic_model(
     (used with ``max_retries=0``). ``settings`` are passed to every request
     (``max_tokens`` is 4096 unless given). ``prefill=True``: the model continues a
     trailing assistant message (older Claude models do; newer ones refuse), so a
-    streamed call resumes from the stored text after a crash.
+    streamed call resumes from the stored text after a crash; not with
+    ``output_mode="tool"``, whose answer is a tool's input, which no prefill continues.
 
     Raises:
         ConfigError: ``anthropic`` is not installed, or an argument is not valid.
@@ -81,6 +82,12 @@ def anthropic_model(
     if output_mode not in ("json_schema", "tool"):
         raise ConfigError(
             f"anthropic_model: output_mode={output_mode!r}, expected 'json_schema' or 'tool'"
+        )
+    if prefill and output_mode == "tool":
+        raise ConfigError(
+            "anthropic_model: prefill=True with output_mode='tool': a resumed stream of the "
+            "output tool would be the stored partial JSON, then a whole new tool input (the "
+            "model cannot continue a tool's input); give one of them"
         )
     client = sdk_client(
         anthropic.AsyncAnthropic,
