@@ -362,3 +362,28 @@ def test_anthropic_prefill_with_the_output_tool_is_refused() -> None:
     with pytest.raises(fusee.ConfigError, match=r"prefill=True with output_mode='tool'"):
         anthropic_model("c", base_url="http://127.0.0.1:9", api_key="k", output_mode="tool",
                         prefill=True)  # fmt: skip
+
+
+@fusee.workflow("ai_empty_answer")
+async def empty_answer(ctx: fusee.Context) -> Any:
+    g = await generate(ctx, "classify", model=MODELS[ctx.run_id], prompt="Classify",
+                       output=Triage, reask=1, retry=FAST)  # fmt: skip
+    return {"out": msgspec.to_builtins(g.output), "reasks": g.reasks}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_reask_after_an_empty_answer_is_accepted_by_the_provider(
+    engine: fusee.Engine, fakes: list[FakeOpenAI], provider: str
+) -> None:
+    """The empty answer goes back as the assistant's (an empty string: OpenAI refuses
+    null content without tool calls), then the error as the user's."""
+    fake, model = serve(provider, ["", '{"category": "billing", "priority": "low"}'])
+    fakes.append(fake)
+    run_id = f"empty-{provider}"
+    MODELS[run_id] = model
+    async with engine.worker():
+        result = await (await engine.start("ai_empty_answer", run_id)).result(timeout=20)
+    assert result == {"out": {"category": "billing", "priority": "low"}, "reasks": 1}
+    sent = conversation(provider, fake.snapshot()[1].body)
+    assert sent[-1][0].startswith("user")
+    assert "not accepted" in sent[-1][1]

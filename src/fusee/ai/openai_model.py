@@ -245,7 +245,10 @@ def _chat_message(m: Message) -> dict[str, Any]:
     if isinstance(m, SystemMessage | UserMessage):
         return {"role": m.role, "content": m.content}
     if isinstance(m, AssistantMessage):
-        out: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+        # null only beside tool calls: OpenAI refuses a null content without them (an
+        # empty answer re-asked), and takes "" there
+        content = m.content or (None if m.tool_calls else "")
+        out: dict[str, Any] = {"role": "assistant", "content": content}
         if m.tool_calls:
             out["tool_calls"] = [
                 {
