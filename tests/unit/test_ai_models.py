@@ -4,14 +4,24 @@ use, and a bad argument is a ConfigError that names it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Coroutine
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from fusee.ai import Model, anthropic_model, openai_model
-from fusee.errors import ConfigError
+from fusee.ai import (
+    Model,
+    ModelRequest,
+    UserMessage,
+    anthropic_model,
+    generate,
+    loop,
+    model_step,
+    openai_model,
+)
+from fusee.errors import ConfigError, InvalidArgument
 
 
 def test_the_sdk_retries_are_off() -> None:
@@ -45,3 +55,40 @@ def test_the_sdk_retries_are_off() -> None:
 def test_bad_arguments_are_named(make: Any, says: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(says)):
         make()
+
+
+@pytest.mark.parametrize("call", ["generate", "model_step", "loop"])
+async def test_a_model_that_is_not_one_is_refused_alike_by_each_call(call: str) -> None:
+    """The check runs before ``ctx`` is used, so no run is needed."""
+    ctx: Any = None
+    model: Any = "gpt-5"
+    asked: Coroutine[Any, Any, object]
+    if call == "generate":
+        asked = generate(ctx, "s", model=model, prompt="x")
+    elif call == "model_step":
+        asked = model_step(ctx, "s", model, ModelRequest(messages=[UserMessage("x")]))
+    else:
+        asked = loop(ctx, "s", model=model, prompt="x")
+    with pytest.raises(InvalidArgument, match=r"model= is a str, not a fusee\.ai\.Model") as e:
+        await asked
+    assert "ScriptedModel([...]), or a class of your own with name, supports_prefill" in str(
+        e.value
+    )
+
+
+def test_a_provider_model_s_repr_is_the_call_with_its_options_not_the_default() -> None:
+    url, key = "http://127.0.0.1:9/v1", "k"
+    assert repr(openai_model("gpt-5", base_url=url, api_key=key)) == "openai_model('gpt-5')"
+    assert (
+        repr(openai_model("gpt-5", base_url=url, api_key=key, api="responses"))
+        == "openai_model('gpt-5', api='responses')"
+    )
+    assert repr(anthropic_model("c", base_url=url, api_key=key)) == "anthropic_model('c')"
+    assert (
+        repr(anthropic_model("c", base_url=url, api_key=key, output_mode="tool"))
+        == "anthropic_model('c', output_mode='tool')"
+    )
+    assert (
+        repr(openai_model("m", base_url=url, api_key=key, prefill=True))
+        == "openai_model('m', prefill=True)"
+    )

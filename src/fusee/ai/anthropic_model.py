@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fusee.ai.errors import TruncatedStream
-from fusee.ai.sdk_client import sdk_client
+from fusee.ai.sdk_client import SDKModel, sdk_client
 from fusee.ai.types import (
     AssistantMessage,
     ModelRequest,
     ModelResponse,
-    NamedModel,
     StreamItem,
     SystemMessage,
     ToolCall,
@@ -100,8 +99,11 @@ def anthropic_model(
     return AnthropicModel(name, client, dict(settings or {}), output_mode, prefill)
 
 
-class AnthropicModel(NamedModel):
+class AnthropicModel(SDKModel):
     """A Claude model through the Messages API (see :func:`anthropic_model`)."""
+
+    factory = "anthropic_model"
+    defaults: ClassVar[dict[str, Any]] = {"output_mode": "json_schema"}
 
     def __init__(
         self,
@@ -111,14 +113,8 @@ class AnthropicModel(NamedModel):
         output_mode: OutputMode,
         prefill: bool,
     ) -> None:
-        self._name = name
-        self.client = client
-        self.settings = settings
+        super().__init__(name, client, settings, prefill)
         self.output_mode = output_mode
-        self._prefill = prefill
-
-    def __repr__(self) -> str:
-        return f"anthropic_model({self._name!r})"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         message = await self.client.messages.create(**self._args(request, ""))

@@ -38,6 +38,7 @@ __all__ = (
     "Model",
     "NamedModel",
     "as_messages",
+    "check_model",
 )
 
 
@@ -251,3 +252,19 @@ def as_messages(
                 f"dict of that shape with its 'role'"
             ) from None
     return out
+
+
+def check_model(model: object, *, where: str) -> Model:
+    """``model`` if it is a :class:`Model` (what ``generate``, ``model_step`` and
+    ``loop`` check their ``model=`` with).
+
+    Raises:
+        InvalidArgument: it is not one (the message names its type and what is).
+    """
+    if not isinstance(model, Model):
+        raise InvalidArgument(
+            f"{where}: model= is a {type(model).__name__}, not a fusee.ai.Model "
+            f"(openai_model(...), anthropic_model(...), ScriptedModel([...]), or a class of "
+            f"your own with name, supports_prefill, complete and stream)"
+        )
+    return model
