@@ -12,10 +12,15 @@ import openai
 import pytest
 
 from fusee.ai import (
+    AssistantMessage,
     Model,
     ModelRequest,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
     UserMessage,
     anthropic_model,
+    as_messages,
     generate,
     loop,
     model_step,
@@ -92,3 +97,35 @@ def test_a_provider_model_s_repr_is_the_call_with_its_options_not_the_default() 
         repr(openai_model("m", base_url=url, api_key=key, prefill=True))
         == "openai_model('m', prefill=True)"
     )
+
+
+def test_openai_shaped_message_dicts_are_taken_as_pasted() -> None:
+    """A conversation copied from OpenAI's Chat API: a developer message, text parts,
+    an assistant turn with null content and nested tool calls, a tool result without
+    its name."""
+    pasted: list[dict[str, Any]] = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Where is "}, {"type": "text", "text": "order 7?"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": 7}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "shipped"},
+    ]  # fmt: skip
+    assert as_messages(None, pasted, where="t") == [
+        SystemMessage("Be brief."),
+        UserMessage("Where is order 7?"),
+        AssistantMessage(
+            tool_calls=[ToolCall(id="call_1", name="lookup", arguments='{"order": 7}')]
+        ),
+        ToolResultMessage(tool_call_id="call_1", name="lookup", content="shipped"),
+    ]
+
+
+def test_a_message_dict_with_a_part_that_is_not_text_is_refused() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
+    with pytest.raises(InvalidArgument, match=r"messages\[0\].*'image_url'.*only text parts"):
+        as_messages(None, [{"role": "user", "content": [image]}], where="t")
