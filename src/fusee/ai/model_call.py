@@ -7,7 +7,8 @@ the stream from any process with ``engine.run(id).stream(name)``.
 How an attempt ends decides what it is:
 
 - the chunk iterator **finishes normally**: the provider finished. The end marker is
-  stored, then the step's result is journaled. An adapter over a provider whose stream
+  stored (for a model step, with the final response less its text as its payload),
+  then the step's result is journaled. An adapter over a provider whose stream
   can be cut silently (an SSE stream without its terminator ends quietly in the raw
   OpenAI client) must raise when the terminal event (``finish_reason``,
   ``response.completed``, ``message_stop``) is missing.
