@@ -284,7 +284,8 @@ def _chat_dict(m: Any, names: dict[str, str]) -> Any:
     if isinstance(calls, list):
         m["tool_calls"] = [_flat_call(c) for c in calls]
     if m.get("role") == "tool" and "name" not in m:
-        m["name"] = names.get(m.get("tool_call_id"), "")
+        call_id = m.get("tool_call_id")
+        m["name"] = names.get(call_id, "") if isinstance(call_id, str) else ""
     return m
 
 
