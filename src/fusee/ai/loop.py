@@ -52,6 +52,7 @@ from fusee.ai.types import (
     ToolSpec,
     Usage,
     as_messages,
+    check_model,
 )
 from fusee.errors import (
     ConfigError,
@@ -191,11 +192,8 @@ async def loop(
     name = validate_name(name, "loop name")
     if (model is None) == (turn is None):
         raise InvalidArgument(f"{where}: give model= or turn=, exactly one of them")
-    if model is not None and not isinstance(model, Model):
-        raise InvalidArgument(
-            f"{where}: model= is a {type(model).__name__}, not a fusee.ai.Model "
-            f"(openai_model(...), anthropic_model(...), ScriptedModel([...]) or a class of your own)"
-        )
+    if model is not None:
+        model = check_model(model, where=where)
     if turn is not None and not callable(turn):
         raise InvalidArgument(f"{where}: turn={turn!r} is not callable (turn(state, i) -> Turn)")
     if stop is not None and not callable(stop):
