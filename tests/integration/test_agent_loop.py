@@ -299,17 +299,31 @@ async def test_a_tool_that_raises_gives_the_model_the_error(
     assert sent.is_error
 
 
+async def failed_with(run: fusee.Run, error_type: str) -> str:
+    """The message of the error ``run`` failed with, checked to be an ``error_type``."""
+    with pytest.raises(fusee.RunFailed) as failed:
+        await run.result(timeout=30)
+    assert failed.value.error_type == error_type, failed.value
+    return failed.value.message
+
+
+async def fails_fatally(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path, run_id: str, script: list[Any]
+) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
+    """Run the agent with ``script``, whose ``fatal`` call fails the run with
+    ``FatalError``; the agent's input and the run's journal."""
+    arg = agent_arg(tmp_path, script)
+    await start_worker(worker_procs, tmp_path)
+    run = await engine.start("agent", run_id, arg)
+    assert "the ledger is locked" in await failed_with(run, "fusee.FatalError")
+    return arg, await run.journal()
+
+
 async def test_a_tool_that_raises_fatal_error_fails_the_run(
     engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
     script = [{"calls": [calls("fatal", "c-f")]}, {"text": "unreachable"}]
-    arg = agent_arg(tmp_path, script)
-    await start_worker(worker_procs, tmp_path)
-    run = await engine.start("agent", "fatal-1", arg)
-    with pytest.raises(fusee.RunFailed) as failed:
-        await run.result(timeout=60)
-    assert failed.value.error_type == "fusee.FatalError"
-    assert "the ledger is locked" in failed.value.message
+    arg, _ = await fails_fatally(engine, worker_procs, tmp_path, "fatal-1", script)
     assert len(requests(arg)) == 1  # the model was not asked again
 
 
@@ -377,11 +391,9 @@ async def test_max_iterations_used_up_fails_the_run_with_fatal_error(
     arg = agent_arg(tmp_path, script, max_iterations=2)
     await start_worker(worker_procs, tmp_path)
     run = await engine.start("agent", "max-1", arg)
-    with pytest.raises(fusee.RunFailed) as failed:
-        await run.result(timeout=60)
-    assert failed.value.error_type == "fusee.FatalError"
-    assert "no final answer after 2 turn(s)" in failed.value.message
-    assert "search_kb" in failed.value.message
+    message = await failed_with(run, "fusee.FatalError")
+    assert "no final answer after 2 turn(s)" in message
+    assert "search_kb" in message
     assert len(requests(arg)) == 2
 
 

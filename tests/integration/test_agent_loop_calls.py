@@ -18,6 +18,8 @@ from fusee.testing import ScriptedModel
 from tests.integration.test_agent_loop import (
     agent_arg,
     calls,
+    failed_with,
+    fails_fatally,
     journal_calls,
     ran_calls,
     requests,
@@ -79,11 +81,9 @@ async def test_a_long_but_valid_loop_name_is_refused_at_the_call(
     log = str(tmp_path / "model.jsonl")
     arg = {"log": log, "name": 100, "tool": "t" * 40, "call": "t" * 40}
     run = await engine.start("loop-longname", "long-1", arg)
-    with pytest.raises(fusee.RunFailed) as failed:
-        await run.result(timeout=60)
-    assert failed.value.error_type == "fusee.InvalidArgument"
-    assert "step names would be too long" in failed.value.message
-    assert "got 148" in failed.value.message
+    message = await failed_with(run, "fusee.InvalidArgument")
+    assert "step names would be too long" in message
+    assert "got 148" in message
     assert ScriptedModel([], log=log).requests == []
 
 
@@ -125,10 +125,8 @@ async def test_a_run_id_too_long_for_a_workflow_tools_child_is_refused_at_the_ca
     arg = agent_arg(tmp_path, [{"text": "never asked"}])
     await start_worker(worker_procs, tmp_path)
     run = await engine.start("agent", "r" * 250, arg)
-    with pytest.raises(fusee.RunFailed) as failed:
-        await run.result(timeout=60)
-    assert failed.value.error_type == "fusee.InvalidArgument"
-    assert "too long for a workflow tool's child run ID" in failed.value.message
+    message = await failed_with(run, "fusee.InvalidArgument")
+    assert "too long for a workflow tool's child run ID" in message
     assert requests(arg) == []
 
 
@@ -220,14 +218,7 @@ async def test_a_fatal_tool_fails_the_loop_without_waiting_for_another_calls_app
         {"calls": [calls("fatal", "c-f"), calls("refund", "c-r", order="o-1", amount=5)]},
         {"text": "unreachable"},
     ]
-    arg = agent_arg(tmp_path, script)
-    await start_worker(worker_procs, tmp_path)
-    run = await engine.start("agent", "fatal-wait", arg)
-    with pytest.raises(fusee.RunFailed) as failed:
-        await run.result(timeout=30)
-    assert failed.value.error_type == "fusee.FatalError"
-    assert "the ledger is locked" in failed.value.message
-    journal = await run.journal()
+    arg, journal = await fails_fatally(engine, worker_procs, tmp_path, "fatal-wait", script)
     assert [r.error_type for _, r in journal if isinstance(r, StepFailed)] == ["fusee.FatalError"]
     assert not [r for _, r in journal if isinstance(r, WaitDone)]
     cancelled = [(r.call, r.name) for _, r in journal if isinstance(r, CallCancelled)]
