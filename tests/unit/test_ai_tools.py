@@ -200,3 +200,28 @@ def test_an_ask_gets_the_call_only_from_a_second_positional_parameter_without_de
     for ask in (with_call, with_channel, with_args):
         ask_for(ask, call)("cb")  # type: ignore[arg-type]
     assert got == [call, "#ops", call]
+
+
+def test_a_functions_tool_is_made_once_while_the_function_lives() -> None:
+    """A loop reads its tools= on every call (every run, every replay): a function's
+    schema is made once, a closure made per run is not kept."""
+    import gc
+
+    from fusee.ai import tools as tools_module
+
+    first, again = as_tool("search", search), as_tool("other-name", search)
+    assert isinstance(first, Tool)
+    assert isinstance(again, Tool)
+    assert again.fn is search
+    assert again.arguments is first.arguments  # the schema not made again
+
+    def per_run(query: str) -> str:
+        """A closure of one run."""
+        return query
+
+    made = as_tool("per_run", per_run)
+    assert isinstance(made, Tool)
+    assert tools_module._MADE[per_run][1] is made.arguments
+    del per_run, made
+    gc.collect()
+    assert all(getattr(f, "__name__", "") != "per_run" for f in tools_module._MADE)

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -52,6 +53,15 @@ __all__ = (
 TOOL_RETRY = Retry(attempts=1)
 """A tool's retry policy unless it has its own: none. The model gets the error at once
 and decides what to do, as in the Vercel AI SDK and the OpenAI Agents SDK."""
+
+# What a plain function's tool is made of besides the function (description, arguments,
+# StepInfo parameter), by function: a loop's tools= is read on every call of loop
+# (every run, every replay) and a function's schema (its Struct, its docstring) is the
+# same each time. Weak, and the values hold no reference to the function, so a closure
+# made per run is not kept.
+_MADE: weakref.WeakKeyDictionary[Callable[..., Any], tuple[str, Arguments, str | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
@@ -315,7 +325,8 @@ def workflow_tool(
 
 def as_tool(name: str, value: Any) -> Tool | WorkflowTool:
     """The tool ``name`` of a loop's ``tools=`` from what the user gave: a function, a
-    :class:`Tool`, a :class:`WorkflowTool`, or a workflow (made a workflow tool).
+    :class:`Tool`, a :class:`WorkflowTool`, or a workflow (made a workflow tool). A
+    function's tool is made once and kept while the function lives.
 
     Raises:
         ConfigError: ``value`` cannot be a tool.
@@ -328,8 +339,16 @@ def as_tool(name: str, value: Any) -> Tool | WorkflowTool:
         raise ConfigError(
             f"tool {name!r}: {value!r} is not a function, a tool() or a workflow_tool()"
         )
+    try:
+        return Tool(value, *_MADE[value])
+    except (KeyError, TypeError):  # not made yet, or no weak reference to it
+        pass
     made = tool(value)
     assert isinstance(made, Tool)
+    try:
+        _MADE[value] = (made.description, made.arguments, made.info_param)
+    except TypeError:
+        pass
     return made
 
 
