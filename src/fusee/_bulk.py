@@ -20,7 +20,7 @@ import msgspec
 from fusee.errors import ConfigError, FuseeError, NotPausedError, RunNotFound
 from fusee.runtime.bulk import ENDED_STATUSES, BulkSummary, RunFilter, matches, sources
 from fusee.runtime.ids import escape
-from fusee.runtime.index import RunInfo, decode_info
+from fusee.runtime.index import RunInfo, info_or_none
 
 if TYPE_CHECKING:
     from fusee.adapters.jetstream.store import NatsStore
@@ -51,13 +51,6 @@ R = TypeVar("R")
 OnRun = Callable[[RunInfo, str], None]  # (the run, "done" | "skipped" | "failed" | "would")
 
 
-def _decoded(raw: bytes) -> RunInfo | None:
-    try:
-        return decode_info(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # not fusee's: nothing to show
-
-
 async def _gather(items: list[T], fn: Callable[[T], Awaitable[R]], limit: int) -> list[R]:
     """``fn`` of each item, at most ``limit`` at once; the results in the items' order."""
     sem = anyio.Semaphore(limit)
@@ -75,7 +68,7 @@ async def _gather(items: list[T], fn: Callable[[T], Awaitable[R]], limit: int) -
 
 async def _entry(engine: Engine, eid: str) -> RunInfo | None:
     entry = await engine.store.get_index_entry(eid)
-    return _decoded(entry[0]) if entry and entry[0] else None
+    return info_or_none(entry[0]) if entry and entry[0] else None
 
 
 async def _still_paused(engine: Engine, eid: str, info: RunInfo, seq: int) -> RunInfo | None:
@@ -102,9 +95,9 @@ async def _listed(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list
     wanted = [f.status] if f.status is not None else list(ENDED_STATUSES)
     for status in wanted:
         async for found in store.listed_pages(status, f.workflow, page=page):
-            yield [i for _, raw, _ in found if (i := _decoded(raw)) and matches(i, f)]
+            yield [i for _, raw, _ in found if (i := info_or_none(raw)) and matches(i, f)]
     async for old in store.legacy_pages(page=page):
-        yield [i for _, raw in old if (i := _decoded(raw)) and matches(i, f)]
+        yield [i for _, raw in old if (i := info_or_none(raw)) and matches(i, f)]
 
 
 async def _paused(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
@@ -114,7 +107,7 @@ async def _paused(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list
     pf = msgspec.structs.replace(f, status="paused")
     async for found in store.listed_pages("paused", f.workflow, page=page):
         candidates = [
-            (eid, i, seq) for eid, raw, seq in found if (i := _decoded(raw)) and matches(i, pf)
+            (eid, i, seq) for eid, raw, seq in found if (i := info_or_none(raw)) and matches(i, pf)
         ]
         checked = await _gather(candidates, lambda c: _still_paused(engine, *c), CONCURRENCY)
         yield [i for i in checked if i is not None]
@@ -131,7 +124,7 @@ async def _active(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list
         for eid, raw in found:
             if pre is not None and not eid.startswith(pre):
                 continue
-            info = _decoded(raw)
+            info = info_or_none(raw)
             if info is None or not matches(info, msgspec.structs.replace(f, status=None)):
                 continue
             marked[eid] = info

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import msgspec
 
 from fusee._bulk import CONCURRENCY, PAGE, OnRun, bulk, iter_runs
@@ -786,8 +787,10 @@ class Engine:
             ``await engine.serve()``
         """
         with self.store.retrying_for(math.inf):  # actors ride out a NATS outage
-            await self.store.open_listings()  # (a worker's, not a reader's: see there)
-            await self._worker(registry=registry).run()
+            async with anyio.create_task_group() as tg:
+                await self._open_listings(tg)
+                await self._worker(registry=registry).run()
+                tg.cancel_scope.cancel()
 
     @contextlib.asynccontextmanager
     async def worker(
@@ -803,12 +806,36 @@ class Engine:
             # the worker's tasks copy this context: its actors ride out a NATS outage,
             # while this engine's own calls keep the client's bounded retries
             with self.store.retrying_for(math.inf):
-                await self.store.open_listings()  # (a worker's, not a reader's)
+                await self._open_listings(tg)
                 await tg.start(w.run)
             try:
                 yield w
             finally:
                 tg.cancel_scope.cancel()
+
+    async def _open_listings(self, tg: anyio.abc.TaskGroup) -> None:
+        """A worker's part of the listings before it serves (a reader's is none: see
+        ``NatsStore.open_listings``): ``config.listed_from`` now, and the listing of an
+        earlier version's pauses in ``tg``, in the background (a namespace's whole
+        ``<ns>_runs`` bucket, a page at a time: nothing the worker serves waits for
+        it), tried again while it fails."""
+        await self.store.note_listed_from()
+        tg.start_soon(self._list_old_pauses)
+
+    async def _list_old_pauses(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                await self.store.list_old_pauses()
+                return
+            except FuseeError as exc:  # ConnectionLost among them
+                log.warning(
+                    "old_pauses_not_listed",
+                    error=f"{type(exc).__name__}: {exc}",
+                    retry_in=delay,
+                )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 60.0)
 
 
 def _expired(history: History, pos: int, name: str) -> str | None:

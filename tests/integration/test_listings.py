@@ -15,9 +15,16 @@ import pytest
 
 import fusee
 from fusee.adapters.jetstream.store import LISTED_FROM, PAUSED_LISTED, NatsStore
+from fusee.errors import ConnectionLost
 from fusee.runtime.index import RunInfo, encode_info
 from tests.helpers import run_cli
 from tests.integration.test_bulk import start_settled
+from tests.workers.procs import wait_until
+
+
+@fusee.workflow("ls_echo")
+async def ls_echo(ctx: fusee.Context, args: dict[str, Any]) -> dict[str, Any]:
+    return args
 
 
 async def _config(store: NatsStore, key: str) -> bytes | None:
@@ -122,3 +129,46 @@ async def test_opening_the_listings_again_changes_nothing(engine: fusee.Engine, 
     before = await _config(engine.store, key)
     await engine.store.open_listings()
     assert await _config(engine.store, key) == before is not None
+
+
+async def test_the_listing_of_earlier_pauses_skips_the_runs_that_ended(
+    engine: fusee.Engine,
+) -> None:
+    """An earlier version's ``end_run`` left the bucket's entry as it was: a run it
+    paused, resumed and completed reads ``paused`` there, and has a final entry."""
+    store = engine.store
+    # the version before this one (issue 11's) set config.listed_from at its connect
+    await store.note_listed_from()
+    for n in range(5):  # three pages of two
+        assert await store.put_index(f"e-{n}", _paused(f"e-{n}"), journal_seq=1, last=0)
+    for n in (0, 3):  # ended, on the first and the second page
+        done = RunInfo(run_id=f"e-{n}", workflow="w", status="completed", created_at=time.time())
+        await store.end_run(0, f"e-{n}", encode_info(done), journal_seq=5)
+    await store.list_old_pauses(page=2)
+    assert sorted(await _paused_listings(store)) == ["e-1", "e-2", "e-4"]
+    assert await store.count_listed("paused", None) == 3
+    assert sorted(i.run_id for i in await engine.list_runs(status="completed")) == ["e-0", "e-3"]
+
+
+async def test_a_failed_listing_of_earlier_pauses_does_not_stop_the_worker(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = engine.store
+    assert await store.put_index("old-p", _paused("old-p"), journal_seq=1, last=0) is not None
+    real, tries = store.list_old_pauses, []
+
+    async def once_lost(*, page: int = 500) -> None:  # NATS lost on the first try
+        tries.append(page)
+        if len(tries) == 1:
+            raise ConnectionLost("listing earlier pauses: NATS did not answer (the test's)")
+        await real(page=page)
+
+    monkeypatch.setattr(store, "list_old_pauses", once_lost)
+    async with engine.worker():  # it starts: the listing is tried again in the background
+        run = await engine.start("ls_echo", "after-lost", {"x": 1})
+        assert await run.result(timeout=30) == {"x": 1}
+        await wait_until(
+            lambda: _config(store, PAUSED_LISTED), timeout=20, what="the listing tried again"
+        )
+    assert len(tries) == 2
+    assert [i.run_id for i in await engine.list_runs(status="paused")] == ["old-p"]
