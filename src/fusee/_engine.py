@@ -697,8 +697,10 @@ class Engine:
         interruption: a run cancelled by the first pass has ended and is not listed (or
         its cancel returns False: counted as skipped). The summary's ``done`` counts the
         cancels sent (stored in each run's inbox), not taken: each run ends when its
-        worker reads it (see :class:`fusee.BulkSummary`). ``dry_run``: nothing is done,
-        ``done`` counts what would be sent; ``on_run(info, what)`` is called for each run.
+        worker reads it (see :class:`fusee.BulkSummary`). ``dry_run``: each run is asked what the
+        pass would do (``Run.cancel(dry_run=True)``) and counted the same way, nothing is
+        written; ``on_run(info, what)`` is called for each run (``"would"``: a dry run's
+        done).
 
         Raises:
             ConfigError: bad filter (before anything is done), an ended status.
@@ -734,7 +736,8 @@ class Engine:
         (its marker is back), or not paused any more (skipped), or its resume is the
         same message again (deduplicated). ``done`` counts the resumes sent, not taken
         (the run journals ``run.resumed`` when its worker reads it); a run paused on a
-        broken journal chain is failed (it needs ``resume(force=True)``).
+        broken journal chain is failed (it needs ``resume(force=True)``), by a dry run too
+        (each run asked as ``Run.resume(dry_run=True)``, nothing written).
 
         Raises:
             ConfigError: bad filter, a status other than ``paused``.

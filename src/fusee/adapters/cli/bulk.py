@@ -90,12 +90,12 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
             counts = {"done": 0, "skipped": 0, "failed": 0}
 
             def on_run(info: fusee.RunInfo, what: str) -> None:
-                if what == "would":
+                if what == "would":  # (a dry run's done)
                     sys.stdout.write(f"would {action} {info.run_id} ({info.status})\n")
-                else:
-                    counts[what] += 1
-                    desc = ", ".join(f"{k} {v}" for k, v in counts.items())
-                    progress.update(task, description=desc)
+                    what = "done"
+                counts[what] += 1
+                desc = ", ".join(f"{k} {v}" for k, v in counts.items())
+                progress.update(task, description=desc)
                 progress.advance(task)
 
             kwargs: dict[str, Any] = {**filters, "dry_run": args.dry_run, "on_run": on_run}
