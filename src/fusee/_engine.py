@@ -30,6 +30,7 @@ from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
+    ConfigError,
     Fenced,
     FuseeError,
     InvalidArgument,
@@ -667,7 +668,10 @@ class Engine:
         """The runs the filter matches, a page of at most about ``page`` at a time, never
         all in memory: ended runs from their listing entries
         (``<ns>.in.x.<status>.<workflow>.<eid>``), paused runs from theirs, the others
-        from their active markers (see "The run index is a projection").
+        from their active markers (see "The run index is a projection"). Each run once
+        (the IDs of the runs not ended yielded so far are kept); newest first within a
+        page only, and without a ``status`` the pages come by source: the runs not
+        ended, the paused, then each ended status.
 
         Raises:
             ConfigError: an unknown status, a bad time, ``until`` not after ``since``.
@@ -678,6 +682,22 @@ class Engine:
         f = self._filter(status, workflow, since, until, id_prefix)
         async for found in iter_runs(self, f, page=page):
             yield found
+
+    async def count_paused(self, *, workflow: str | None = None) -> int | None:
+        """How many paused runs of ``workflow`` (None: of all) the index lists, counted
+        without reading them (two requests, whatever the count): at most that many
+        are paused (a stale listing, or one removed in the second before it expires,
+        counts too). Best effort: None when NATS cannot count now (nothing raised).
+
+        Example:
+            ``await engine.count_paused(workflow="support")``
+        """
+        if workflow is not None and (not isinstance(workflow, str) or not workflow):
+            raise ConfigError(f"workflow={workflow!r}: must be a non-empty string")
+        try:
+            return await self.store.count_listed("paused", workflow)
+        except FuseeError:  # ConnectionLost among them
+            return None
 
     async def bulk_cancel(
         self,

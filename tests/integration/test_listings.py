@@ -172,3 +172,20 @@ async def test_a_failed_listing_of_earlier_pauses_does_not_stop_the_worker(
         )
     assert len(tries) == 2
     assert [i.run_id for i in await engine.list_runs(status="paused")] == ["old-p"]
+
+
+async def test_count_paused_counts_the_listings_and_is_none_when_nats_cannot(
+    nats_server: Any, namespace: str
+) -> None:
+    eng = await fusee.connect(nats_server.url, namespace=namespace, partitions=4)
+    try:
+        for run_id, workflow in (("c-1", "w"), ("c-2", "w"), ("c-3", "v")):
+            info = RunInfo(run_id=run_id, workflow=workflow, status="paused", created_at=1.0)
+            await eng.store.clear_run_active(0, run_id, listed=encode_info(info))
+        assert await eng.count_paused() == 3
+        assert await eng.count_paused(workflow="w") == 2
+        with pytest.raises(fusee.ConfigError, match="workflow=''"):
+            await eng.count_paused(workflow="")
+    finally:
+        await eng.close()
+    assert await eng.count_paused() is None  # (closed: a progress bar without a total)

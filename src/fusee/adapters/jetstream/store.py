@@ -1112,7 +1112,12 @@ class NatsStore:
         name, without reading them: the pending count of an ephemeral consumer that
         would deliver the last message of each subject (two requests, whatever the
         count). An upper bound for ``paused``: a stale entry, or a removal in the second
-        before it expires, counts too."""
+        before it expires, counts too.
+
+        Raises:
+            ConnectionLost: NATS did not answer.
+            FuseeError: NATS refused the consumer (nothing was made).
+        """
         config = ConsumerConfig(
             filter_subject=self.layout.listings(status, workflow),
             deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
@@ -1122,9 +1127,12 @@ class NatsStore:
             inactive_threshold=5.0,  # gone by itself if the delete below is lost
         )
         with lost_on_transient("counting the run index"):
-            info = await retrying(
-                self.js.add_consumer, self.layout.stream, config, what="a counting consumer"
-            )
+            try:
+                info = await retrying(
+                    self.js.add_consumer, self.layout.stream, config, what="a counting consumer"
+                )
+            except nats.js.errors.APIError as exc:
+                raise FuseeError(f"NATS refused a counting consumer: {exc}") from exc
         with contextlib.suppress(*TRANSIENT, nats.js.errors.NotFoundError):
             await self.js.delete_consumer(self.layout.stream, info.name)
         return int(info.num_pending or 0)
