@@ -189,3 +189,19 @@ async def test_count_paused_counts_the_listings_and_is_none_when_nats_cannot(
     finally:
         await eng.close()
     assert await eng.count_paused() is None  # (closed: a progress bar without a total)
+
+
+async def test_a_dry_run_writes_nothing(engine: fusee.Engine) -> None:
+    """Not even the prune of a stale paused listing that a reader does."""
+    store = engine.store
+    await store.open_listings()
+    raw = _paused("s-1")
+    await store.put_index("s-1", raw, journal_seq=1, last=0)
+    await store.clear_run_active(0, "s-1", listed=raw)  # paused: listed
+    await store.mark_run_active(0, "s-1", raw)  # a resume sent, not taken yet
+    assert await _paused_listings(store) == ["s-1"]
+    summary = await engine.bulk_resume(workflow="w", dry_run=True)
+    assert summary.done == 0
+    assert await _paused_listings(store) == ["s-1"]  # a dry run changes nothing stored
+    await engine.bulk_resume(workflow="w")  # the real pass prunes it, as a reader does
+    assert await _paused_listings(store) == []

@@ -89,7 +89,7 @@ INDEX_KIND = "run.index"  # a run's index entry (Layout.index_entry)
 UNMARKED_KIND = "run.inactive"  # its removal: replaces it, then expires
 LISTED_KIND = "run.listed"  # a run's listing entry (Layout.listing)
 LISTED_FROM = "config.listed_from"  # in the work bucket: see NatsStore.legacy_pages
-PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.open_listings
+PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.list_old_pauses
 UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then expires
 
 # Room kept in every message for what is not the value: the record's other fields
@@ -1094,7 +1094,7 @@ class NatsStore:
         """The listing entries of ``status`` and ``workflow`` (None: any), a page at a
         time: ``(eid, value, stream sequence)``. Ended runs' are final; a paused run's
         may be stale (resumed by a worker of an earlier version, or listed again by
-        ``open_listings``: the caller checks the run's entry and prunes it,
+        :meth:`list_old_pauses`: the caller checks the run's entry and prunes it,
         :meth:`unlist`)."""
         with lost_on_transient("listing the run index"):
             async for found in direct_pages(
