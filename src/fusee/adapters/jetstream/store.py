@@ -741,8 +741,7 @@ class NatsStore:
         the others are not. A reset before that first delivery still resumes from
         sequence 1: the floor drops the old messages, but the server sends them."""
         prefix = f"{self.layout.namespace}.in."
-        info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
-        floor = info.state.last_seq
+        floor = await self._last_seq()
 
         async def on_msg(msg: Msg) -> None:
             seq = msg.metadata.sequence.stream
