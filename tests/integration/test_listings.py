@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import nats.js.errors
 import pytest
 
@@ -148,6 +149,31 @@ async def test_the_listing_of_earlier_pauses_skips_the_runs_that_ended(
     assert sorted(await _paused_listings(store)) == ["e-1", "e-2", "e-4"]
     assert await store.count_listed("paused", None) == 3
     assert sorted(i.run_id for i in await engine.list_runs(status="completed")) == ["e-0", "e-3"]
+
+
+async def test_a_page_with_more_ended_runs_than_one_read_of_final_entries_answers(
+    engine: fusee.Engine,
+) -> None:
+    """The final entries of a page are read 1,000 subjects a request: the server answers
+    1,024 messages at most (413 Too Many Results), and a page of 1,100 paused entries
+    may name more ended runs than that."""
+    store = engine.store
+    ids = [f"m-{n:04}" for n in range(1030)]
+    kept = {ids[0], ids[600], ids[-1]}
+    limit = anyio.CapacityLimiter(64)
+
+    async def write(run_id: str) -> None:
+        async with limit:
+            assert await store.put_index(run_id, _paused(run_id), journal_seq=1, last=0)
+            if run_id not in kept:
+                done = RunInfo(run_id=run_id, workflow="w", status="completed", created_at=1.0)
+                await store.end_run(0, run_id, encode_info(done), journal_seq=5)
+
+    async with anyio.create_task_group() as tg:
+        for run_id in ids:
+            tg.start_soon(write, run_id)
+    await store.list_old_pauses(page=1100)
+    assert sorted(await _paused_listings(store)) == sorted(kept)
 
 
 async def test_a_failed_listing_of_earlier_pauses_does_not_stop_the_worker(

@@ -378,17 +378,20 @@ async def _page(nc: Client, stream: str, subject: str, start: int, batch: int) -
 
 async def direct_last(nc: Client, stream: str, subjects: list[str]) -> list[StoredMsg]:
     """The last message of each of ``subjects`` that has one (subjects with none are
-    left out), in one batched Direct Get (``multi_last``; at most 1,024 subjects a
-    request), retried while NATS does not answer."""
+    left out), by batched Direct Get (``multi_last``: one request per 1,000 subjects,
+    the server answering 1,024 messages at most, else 413), each retried while NATS
+    does not answer."""
 
-    async def read() -> list[StoredMsg]:
+    async def read(some: list[str]) -> list[StoredMsg]:
         api = f"$JS.API.DIRECT.GET.{stream}"
-        request = {"multi_last": subjects, "batch": len(subjects)}
+        request = {"multi_last": some, "batch": len(some)}
         return [
             StoredMsg(seq, headers.get("Nats-Subject", ""), data, headers)
             async for seq, headers, data in _direct_request(nc, api, request, "multi_last")
         ]
 
-    if not subjects:
-        return []
-    return await retrying(read, what=f"the last messages of {len(subjects)} subjects")
+    out: list[StoredMsg] = []
+    for i in range(0, len(subjects), 1000):
+        some = subjects[i : i + 1000]
+        out.extend(await retrying(read, some, what=f"the last messages of {len(some)} subjects"))
+    return out
