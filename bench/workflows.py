@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -58,3 +60,15 @@ async def pause_on_provider(ctx: fusee.Context, flag: str) -> str:
             retry=fusee.Retry(attempts=1, on_exhausted="pause"),
         )
     )
+
+
+def _began() -> float:
+    return time.time()
+
+
+@fusee.workflow("bench.limited")
+async def limited_at(ctx: fusee.Context, arg: dict[str, str]) -> list[Any]:
+    """bench.limits: one step under limit ``arg["limit"]`` with fairness key
+    ``arg["key"]``; the run's result is ``[key, the time its attempt began]``."""
+    began = await ctx.step("call", _began, limit=arg["limit"], fairness_key=arg["key"])
+    return [arg["key"], began]

@@ -16,7 +16,10 @@ import anyio
 
 import fusee
 from fusee.actors.registry import Registry, Workflow
+from fusee.runtime.ids import escape, partition_of
+from fusee.runtime.inbox import PermitRequest, decode_message
 from fusee.runtime.index import decode_info
+from fusee.runtime.limits import limit_actor_id
 from fusee.runtime.tokens import TokenEvent
 
 
@@ -38,10 +41,15 @@ def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "fusee", *args, "--log-format", "json"]
 
 
-async def run_cli(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
-    """Run ``fusee ARGS`` to its end; stdout and stderr as text."""
+async def run_cli(
+    *args: str, timeout: float = 20.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``fusee ARGS`` to its end (in ``env``, default :func:`cli_env`); stdout and
+    stderr as text."""
     with anyio.fail_after(timeout):
-        done = await anyio.run_process(cli_cmd(*args), check=False, env=cli_env())
+        done = await anyio.run_process(
+            cli_cmd(*args), check=False, env=cli_env() if env is None else env
+        )
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
@@ -109,3 +117,16 @@ def hold_index_write(
         "put_index",
         lambda e, value, **_: e == eid and decode_info(value).status == status,
     )
+
+
+async def permit_requests(engine: Any, limit: str) -> list[PermitRequest]:
+    """The permit requests in limit ``limit``'s inbox on NATS, in the order its actor
+    reads them (a run that parked and came back asks again: its request is there twice)."""
+    actor = limit_actor_id(limit)
+    eid, p = escape(actor), partition_of(actor, engine.partitions)
+    found = []
+    for m in await engine.store.read_inbox(p, eid):
+        msg = decode_message(m.data)
+        if isinstance(msg, PermitRequest):
+            found.append(msg)
+    return found

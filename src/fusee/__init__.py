@@ -7,6 +7,7 @@ running, and nothing that finished runs again.
 from fusee._engine import CompletionInfo as CompletionInfo
 from fusee._engine import Engine as Engine
 from fusee._engine import connect as connect
+from fusee._limits import LimitInfo as LimitInfo
 from fusee._objects import ObjectInfo as ObjectInfo
 from fusee._objects import ObjectKey as ObjectKey
 from fusee._objects import ObjectType as ObjectType
@@ -44,6 +45,7 @@ from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StorageFull as StorageFull
 from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
+from fusee.errors import UnknownLimit as UnknownLimit
 from fusee.runtime.bulk import BulkSummary as BulkSummary
 from fusee.runtime.completions import Completion as Completion
 from fusee.runtime.index import RunInfo as RunInfo
@@ -96,6 +98,8 @@ __all__ = (
     "StorageFull",
     "Completion",
     "InvalidToken",
+    "LimitInfo",
+    "UnknownLimit",
 )
 
 __version__ = "0.1.0"

@@ -19,7 +19,7 @@ import msgspec
 
 from fusee._bulk import CONCURRENCY, PAGE, OnRun, bulk, iter_runs
 from fusee._client import Answered, Client, Replies, enter_client, leave_client
-from fusee._limits import LimitInfo, list_limits, set_limit
+from fusee._limits import LimitInfo, get_limit, list_limits, set_limit, update_limit
 from fusee._objects import ObjectKey, ObjectType
 from fusee._run import ENDED, DurationLike, Run
 from fusee.actors.context import COMPENSATE
@@ -252,9 +252,35 @@ class Engine:
         """
         await set_limit(self.store, self.partitions, name, per_second, burst, concurrent)
 
+    async def update_limit(self, name: str, **changes: float | int | None) -> LimitInfo:
+        """Change some fields of limit ``name`` (``per_second``, ``burst``,
+        ``concurrent``); the others keep their value (``engine.limit()`` replaces the
+        whole config). ``None`` removes the rate or the cap (a burst: back to its
+        default); a new rate without a burst gets its default burst. A limit not set
+        yet is set from the fields given. Answers the limit as it is then.
+
+        Raises:
+            InvalidId: ``name`` is not a valid name.
+            InvalidArgument: an unknown field, or a config that is not valid (a
+                negative rate, a burst without a rate...); nothing is stored.
+
+        Example:
+            ``await engine.update_limit("openai", per_second=20)``
+        """
+        return await update_limit(self.store, self.partitions, name, changes)
+
     async def limits(self) -> list[LimitInfo]:
         """Every limit: its config, holders, and waiters per fairness key."""
         return await list_limits(self.store, self.partitions)
+
+    async def get_limit(self, name: str) -> LimitInfo:
+        """Limit ``name``: its config, holders, and waiters per fairness key.
+
+        Raises:
+            InvalidId: ``name`` is not a valid name.
+            UnknownLimit: no limit ``name`` was set.
+        """
+        return await get_limit(self.store, self.partitions, name)
 
     async def live_workers(self, *, listen: float = 0.5) -> dict[str, list[str]]:
         """The workers of this namespace alive now, each with the code it serves

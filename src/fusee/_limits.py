@@ -1,18 +1,22 @@
-"""``engine.limit()`` and ``engine.limits()``: a limit's config is sent to its actor's
-inbox (it journals it) and kept in the work bucket (``limit.<eid>``) for listings; its
-holders and waiters are asked of the live limit actor (``show`` on core NATS: as they
-are now), else read from its last journaled snapshot and the requests its inbox got
-since (a parked limit actor has read none of them yet)."""
+"""``engine.limit()``, ``engine.update_limit()``, ``engine.limits()`` and
+``engine.get_limit()``: a limit's config is sent to its actor's inbox (it journals it)
+and kept in the work bucket (``limit.<eid>``) for listings, which show it from there (the
+config last set, also before the actor journals it); its holders and waiters are asked
+of the live limit actor (``show`` on core NATS: as they are now), else read from its
+last journaled snapshot and the requests its inbox got since (a parked limit actor has
+read none of them yet)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from fusee.actors.ports import NobodyListens
 from fusee.adapters.jetstream.store import NatsStore
-from fusee.errors import ConnectionLost
+from fusee.errors import ConnectionLost, InvalidArgument, UnknownLimit
 from fusee.runtime.ids import escape, partition_of, unescape, validate_name
 from fusee.runtime.inbox import LimitSet, PermitRequest, decode_message, encode_message
 from fusee.runtime.limits import (
@@ -25,7 +29,10 @@ from fusee.runtime.limits import (
     parse_limit_id,
 )
 
-__all__ = ("LimitInfo", "set_limit", "list_limits")
+__all__ = ("LimitInfo", "FIELDS", "set_limit", "update_limit", "list_limits", "get_limit")
+
+# what a partial update may change
+FIELDS = ("per_second", "burst", "concurrent")
 
 _config = msgspec.json.Decoder(LimitConfig)
 _snapshot = msgspec.json.Decoder(Snapshot)
@@ -75,27 +82,79 @@ async def set_limit(
     await store.send_inbox(p, eid, "limit", encode_message(body))
 
 
+async def update_limit(
+    store: NatsStore, partitions: int, name: str, changes: Mapping[str, Any]
+) -> LimitInfo:
+    """Change the fields of limit ``name`` in ``changes`` (``None``: no rate, no cap,
+    or the default burst); the others keep their value. A new rate without a burst
+    gets its default burst; a burst alone keeps the rate. A limit not set yet is set
+    from ``changes`` alone. Answers the limit as it is then.
+
+    Raises:
+        InvalidId: ``name`` is not a valid name.
+        InvalidArgument: a field that is not one of :data:`FIELDS`, or a config
+            :func:`~fusee.runtime.limits.check_config` refuses (nothing is stored).
+    """
+    name = validate_name(name, "limit name")
+    unknown = sorted(set(changes) - set(FIELDS))
+    if unknown:
+        raise InvalidArgument(
+            f"limit {name!r}: unknown field {', '.join(map(repr, unknown))} "
+            f"(a limit has {', '.join(FIELDS)})"
+        )
+    old = await _read(store, partitions, name)
+    per_second = changes.get("per_second", old.per_second if old else None)
+    if "burst" in changes:
+        burst = changes["burst"]
+    else:  # a new rate gets its default burst; else the burst is kept
+        burst = None if "per_second" in changes or old is None else old.burst
+    concurrent = changes.get("concurrent", old.concurrent if old else None)
+    # (check_config checks each value's type)
+    await set_limit(store, partitions, name, per_second, burst, concurrent)
+    info = await _read(store, partitions, name)
+    assert info is not None
+    return info
+
+
+async def get_limit(store: NatsStore, partitions: int, name: str) -> LimitInfo:
+    """Limit ``name``: its config, holders and waiters.
+
+    Raises:
+        InvalidId: ``name`` is not a valid name.
+        UnknownLimit: no limit ``name`` was set.
+    """
+    name = validate_name(name, "limit name")
+    info = await _read(store, partitions, name)
+    if info is None:
+        raise UnknownLimit(f"there is no limit {name!r} (engine.limit() sets one)")
+    return info
+
+
+async def _read(store: NatsStore, partitions: int, name: str) -> LimitInfo | None:
+    eid = escape(limit_actor_id(name))
+    value = await store.get_limit(limit_key(eid))
+    return None if value is None else await _info(store, partitions, name, eid, value)
+
+
+async def _info(store: NatsStore, partitions: int, name: str, eid: str, value: bytes) -> LimitInfo:
+    # the config as last set (the actor journals a change with its next record); the
+    # holders and waiters as the live actor has them, else as its journal and inbox do
+    config = _config.decode(value)
+    shown = await _ask_live(store, eid)
+    if shown is None:
+        shown = await _from_journal(store, partition_of(unescape(eid), partitions), eid)
+    return LimitInfo(
+        name, config.per_second, config.burst, config.concurrent, shown.holders, shown.waiters
+    )
+
+
 async def list_limits(store: NatsStore, partitions: int) -> list[LimitInfo]:
     out = []
     for key, value in sorted((await store.list_limits()).items()):
         eid = key.removeprefix("limit.")
         name = parse_limit_id(unescape(eid))
-        if name is None:
-            continue
-        shown = await _ask_live(store, eid)
-        if shown is None:
-            shown = await _from_journal(store, partition_of(unescape(eid), partitions), eid)
-        config = shown.config if shown.config is not None else _config.decode(value)
-        out.append(
-            LimitInfo(
-                name,
-                config.per_second,
-                config.burst,
-                config.concurrent,
-                shown.holders,
-                shown.waiters,
-            )
-        )
+        if name is not None:
+            out.append(await _info(store, partitions, name, eid, value))
     return out
 
 

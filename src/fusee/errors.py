@@ -110,7 +110,8 @@ class StepError(FuseeError):
 
 class UnknownLimit(FuseeError):
     """A step names a limit (``limit=``) that was never set with ``engine.limit()``:
-    the step fails at its first attempt with this error (not retried)."""
+    the step fails at its first attempt with this error (not retried). Also raised by
+    ``engine.get_limit()`` for a limit never set (``404`` over HTTP)."""
 
 
 class StepFailedError(FuseeError):

@@ -117,10 +117,11 @@ async def test_sigkill_during_the_third_turns_tool_calls(
             turns = [sum(isinstance(m, AssistantMessage) for m in r.messages) for r in requests]
             assert turns == [0, 1, 2, 3], (context, turns)
 
-            # each call's side effect once per key (tool-call ID, or the child's step key)
+            # each call's side effect once per key (``<step key>-<tool-call ID>``, or the
+            # child's step key); the tool-call ID is the key's part after the step key
             lines = execution_lines(Path(arg["effects"]))
-            ran = collections.Counter((name, key) for name, key, _ in lines)
-            store = {p.name: p.read_text() for p in Path(arg["store"]).iterdir()}
+            ran = collections.Counter((name, _call_of(key)) for name, key, _ in lines)
+            store = {_call_of(p.name): p.read_text() for p in Path(arg["store"]).iterdir()}
             assert store.get("c2a") == "charged o-1 30", (context, store)
             assert store.get("c2b") == "notified ana", (context, store)
             looked = sorted(v for v in store.values() if v.startswith("looked up"))
@@ -138,3 +139,9 @@ async def test_sigkill_during_the_third_turns_tool_calls(
         assert len(set(chosen)) > 1, chosen
     finally:
         await engine.close()
+
+
+def _call_of(key: str) -> str:
+    """The tool-call ID in a loop tool's ``s.key`` (``<32 hex>-<call ID>``), else the key."""
+    _, dash, call_id = key.partition("-")
+    return call_id if dash else key

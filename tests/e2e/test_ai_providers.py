@@ -324,3 +324,66 @@ async def test_a_stream_cut_without_its_terminal_event_is_retried(
     assert kinds.count("attempt") == 1
     after = kinds.index("attempt")
     assert "".join(e.text for e in events[after:] if e.kind == "token") == text
+
+
+@fusee.workflow("ai_tool_mode")
+async def tool_mode(ctx: fusee.Context, stream: bool) -> Any:
+    g = await generate(ctx, "classify", model=MODELS[ctx.run_id], prompt="Classify",
+                       output=Triage, stream=stream, retry=FAST)  # fmt: skip
+    return {"out": msgspec.to_builtins(g.output), "finish": g.response.finish_reason}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+async def test_anthropic_structured_output_through_the_forced_output_tool(
+    engine: fusee.Engine, fakes: list[FakeOpenAI], stream: bool
+) -> None:
+    """``output_mode="tool"``: the output is a tool the model is made to call, and its
+    input is the answer (a stop, not a tool call)."""
+    answer = '{"category": "billing", "priority": "high"}'
+    fake = FakeAnthropic([Reply(tool_calls=[("toolu_1", "Triage", answer)])]).start()
+    fakes.append(fake)
+    run_id = f"tool-mode-{stream}"
+    MODELS[run_id] = anthropic_model(
+        "fake-claude", base_url=fake.base_url, api_key="test", output_mode="tool"
+    )
+    async with engine.worker():
+        result = await (await engine.start("ai_tool_mode", run_id, stream)).result(timeout=20)
+    assert result == {"out": {"category": "billing", "priority": "high"}, "finish": "stop"}
+    body = fake.snapshot()[0].body
+    assert body["tool_choice"] == {"type": "tool", "name": "Triage"}
+    assert [t["name"] for t in body["tools"]] == ["Triage"]
+    assert body["tools"][0]["input_schema"]["required"] == ["category", "priority"]
+    assert "output_config" not in body
+
+
+def test_anthropic_prefill_with_the_output_tool_is_refused() -> None:
+    """A resumed stream of the forced output tool would be the stored partial JSON
+    followed by a whole new tool input: the combination is refused."""
+    with pytest.raises(fusee.ConfigError, match=r"prefill=True with output_mode='tool'"):
+        anthropic_model("c", base_url="http://127.0.0.1:9", api_key="k", output_mode="tool",
+                        prefill=True)  # fmt: skip
+
+
+@fusee.workflow("ai_empty_answer")
+async def empty_answer(ctx: fusee.Context) -> Any:
+    g = await generate(ctx, "classify", model=MODELS[ctx.run_id], prompt="Classify",
+                       output=Triage, reask=1, retry=FAST)  # fmt: skip
+    return {"out": msgspec.to_builtins(g.output), "reasks": g.reasks}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_a_reask_after_an_empty_answer_is_accepted_by_the_provider(
+    engine: fusee.Engine, fakes: list[FakeOpenAI], provider: str
+) -> None:
+    """The empty answer goes back as the assistant's (an empty string: OpenAI refuses
+    null content without tool calls), then the error as the user's."""
+    fake, model = serve(provider, ["", '{"category": "billing", "priority": "low"}'])
+    fakes.append(fake)
+    run_id = f"empty-{provider}"
+    MODELS[run_id] = model
+    async with engine.worker():
+        result = await (await engine.start("ai_empty_answer", run_id)).result(timeout=20)
+    assert result == {"out": {"category": "billing", "priority": "low"}, "reasks": 1}
+    sent = conversation(provider, fake.snapshot()[1].body)
+    assert sent[-1][0].startswith("user")
+    assert "not accepted" in sent[-1][1]

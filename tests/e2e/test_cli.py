@@ -16,6 +16,7 @@ import pytest
 
 import fusee
 from fusee.adapters.jetstream.server import running_server
+from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.helpers import cli_cmd as _cmd
 from tests.helpers import cli_env as _env
 from tests.helpers import run_cli as cli
@@ -228,15 +229,70 @@ async def test_bad_file_is_one_clear_line(
         assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+def offline_env() -> dict[str, str]:
+    """The CLI's environment with no OpenAI settings: the demo's model is scripted."""
+    return {k: v for k, v in _env().items() if not k.startswith("OPENAI_")}
+
+
+DEMO_JOURNAL = [  # the demo's journal: (kind, name) per line, in journal order
+    ("run.started", "support"),
+    ("step.completed", "agent/turn-0"),
+    ("wait.started", "child '{run}/call_order'"),
+    ("step.completed", "agent/tool-0-search_kb"),
+    ("wait.done", "child '{run}/call_order'"),
+    ("step.completed", "agent/turn-1"),
+    ("wait.started", "completion 'agent/approve-1-refund'"),
+    ("step.completed", "ask/agent/approve-1-refund"),
+    ("wait.done", "completion 'agent/approve-1-refund'"),
+    ("step.completed", "agent/tool-1-refund"),
+    ("step.completed", "agent/turn-2"),
+    ("run.completed", ""),
+]
+
+
+def journal_lines(stdout: str, title: str) -> list[tuple[str, str]]:
+    """The ``(kind, name)`` of each journal line printed under the line starting ``title``."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title)) + 1
+    out = []
+    for line in lines[start:]:
+        if not line.startswith("  #"):
+            break
+        kind, _, rest = line.split(maxsplit=1)[1].partition(" ")
+        rest = rest.strip()
+        name = rest.split("  ")[0] if kind.startswith("wait") else rest.split(" ")[0]
+        out.append((kind, "" if rest.startswith("->") else name))
+    return out
+
+
+def demo_output(done: subprocess.CompletedProcess[str], model: str, order_call: str) -> str:
+    """The demo's ``runs show`` hint, once its output was checked: it exited 0, named
+    ``model``, had a refund approved, and printed the run's journal with the child
+    ``<run id>/<order_call>``."""
+    assert done.returncode == 0, done.stderr
+    assert f"model: {model}" in done.stdout
+    assert "approval asked: refund " in done.stdout
+    hint = next(line for line in done.stdout.splitlines() if " runs show " in line)
+    run_id = hint.split(" runs show ")[1].split()[0]
+    assert journal_lines(done.stdout, "Journal of run ") == [
+        (kind, name.format(run=run_id).replace("call_order", order_call))
+        for kind, name in DEMO_JOURNAL
+    ]
+    return hint
+
+
 async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    done = await cli("dev", str(DEMO), "--store", str(store))
-    assert done.returncode == 0, done.stderr
-    assert "A: Order 1042 has shipped with DHL" in done.stdout
-    assert "step.retrying   tool:lookup_order" in done.stdout
-    assert "A: I could not find order 7" in done.stdout  # a turn of the chat object
-    assert "The chat of user-7 holds 2 messages" in done.stdout
-    hint = next(line for line in done.stdout.splitlines() if " runs show " in line)
+    done = await cli("dev", str(DEMO), "--store", str(store), env=offline_env())
+    hint = demo_output(done, "scripted", "call_order")
+    assert "A: Sorry your parcel arrived damaged. Order 1042 is refunded in full" in done.stdout
+    # the workflow tool's child run: the order service's first answer lost, retried
+    assert journal_lines(done.stdout, "Journal of the workflow tool's run ") == [
+        ("run.started", "orders-lookup"),
+        ("step.retrying", "fetch"),
+        ("step.completed", "fetch"),
+        ("run.completed", ""),
+    ]
     assert running_server(store) is None  # dev stopped the server it started
 
     # the hint works as printed, in a shell where `fusee` is not on PATH
@@ -244,8 +300,45 @@ async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> N
     with anyio.fail_after(30):
         show = await anyio.run_process(["sh", "-c", hint.strip()], check=False, env=env)
     assert show.returncode == 0, show.stderr.decode()
-    assert "status    completed after 3 steps" in show.stdout.decode()
+    assert "status    completed after 6 steps" in show.stdout.decode()
     assert running_server(store) is None
+
+
+async def test_the_demo_asks_a_real_openai_client_when_a_key_is_set(tmp_path: Path) -> None:
+    replies: list[Reply | str] = [
+        Reply(
+            tool_calls=[
+                ("call_k", "search_kb", '{"query": "damaged"}'),
+                ("call_o", "lookup_order", '{"order": "1042"}'),
+            ]
+        ),
+        Reply(tool_calls=[("call_r", "refund", '{"order": "1042", "amount_eur": 40}')]),
+        "Refunded: 40 EUR are on their way back to you.",
+    ]
+    with FakeOpenAI(replies=replies, delay=0) as fake:
+        env = {
+            **offline_env(),
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_BASE_URL": fake.base_url,
+            "OPENAI_MODEL": "gpt-test",
+        }
+        done = await cli("dev", str(DEMO), "--store", str(tmp_path / "store"), env=env)
+        sent = [r.body for r in fake.snapshot()]
+    demo_output(done, "gpt-test", "call_o")
+    assert "A: Refunded: 40 EUR are on their way back to you." in done.stdout
+    # what the provider saw: three requests of the model named, the tools' schemas,
+    # and each tool's result sent back under its call's ID
+    assert [b["model"] for b in sent] == ["gpt-test"] * 3
+    assert [t["function"]["name"] for t in sent[0]["tools"]] == [
+        "search_kb",
+        "lookup_order",
+        "refund",
+    ]
+    assert sent[0]["messages"][0]["role"] == "system"
+    results = {m["tool_call_id"]: m["content"] for m in sent[2]["messages"] if m["role"] == "tool"}
+    assert results["call_k"].startswith("A parcel that arrived damaged is refunded in full")
+    assert '"status":"delivered"' in results["call_o"]
+    assert results["call_r"] == "refunded 40 EUR on order 1042"
 
 
 async def test_the_refund_example_waits_for_approval_then_refunds(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 import fusee
-from tests.workers.procs import HERE, Workers, api_server, started
+from tests.workers.procs import HERE, api_and_worker
 
 OBJECTS = HERE / "objects.py"
 
@@ -33,16 +33,8 @@ class Api:
 @pytest.fixture(scope="module")
 def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tmp = tmp_path_factory.mktemp("objects-http")
-    namespace = f"t{secrets.token_hex(4)}"
-    workers = Workers(nats_server.url, namespace, tmp, module=OBJECTS)
-    with api_server(nats_server.url, namespace, tmp) as server:
-        try:
-            worker = workers.spawn()
-            serving = started(server, "api.serving")
-            started(worker, "worker.started")
-            yield Api(serving["url"], nats_server.url, namespace)
-        finally:
-            workers.cleanup()
+    with api_and_worker(nats_server.url, tmp, OBJECTS) as (url, namespace):
+        yield Api(url, nats_server.url, namespace)
 
 
 def _key(prefix: str) -> str:

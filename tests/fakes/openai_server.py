@@ -274,6 +274,19 @@ class Handler(BaseHTTPRequestHandler):
             self._error(400, "We could not parse the JSON body.", "invalid_request_error")
             return
         messages = body.get("messages") or []
+        for i, m in enumerate(messages):
+            # as OpenAI: an assistant message's content may be null only with tool calls
+            if (
+                m.get("role") == "assistant"
+                and m.get("content") is None
+                and not m.get("tool_calls")
+            ):
+                self._error(
+                    400,
+                    f"Invalid value for 'messages[{i}].content': expected a string, got null.",
+                    "invalid_request_error",
+                )
+                return
         last = messages[-1] if messages else {}
         prefill = last.get("content") if last.get("role") == "assistant" else None
         taken = self._take(body, prefill, path, "server_error")

@@ -2,13 +2,14 @@
 model whose record is a file (``tests/workers/agents.py``).
 
 Each turn is the step ``agent/turn-<i>``, each tool call the step
-``agent/tool-<i>-<tool>`` with ``s.key`` the tool-call ID, a workflow tool the child
+``agent/tool-<i>-<tool>`` with ``s.key`` ``<step key>-<tool-call ID>``, a workflow tool the child
 run ``<run id>/<call id>``, an approval the completion ``agent/approve-<i>-<tool>``;
 what went wrong in a call is the call's result for the model, journaled.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,16 @@ import pytest
 
 import fusee
 from fusee.ai import ModelRequest, ToolResultMessage
-from fusee.runtime.records import RunStarted, StepCompleted, StepFailed, WaitDone, WaitStarted
+from fusee.runtime.records import RunStarted, StepFailed, WaitDone, WaitStarted
 from fusee.testing import ScriptedModel
-from tests.workers.procs import HERE, Workers, assert_chained, execution_lines, wait_until
+from tests.workers.procs import (
+    HERE,
+    Workers,
+    assert_chained,
+    execution_lines,
+    journal_calls,
+    wait_until,
+)
 
 AGENTS = HERE / "agents.py"
 
@@ -52,15 +60,15 @@ def calls(name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"name": name, "id": cid, "args": kwargs}
 
 
-def journal_calls(journal: list[tuple[int, Any]]) -> list[tuple[str, str]]:
-    """Each position's call, in position order: ``("step", name)`` or ``(wait kind, name)``."""
-    at: dict[int, tuple[str, str]] = {}
-    for _, r in journal:
-        if isinstance(r, StepCompleted | StepFailed):
-            at.setdefault(r.pos, ("step", r.name))
-        elif isinstance(r, WaitStarted):
-            at.setdefault(r.pos, (r.wait, r.name))
-    return [at[p] for p in sorted(at)]
+def ran_calls(arg: dict[str, Any]) -> list[tuple[str, str]]:
+    """The executions as ``(what, tool-call ID)``: a loop tool's ``s.key`` is
+    ``<the step's key: 32 hex>-<the call's ID>`` (another step's, a bare step key, kept)."""
+    out = []
+    for what, key, _ in execution_lines(Path(arg["effects"])):
+        step_key, _, call_id = key.partition("-")
+        assert re.fullmatch("[0-9a-f]{32}", step_key), key
+        out.append((what, call_id or key))
+    return out
 
 
 def requests(arg: dict[str, Any]) -> list[ModelRequest]:
@@ -118,8 +126,8 @@ async def test_each_turn_and_each_tool_call_is_a_step_of_the_journal(
         ("child", "support-1/c-1b"),
         ("step", "agent/turn-2"),
     ]
-    # s.key of a tool call's step is the model's tool-call ID
-    ran = [(n, k) for n, k, _ in execution_lines(Path(arg["effects"]))]
+    # s.key of a tool call's step is its step's key and the model's tool-call ID
+    ran = ran_calls(arg)
     assert [r for r in ran if r[0] == "search_kb"] == [("search_kb", "c-0"), ("search_kb", "c-1a")]
     child = engine.run("support-1/c-1b")
     assert await child.result(timeout=10) == {"order": "o-7", "status": "shipped"}
@@ -233,7 +241,7 @@ async def test_an_approved_tool_runs_after_its_completion(
     await start_worker(worker_procs, tmp_path)
     result, arg, journal = await _approval(engine, tmp_path, "approve-1", True)
     assert tool_results(result)["c-r"]["content"] == "refunded 30 EUR on o-1"
-    assert [(n, k) for n, k, _ in execution_lines(Path(arg["effects"]))] == [("refund", "c-r")]
+    assert ran_calls(arg) == [("refund", "c-r")]
     assert journal_calls(journal) == [
         ("step", "agent/turn-0"),
         ("completion", "agent/approve-0-refund"),
@@ -287,17 +295,31 @@ async def test_a_tool_that_raises_gives_the_model_the_error(
     assert sent.is_error
 
 
+async def failed_with(run: fusee.Run, error_type: str) -> str:
+    """The message of the error ``run`` failed with, checked to be an ``error_type``."""
+    with pytest.raises(fusee.RunFailed) as failed:
+        await run.result(timeout=30)
+    assert failed.value.error_type == error_type, failed.value
+    return failed.value.message
+
+
+async def fails_fatally(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path, run_id: str, script: list[Any]
+) -> tuple[dict[str, Any], list[tuple[int, Any]]]:
+    """Run the agent with ``script``, whose ``fatal`` call fails the run with
+    ``FatalError``; the agent's input and the run's journal."""
+    arg = agent_arg(tmp_path, script)
+    await start_worker(worker_procs, tmp_path)
+    run = await engine.start("agent", run_id, arg)
+    assert "the ledger is locked" in await failed_with(run, "fusee.FatalError")
+    return arg, await run.journal()
+
+
 async def test_a_tool_that_raises_fatal_error_fails_the_run(
     engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
     script = [{"calls": [calls("fatal", "c-f")]}, {"text": "unreachable"}]
-    arg = agent_arg(tmp_path, script)
-    await start_worker(worker_procs, tmp_path)
-    run = await engine.start("agent", "fatal-1", arg)
-    with pytest.raises(fusee.RunFailed) as failed:
-        await run.result(timeout=60)
-    assert failed.value.error_type == "fusee.FatalError"
-    assert "the ledger is locked" in failed.value.message
+    arg, _ = await fails_fatally(engine, worker_procs, tmp_path, "fatal-1", script)
     assert len(requests(arg)) == 1  # the model was not asked again
 
 
@@ -365,11 +387,9 @@ async def test_max_iterations_used_up_fails_the_run_with_fatal_error(
     arg = agent_arg(tmp_path, script, max_iterations=2)
     await start_worker(worker_procs, tmp_path)
     run = await engine.start("agent", "max-1", arg)
-    with pytest.raises(fusee.RunFailed) as failed:
-        await run.result(timeout=60)
-    assert failed.value.error_type == "fusee.FatalError"
-    assert "no final answer after 2 turn(s)" in failed.value.message
-    assert "search_kb" in failed.value.message
+    message = await failed_with(run, "fusee.FatalError")
+    assert "no final answer after 2 turn(s)" in message
+    assert "search_kb" in message
     assert len(requests(arg)) == 2
 
 

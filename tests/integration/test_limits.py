@@ -3,6 +3,7 @@ limit actor before each attempt; real nats-server, in-process workers."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import time
@@ -19,8 +20,9 @@ from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.inbox import PermitRequest, decode_message, encode_message
 from fusee.runtime.limits import LEASE, limit_actor_id
+from tests.helpers import permit_requests, run_cli
 from tests.helpers import registry_of as _registry
-from tests.helpers import run_cli
+from tests.workers.limits import live_slots
 from tests.workers.procs import wait_until
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,32 +99,130 @@ async def test_bad_limits_are_refused_and_nothing_is_stored(engine: fusee.Engine
 LIMITS = Path(__file__).resolve().parent.parent / "workers" / "limits.py"
 
 
-async def test_the_permits_of_a_killed_worker_come_back(
+async def test_never_more_than_concurrent_in_flight_across_three_workers_and_a_killed_holders_permits_come_back(
     engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
-    await engine.limit("k", concurrent=2)
+    """concurrent=5 shared by 3 worker processes: each attempt in flight holds one of 5
+    slot files, taken with O_EXCL (a sixth finds none free and says so). A worker
+    holding permits is SIGKILLed while the limit is full: its permits come back (5 are
+    held by live workers again before any attempt ends) and every run finishes. (They
+    come back as its runs, resumed by the others, ask again for the same attempts: a held
+    permit moves; one whose run does not come back is reclaimed by its lease, see
+    ``test_a_permit_its_holder_does_not_renew_is_reclaimed``.)"""
+    await engine.limit("k", concurrent=5)
     workers = worker_procs()
     workers.module = LIMITS
     procs = [await workers.start() for _ in range(3)]
-    runs = [await engine.start("limited", f"k-{i}", {"dir": str(tmp_path)}) for i in range(8)]
-    # the kill window opens when both permits are held (each holder says so)
-    held = await wait_until(
-        lambda: list(tmp_path.glob("held-*")) if len(list(tmp_path.glob("held-*"))) >= 2 else None,
-        timeout=30,
-        what="two holders",
-    )
-    assert len(held) == 2  # nobody else got in: the limit is full
-    pids = {int(p.read_text()) for p in held}
-    for w in procs:
-        if w.pid in pids:
-            w.kill()
+    arg = {"dir": str(tmp_path), "slots": 5}
+    runs = [await engine.start("limited", f"k-{i}", arg) for i in range(20)]
+
+    def five_held() -> list[int] | None:
+        held = live_slots(tmp_path)
+        return held if len(held) >= 5 else None
+
+    held = await wait_until(five_held, timeout=30, what="five holders")
+    assert len(held) == 5  # nobody else got in: the limit is full
+    victim = next(w for w in procs if w.pid in held)
+    victim.kill()
+    assert len(live_slots(tmp_path)) < 5
+    # nothing released (no `release` yet): only the dead worker's permits coming back
+    # let other attempts in
+    await wait_until(five_held, timeout=30, what="the killed worker's permits to come back")
     (tmp_path / "release").touch()
     for run in runs:
         assert await run.result(timeout=60) == "ok"
-    counts = [int(x) for x in (tmp_path / "counts").read_text().split()]
-    assert max(counts) <= 2, counts
+    overflow = tmp_path / "overflow"
+    assert not overflow.exists(), overflow.read_text()
     infos = {i.name: i for i in await engine.limits()}
     assert infos["k"].waiters == {}
+
+
+async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """per_second=50 shared by 3 worker processes and 300 runs: over every 2 s window
+    (of the times the attempts began, each step writes its own) at most 2 * 50 + burst
+    attempts began.
+
+    The 300 runs queue at the limit first (at a rate of one token then none), then it
+    is set to 50/s: every grant goes to a waiting run, so the times the steps record
+    are the grants' plus a delay of about the same size (with a full bucket at the
+    start instead, the burst went to runs still in memory and the next grants to
+    parked ones, slower to start: the steps saw up to 122 in 2 s while the limit had
+    granted 109)."""
+    per_second, burst = 50, 10
+    await engine.limit("r", per_second=0.001, burst=1)
+    workers = worker_procs()
+    workers.module = LIMITS
+    for _ in range(3):
+        await workers.start()
+    arg = {"dir": str(tmp_path)}
+    runs: list[fusee.Run] = []
+    limiter = anyio.CapacityLimiter(32)
+
+    async def start(i: int) -> None:
+        async with limiter:
+            runs.append(await engine.start("rated", f"r-{i}", arg))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(300):
+            tg.start_soon(start, i)
+
+    async def queued() -> bool:
+        return len({m.run for m in await permit_requests(engine, "r")}) == 300
+
+    await wait_until(queued, timeout=60, what="the 300 requests at the limit")
+    await engine.limit("r", per_second=per_second, burst=burst)
+    for run in runs:
+        assert await run.result(timeout=120) is None
+    starts = sorted(float(x) for x in (tmp_path / "starts").read_text().split())
+    assert len(starts) == 300
+    most = max(bisect.bisect_right(starts, t + 2.0) - i for i, t in enumerate(starts))
+    assert most <= 2 * per_second + burst, f"{most} attempts began in 2 s"
+
+
+async def test_fairness_tenant_b_is_served_before_tenant_a_s_100th(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """Tenant A's 200 steps are queued at the limit (their requests in its inbox), then
+    tenant B's 20: round-robin across fairness keys, B's 20 all end before A's 100th.
+    The first attempts granted wait for `go`, so none ends before every request is
+    queued."""
+    await engine.limit("f", concurrent=5)
+    workers = worker_procs()
+    workers.module = LIMITS
+    for _ in range(3):
+        await workers.start()
+    limiter = anyio.CapacityLimiter(32)
+    runs: list[fusee.Run] = []
+
+    async def start(tenant: str, i: int) -> None:
+        async with limiter:
+            run = await engine.start(
+                "fair", f"{tenant}-{i}", {"dir": str(tmp_path), "tenant": tenant}
+            )
+            runs.append(run)
+
+    async def queued(tenant: str, n: int) -> bool:
+        return len({m.run for m in await permit_requests(engine, "f") if m.fairness == tenant}) >= n
+
+    async with anyio.create_task_group() as tg:
+        for i in range(200):
+            tg.start_soon(start, "A", i)
+    await wait_until(lambda: queued("A", 200), timeout=60, what="A's 200 requests at the limit")
+    async with anyio.create_task_group() as tg:
+        for i in range(20):
+            tg.start_soon(start, "B", i)
+    await wait_until(lambda: queued("B", 20), timeout=60, what="B's 20 requests at the limit")
+    assert not (tmp_path / "done").exists()  # no attempt has ended yet
+    (tmp_path / "go").touch()
+    for run in runs:
+        assert await run.result(timeout=120) is None
+    done = (tmp_path / "done").read_text().split()
+    assert sorted(done) == ["A"] * 200 + ["B"] * 20
+    a_100th = [i for i, t in enumerate(done) if t == "A"][99]
+    b_last = max(i for i, t in enumerate(done) if t == "B")
+    assert b_last < a_100th, f"B's last ended {b_last}th, A's 100th {a_100th}th"
 
 
 async def test_limits_set_and_ls_on_the_command_line(
@@ -235,17 +335,11 @@ async def test_a_step_that_pauses_its_run_releases_its_permit_and_asks_again_whe
     registry = Registry()
     registry.add(Workflow("lp_flaky", lp_flaky, Any, True))
     registry.add(Workflow("lp_holder", lp_holder, Any, True))
-    actor = limit_actor_id("one")
-    eid, p = escape(actor), partition_of(actor, engine.partitions)
 
     async def requests_of(run_id: str) -> list[str]:
         """The attempts of ``run_id`` that sent a durable request (the limit was full)."""
-        keys = []
-        for m in await engine.store.read_inbox(p, eid):
-            msg = decode_message(m.data)
-            if isinstance(msg, PermitRequest) and msg.run == escape(run_id):
-                keys.append(msg.key.rsplit(".", 1)[1])
-        return keys
+        found = await permit_requests(engine, "one")
+        return [m.key.rsplit(".", 1)[1] for m in found if m.run == escape(run_id)]
 
     # every permit asked for (on core NATS first, then durably if not granted there)
     asked: list[str] = []

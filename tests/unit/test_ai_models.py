@@ -4,14 +4,29 @@ use, and a bad argument is a ConfigError that names it."""
 from __future__ import annotations
 
 import re
+from collections.abc import Coroutine
 from typing import Any
 
 import anthropic
 import openai
 import pytest
 
-from fusee.ai import Model, anthropic_model, openai_model
-from fusee.errors import ConfigError
+from fusee.ai import (
+    AssistantMessage,
+    Model,
+    ModelRequest,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    anthropic_model,
+    as_messages,
+    generate,
+    loop,
+    model_step,
+    openai_model,
+)
+from fusee.errors import ConfigError, InvalidArgument
 
 
 def test_the_sdk_retries_are_off() -> None:
@@ -45,3 +60,72 @@ def test_the_sdk_retries_are_off() -> None:
 def test_bad_arguments_are_named(make: Any, says: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(says)):
         make()
+
+
+@pytest.mark.parametrize("call", ["generate", "model_step", "loop"])
+async def test_a_model_that_is_not_one_is_refused_alike_by_each_call(call: str) -> None:
+    """The check runs before ``ctx`` is used, so no run is needed."""
+    ctx: Any = None
+    model: Any = "gpt-5"
+    asked: Coroutine[Any, Any, object]
+    if call == "generate":
+        asked = generate(ctx, "s", model=model, prompt="x")
+    elif call == "model_step":
+        asked = model_step(ctx, "s", model, ModelRequest(messages=[UserMessage("x")]))
+    else:
+        asked = loop(ctx, "s", model=model, prompt="x")
+    with pytest.raises(InvalidArgument, match=r"model= is a str, not a fusee\.ai\.Model") as e:
+        await asked
+    assert "ScriptedModel([...]), or a class of your own with name, supports_prefill" in str(
+        e.value
+    )
+
+
+def test_a_provider_model_s_repr_is_the_call_with_its_options_not_the_default() -> None:
+    url, key = "http://127.0.0.1:9/v1", "k"
+    assert repr(openai_model("gpt-5", base_url=url, api_key=key)) == "openai_model('gpt-5')"
+    assert (
+        repr(openai_model("gpt-5", base_url=url, api_key=key, api="responses"))
+        == "openai_model('gpt-5', api='responses')"
+    )
+    assert repr(anthropic_model("c", base_url=url, api_key=key)) == "anthropic_model('c')"
+    assert (
+        repr(anthropic_model("c", base_url=url, api_key=key, output_mode="tool"))
+        == "anthropic_model('c', output_mode='tool')"
+    )
+    assert (
+        repr(openai_model("m", base_url=url, api_key=key, prefill=True))
+        == "openai_model('m', prefill=True)"
+    )
+
+
+def test_openai_shaped_message_dicts_are_taken_as_pasted() -> None:
+    """A conversation copied from OpenAI's Chat API: a developer message, text parts,
+    an assistant turn with null content and nested tool calls, a tool result without
+    its name."""
+    pasted: list[dict[str, Any]] = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Where is "}, {"type": "text", "text": "order 7?"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": '{"order": 7}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "shipped"},
+    ]  # fmt: skip
+    assert as_messages(None, pasted, where="t") == [
+        SystemMessage("Be brief."),
+        UserMessage("Where is order 7?"),
+        AssistantMessage(
+            tool_calls=[ToolCall(id="call_1", name="lookup", arguments='{"order": 7}')]
+        ),
+        ToolResultMessage(tool_call_id="call_1", name="lookup", content="shipped"),
+    ]
+
+
+def test_a_message_dict_with_a_part_that_is_not_text_is_refused() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
+    with pytest.raises(InvalidArgument, match=r"messages\[0\].*'image_url'.*only text parts"):
+        as_messages(None, [{"role": "user", "content": [image]}], where="t")

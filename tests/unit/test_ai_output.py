@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import msgspec
 import pydantic
@@ -51,6 +51,15 @@ def test_a_non_object_output_is_wrapped_in_result(output: Any, text: str, value:
     assert (got.root if isinstance(got, pydantic.RootModel) else got) == value
     with pytest.raises(Invalid, match="'result'"):
         shape.parse('["a"]')
+
+
+@pytest.mark.parametrize("output", [Node | None, Optional[Node]], ids=["union-type", "optional"])  # noqa: UP045
+def test_an_optional_struct_is_an_output_either_way_it_is_written(output: Any) -> None:
+    """``T | None`` (a ``types.UnionType``) is taken as ``Optional[T]`` is."""
+    shape = output_type(output, where="t")
+    assert shape.spec.schema["required"] == ["result"]
+    assert shape.parse('{"result": null}') is None
+    assert shape.parse('{"result": {"name": "a"}}') == Node(name="a")
 
 
 def test_errors_name_the_field() -> None:

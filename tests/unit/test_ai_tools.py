@@ -149,3 +149,79 @@ def test_an_approval_value_of_another_shape_refuses_and_says_so() -> None:
     assert ok is False
     assert reason is not None
     assert '"yes"' in reason
+
+
+@fusee.workflow("unit-tools-ping")
+async def ping(ctx: fusee.Context) -> str:
+    """Ping the service."""
+    return "pong"
+
+
+def _ask(cb: Any) -> None:
+    """An ask that needs no call."""
+
+
+def test_a_workflow_behind_an_approval() -> None:
+    """``tool(workflow, approve=...)`` makes a workflow tool, as ``tool(workflow_tool(wf))``;
+    ``workflow_tool`` takes ``approve_timeout=`` itself."""
+    made = tool(lookup, approve=_ask, approve_timeout="5m")
+    assert isinstance(made, WorkflowTool)
+    assert (made.workflow, made.approve, made.approve_timeout) == ("unit-tools-lookup", _ask, 300)
+    assert made.description == "Look an order up."
+    direct = workflow_tool(lookup, approve=_ask, approve_timeout=60)
+    assert (direct.approve, direct.approve_timeout) == (_ask, 60)
+
+
+def test_a_no_input_workflow_tool_refuses_arguments() -> None:
+    made = workflow_tool(ping)
+    assert made.spec("ping").parameters["additionalProperties"] is False
+    assert made.arguments.parse("ping", "{}") is None
+    assert made.arguments.parse("ping", "") is None
+    with pytest.raises(ToolInputError, match=r"the tool takes no arguments; give \{\}"):
+        made.arguments.parse("ping", '{"host": "a"}')
+
+
+def test_an_ask_gets_the_call_only_from_a_second_positional_parameter_without_default() -> None:
+    from fusee.ai import ToolCall
+    from fusee.ai.tools import ask_for
+
+    call = ToolCall(id="c-1", name="refund", arguments="{}")
+    got: list[Any] = []
+
+    def with_call(cb: Any, c: ToolCall) -> None:
+        got.append(c)
+
+    def with_channel(cb: Any, channel: str = "#ops") -> None:
+        got.append(channel)
+
+    def with_args(*args: Any) -> None:
+        got.append(args[1])
+
+    for ask in (with_call, with_channel, with_args):
+        ask_for(ask, call)("cb")  # type: ignore[arg-type]
+    assert got == [call, "#ops", call]
+
+
+def test_a_functions_tool_is_made_once_while_the_function_lives() -> None:
+    """A loop reads its tools= on every call (every run, every replay): a function's
+    schema is made once, a closure made per run is not kept."""
+    import gc
+
+    from fusee.ai import tools as tools_module
+
+    first, again = as_tool("search", search), as_tool("other-name", search)
+    assert isinstance(first, Tool)
+    assert isinstance(again, Tool)
+    assert again.fn is search
+    assert again.arguments is first.arguments  # the schema not made again
+
+    def per_run(query: str) -> str:
+        """A closure of one run."""
+        return query
+
+    made = as_tool("per_run", per_run)
+    assert isinstance(made, Tool)
+    assert tools_module._MADE[per_run][1] is made.arguments
+    del per_run, made
+    gc.collect()
+    assert all(getattr(f, "__name__", "") != "per_run" for f in tools_module._MADE)

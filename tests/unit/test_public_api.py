@@ -54,6 +54,8 @@ PUBLIC = (
     "StorageFull",
     "Completion",
     "InvalidToken",
+    "LimitInfo",
+    "UnknownLimit",
 )
 
 
@@ -86,7 +88,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 23
+    assert len(errors) == 24
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

@@ -1,9 +1,18 @@
-"""A workflow whose step takes a permit of limit ``k``: it says it holds one (a file
-naming its process), and, until ``release`` exists, keeps it."""
+"""Workflows whose step takes a permit of a limit, for worker processes.
+
+- ``limited`` (limit ``k``): each attempt holds one of ``arg["slots"]`` slot files,
+  taken with ``O_EXCL`` (an O_EXCL detector: an attempt that finds every slot held by
+  a live process writes ``overflow``), says which run holds one (``held-<run>``, naming
+  its process), and keeps its permit until ``release`` exists.
+- ``rated`` (limit ``r``): each attempt appends the time it began to ``starts``.
+- ``fair`` (limit ``f``, fairness key ``arg["tenant"]``): each attempt waits for
+  ``go``, then appends its tenant to ``done``: the order attempts ended in.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -19,20 +28,92 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _append(path: Path, line: str) -> None:
+    # one write of a short line with O_APPEND: lines of several processes do not mix
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def take_slot(d: Path, slots: int) -> Path | None:
+    """One of ``slots`` slot files (``slot-<i>``, holding this pid), created with
+    ``O_EXCL``; a slot whose process is dead (SIGKILLed with its permit) is taken back
+    (renamed away: one taker wins). ``None``: every slot is held by a live process."""
+    while True:
+        for i in range(slots):
+            slot = d / f"slot-{i}"
+            try:
+                fd = os.open(slot, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                continue
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return slot
+        freed = False
+        for i in range(slots):
+            slot = d / f"slot-{i}"
+            try:
+                text = slot.read_text()
+            except FileNotFoundError:
+                freed = True  # released meanwhile
+                continue
+            if text and not _alive(int(text)):
+                try:
+                    slot.rename(d / f"stale-{i}-{secrets.token_hex(4)}")
+                except FileNotFoundError:
+                    pass  # another taker renamed it first
+                freed = True
+        if not freed:
+            return None
+
+
+def live_slots(d: Path) -> list[int]:
+    """The pids of the live processes holding a slot."""
+    pids = []
+    for slot in d.glob("slot-*"):
+        try:
+            text = slot.read_text()
+        except FileNotFoundError:
+            continue
+        if text and _alive(int(text)):
+            pids.append(int(text))
+    return pids
+
+
 @fusee.workflow("limited")
 async def limited(ctx: fusee.Context, arg: dict[str, Any]) -> str:
     def call(s: fusee.StepInfo) -> str:
         d = Path(arg["dir"])
-        mine = d / f"inflight-{os.getpid()}-{s.key}-{s.attempt}"
-        mine.touch()
-        live = [p for p in d.glob("inflight-*") if _alive(int(p.name.split("-")[1]))]
-        with (d / "counts").open("a") as f:
-            f.write(f"{len(live)}\n")
+        slot = take_slot(d, arg.get("slots", 1))
+        if slot is None:
+            _append(d / "overflow", f"{ctx.run_id} attempt {s.attempt} in pid {os.getpid()}")
         (d / f"held-{ctx.run_id}").write_text(str(os.getpid()))
         while not (d / "release").exists():
             time.sleep(0.01)
-        mine.unlink()
+        if slot is not None:
+            slot.unlink()
         return "ok"
 
     result: str = await ctx.step("call", call, limit="k", fairness_key=arg.get("tenant"))
     return result
+
+
+@fusee.workflow("rated")
+async def rated(ctx: fusee.Context, arg: dict[str, Any]) -> None:
+    def call() -> None:
+        _append(Path(arg["dir"]) / "starts", repr(time.time()))
+
+    await ctx.step("call", call, limit="r")
+
+
+@fusee.workflow("fair")
+async def fair(ctx: fusee.Context, arg: dict[str, Any]) -> None:
+    def call() -> None:
+        d = Path(arg["dir"])
+        while not (d / "go").exists():
+            time.sleep(0.01)
+        _append(d / "done", arg["tenant"])
+
+    await ctx.step("call", call, limit="f", fairness_key=arg["tenant"])

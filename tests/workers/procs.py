@@ -13,6 +13,7 @@ import functools
 import itertools
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ import msgspec
 import pytest
 
 from fusee.actors.worker import owner_for
-from fusee.runtime.records import StepCompleted
+from fusee.runtime.records import StepCompleted, StepFailed, WaitStarted
 from tests.helpers import cli_cmd, cli_env
 
 HERE = Path(__file__).resolve().parent
@@ -182,6 +183,22 @@ def api_server(url: str, namespace: str, tmp_path: Path) -> Iterator[WorkerProc]
             proc.wait()
 
 
+@contextlib.contextmanager
+def api_and_worker(url: str, tmp_path: Path, module: Path) -> Iterator[tuple[str, str]]:
+    """``fusee api`` and a worker serving ``module``, in a fresh namespace:
+    ``(the API's URL, the namespace)`` once both serve (for a module's fixture)."""
+    namespace = f"t{secrets.token_hex(4)}"
+    workers = Workers(url, namespace, tmp_path, module=module)
+    with api_server(url, namespace, tmp_path) as server:
+        try:
+            worker = workers.spawn()
+            serving = started(server, "api.serving")
+            started(worker, "worker.started")
+            yield str(serving["url"]), namespace
+        finally:
+            workers.cleanup()
+
+
 def started(proc: WorkerProc, event: str) -> dict[str, Any]:
     """From a synchronous fixture: the first log line of ``event`` (20 s at most)."""
     return anyio.run(functools.partial(proc.wait_for, event, timeout=20.0))
@@ -252,6 +269,17 @@ async def wait_until(
 
 
 # -- journals -------------------------------------------------------------------------
+
+
+def journal_calls(journal: list[tuple[int, Any]]) -> list[tuple[str, str]]:
+    """Each position's call, in position order: ``("step", name)`` or ``(wait kind, name)``."""
+    at: dict[int, tuple[str, str]] = {}
+    for _, r in journal:
+        if isinstance(r, StepCompleted | StepFailed):
+            at.setdefault(r.pos, ("step", r.name))
+        elif isinstance(r, WaitStarted):
+            at.setdefault(r.pos, (r.wait, r.name))
+    return [at[p] for p in sorted(at)]
 
 
 def assert_chained(journal: list[tuple[int, Any]]) -> None:

@@ -93,7 +93,8 @@ class StepInfo:
 
     def with_key(self, key: str) -> StepInfo:
         """This step's info under the idempotency key ``key`` (``fusee.ai`` gives a tool
-        call's step the model's tool-call ID); its :attr:`signal` is this step's."""
+        call's step ``<its key>-<the model's tool-call ID>``); its :attr:`signal` is this
+        step's."""
         info = StepInfo(key=key, attempt=self.attempt, name=self.name)
         info._signal = self.signal
         return info

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fusee.ai.errors import TruncatedStream
-from fusee.ai.sdk_client import sdk_client
+from fusee.ai.sdk_client import SDKModel, sdk_client
 from fusee.ai.types import (
     AssistantMessage,
     ModelRequest,
     ModelResponse,
-    NamedModel,
     StreamItem,
     SystemMessage,
     ToolCall,
@@ -64,7 +63,8 @@ def anthropic_model(
     (used with ``max_retries=0``). ``settings`` are passed to every request
     (``max_tokens`` is 4096 unless given). ``prefill=True``: the model continues a
     trailing assistant message (older Claude models do; newer ones refuse), so a
-    streamed call resumes from the stored text after a crash.
+    streamed call resumes from the stored text after a crash; not with
+    ``output_mode="tool"``, whose answer is a tool's input, which no prefill continues.
 
     Raises:
         ConfigError: ``anthropic`` is not installed, or an argument is not valid.
@@ -82,6 +82,12 @@ def anthropic_model(
         raise ConfigError(
             f"anthropic_model: output_mode={output_mode!r}, expected 'json_schema' or 'tool'"
         )
+    if prefill and output_mode == "tool":
+        raise ConfigError(
+            "anthropic_model: prefill=True with output_mode='tool': a resumed stream of the "
+            "output tool would be the stored partial JSON, then a whole new tool input (the "
+            "model cannot continue a tool's input); give one of them"
+        )
     client = sdk_client(
         anthropic.AsyncAnthropic,
         client,
@@ -93,8 +99,11 @@ def anthropic_model(
     return AnthropicModel(name, client, dict(settings or {}), output_mode, prefill)
 
 
-class AnthropicModel(NamedModel):
+class AnthropicModel(SDKModel):
     """A Claude model through the Messages API (see :func:`anthropic_model`)."""
+
+    factory = "anthropic_model"
+    defaults: ClassVar[dict[str, Any]] = {"output_mode": "json_schema"}
 
     def __init__(
         self,
@@ -104,14 +113,8 @@ class AnthropicModel(NamedModel):
         output_mode: OutputMode,
         prefill: bool,
     ) -> None:
-        self._name = name
-        self.client = client
-        self.settings = settings
+        super().__init__(name, client, settings, prefill)
         self.output_mode = output_mode
-        self._prefill = prefill
-
-    def __repr__(self) -> str:
-        return f"anthropic_model({self._name!r})"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         message = await self.client.messages.create(**self._args(request, ""))

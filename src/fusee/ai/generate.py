@@ -28,6 +28,7 @@ from fusee.ai.types import (
     Usage,
     UserMessage,
     as_messages,
+    check_model,
 )
 from fusee.errors import InvalidArgument
 from fusee.runtime.ids import validate_name
@@ -62,6 +63,10 @@ def reask_step(name: str, k: int) -> str:
     return name if k == 0 else f"{name}#reask-{k}"
 
 
+# Two signatures for one function: ``output=Triage`` gives a ``Generation[Triage]``, any
+# other output (none, a schema dict, ``T | None``, ``Optional[T]``) a ``Generation[Any]``.
+# One signature cannot say both: ``output: type[T] | Any`` loses ``T``, and a defaulted
+# TypeVar refuses ``Optional[T]`` (a special form, not a ``type``) under mypy.
 @overload
 async def generate(
     ctx: Context,
@@ -149,11 +154,7 @@ async def generate(
         raise InvalidArgument(f"{where}: reask={reask!r}, expected an int >= 0")
     if validate is not None and not callable(validate):
         raise InvalidArgument(f"{where}: validate={validate!r} is not callable")
-    if not isinstance(model, Model):
-        raise InvalidArgument(
-            f"{where}: model= is a {type(model).__name__}, not a fusee.ai.Model "
-            f"(openai_model(...), anthropic_model(...), ScriptedModel([...]), or your own)"
-        )
+    model = check_model(model, where=where)
     shape = output_type(output, where=where) if output is not None else None
     validate_name(reask_step(name, reask), "generate step name")  # the last one fits too
     usage = Usage()

@@ -2,17 +2,19 @@
 
 Turn ``i`` is the step ``<name>/turn-<i>`` (a request to the model, or the user's
 ``turn(state, i)``); each tool call it asks for is the step ``<name>/tool-<i>-<tool>``
-whose ``s.key`` is the model's tool-call ID, a child run ``<run id>/<tool call id>``
-for a workflow tool, and, for a tool behind an approval, first the completion
-``<name>/approve-<i>-<tool>``. The calls of one turn run at once (``ctx.all``). A
-replay returns what the journal holds: the model is not asked again for a turn it
-answered, and a tool call that ended does not run again.
+whose ``s.key`` is ``<the step's own key>-<tool call id>`` (unique per run, the call's
+ID visible), a child run ``<run id>/<tool call id>`` for a workflow tool, and, for a
+tool behind an approval, first the completion ``<name>/approve-<i>-<tool>``. The calls
+of one turn run at once (``ctx.all``). A replay returns what the journal holds: the
+model is not asked again for a turn it answered, and a tool call that ended does not
+run again.
 
 What the model gets back for a call that went wrong is the call's result, never a
 failure of the loop: an unknown tool, arguments that are not JSON or do not match the
 tool's schema, a tool that raised (after its retries), a workflow tool's run that
 failed or was cancelled, a refused or timed-out approval. A ``FatalError`` (raised by
-a tool, or failing a workflow tool's run) fails the loop.
+a tool, or failing a workflow tool's run) fails the loop at once with a ``FatalError``
+(the turn's other calls cancelled).
 
 Example:
     ``result = await loop(ctx, "agent", model=model, prompt=question, tools={"search": search})``
@@ -20,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -52,6 +55,7 @@ from fusee.ai.types import (
     ToolSpec,
     Usage,
     as_messages,
+    check_model,
 )
 from fusee.errors import (
     ConfigError,
@@ -64,7 +68,7 @@ from fusee.errors import (
     Timeout,
 )
 from fusee.runtime.durations import format_duration
-from fusee.runtime.ids import validate_name
+from fusee.runtime.ids import MAX_ID_BYTES, MAX_NAME_BYTES, validate_name
 from fusee.runtime.retry import Retry
 
 __all__ = ("loop", "Turn", "LoopResult", "LoopState", "approval_verdict")
@@ -77,6 +81,12 @@ answer) or a dict of the same shape."""
 _FATAL = "fusee.FatalError"
 _OURS = ("fusee.ToolInputError", "fusee.UnknownTool")  # their message is the result
 _ERROR_STEP = Retry(attempts=1)
+_INVALID = "invalid-name"  # the step name's label of a tool name that is none
+_UNKNOWN = "unknown-tool"  # of an unknown tool whose name makes the step name too long
+_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+_MAX_CALL_ID = 128
+_MAX_STEP = MAX_NAME_BYTES
+_HASHED = 16  # hex characters of a hashed call ID in a child's ID
 
 
 class LoopResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,10 +188,13 @@ async def loop(
 
     Raises:
         FatalError: ``max_iterations`` turns went by and the model still calls tools,
-            or a tool raised ``FatalError``.
+            or a tool raised ``FatalError`` (or a workflow tool's run failed with it):
+            the turn's other calls are cancelled, the original error is its cause.
         StepFailedError: a turn failed for good (the model's errors, after retries).
         InvalidArgument: a wrong argument (``max_iterations=0``, both ``model=`` and
-            ``turn=``...), raised before anything is journaled.
+            ``turn=``, a loop or tool name that makes a step name over 128 bytes, a run
+            ID too long for a workflow tool's child...), raised before anything is
+            journaled.
         ConfigError: a tool that cannot be one (its parameters have no JSON Schema).
 
     Example:
@@ -191,11 +204,8 @@ async def loop(
     name = validate_name(name, "loop name")
     if (model is None) == (turn is None):
         raise InvalidArgument(f"{where}: give model= or turn=, exactly one of them")
-    if model is not None and not isinstance(model, Model):
-        raise InvalidArgument(
-            f"{where}: model= is a {type(model).__name__}, not a fusee.ai.Model "
-            f"(openai_model(...), anthropic_model(...), ScriptedModel([...]) or a class of your own)"
-        )
+    if model is not None:
+        model = check_model(model, where=where)
     if turn is not None and not callable(turn):
         raise InvalidArgument(f"{where}: turn={turn!r} is not callable (turn(state, i) -> Turn)")
     if stop is not None and not callable(stop):
@@ -214,6 +224,7 @@ async def loop(
             f"{where}: stream=True streams a model= turn; turn= streams on its own"
         )
     toolset = _toolset(tools, where)
+    _check_names(ctx, name, max_iterations, toolset, where)
     history = as_messages(prompt, messages, where=where)
     specs = [t.spec(n) for n, t in toolset.items()]
     seen: set[str] = set()  # tool-call IDs so far: each names one step, one child
@@ -251,12 +262,12 @@ async def loop(
                 fairness_key=fairness_key,
             )
         usage = usage + response.usage
-        calls = _with_ids(response.tool_calls, name, i, seen)
+        calls = _with_ids(ctx, response.tool_calls, seen)
         history.append(AssistantMessage(content=response.text, tool_calls=calls))
         last = response
         if not calls:
             return LoopResult(text=response.text, messages=history, usage=usage, iterations=i + 1)
-        results = await _run_calls(ctx, name, i, calls, toolset, parallel_tools)
+        results = await _run_calls(ctx, where, name, i, calls, toolset, parallel_tools)
         history.extend(results)
         if stop is not None:
             state = LoopState(
@@ -308,6 +319,7 @@ class _Call:
     step: str  # <name>/tool-<i>-<tool>
     approval: str  # <name>/approve-<i>-<tool>
     tool: Tool | WorkflowTool | None
+    where: str  # the loop, as an error names it
     value: Any = None  # the validated arguments (a function's) or input (a workflow's)
     error: ToolInputError | UnknownTool | None = None
     result: ToolResultMessage | None = None
@@ -315,6 +327,7 @@ class _Call:
 
 async def _run_calls(
     ctx: Context,
+    where: str,
     name: str,
     i: int,
     calls: list[ToolCall],
@@ -323,19 +336,21 @@ async def _run_calls(
 ) -> list[ToolResultMessage]:
     """The results of turn ``i``'s calls, in the order the model gave them. An approval
     is a call of its own, so with ``parallel`` the turn runs in two rounds: every call
-    that needs no approval and every approval at once, then the approved tools at once."""
-    plans = [_plan(name, i, call, toolset) for call in calls]
+    that needs no approval and every approval at once, then the approved tools at once.
+    A call's errors are its result (:func:`_kept`) but a fatal one, which fails the
+    round fast: the other calls are cancelled (an approval no longer waited for)."""
+    plans = [_plan(where, name, i, call, toolset) for call in calls]
     if parallel and len(plans) > 1:
-        first = await ctx.all([_first(ctx, p) for p in plans], return_exceptions=True)
+        first = await ctx.all([_kept(p, _first, ctx) for p in plans])
         approved = [p for p, out in zip(plans, first, strict=True) if _took(p, out)]
         if approved:
-            second = await ctx.all([_run(ctx, p) for p in approved], return_exceptions=True)
+            second = await ctx.all([_kept(p, _run, ctx) for p in approved])
             for p, out in zip(approved, second, strict=True):
                 p.result = _result(p, out)
     else:
         for p in plans:
-            if _took(p, await _settled(_first(ctx, p))):
-                p.result = _result(p, await _settled(_run(ctx, p)))
+            if _took(p, await _kept(p, _first, ctx)):
+                p.result = _result(p, await _kept(p, _run, ctx))
     results: list[ToolResultMessage] = []
     for p in plans:
         assert p.result is not None
@@ -343,11 +358,12 @@ async def _run_calls(
     return results
 
 
-def _plan(name: str, i: int, call: ToolCall, toolset: dict[str, Tool | WorkflowTool]) -> _Call:
-    label = call.name if _plain(call.name) else "invalid-name"
-    plan = _Call(
-        call, f"{name}/tool-{i}-{label}", f"{name}/approve-{i}-{label}", toolset.get(call.name)
-    )
+def _plan(
+    where: str, name: str, i: int, call: ToolCall, toolset: dict[str, Tool | WorkflowTool]
+) -> _Call:
+    tool = toolset.get(call.name)
+    label = call.name if tool is not None else _unknown_label(name, i, call.name)
+    plan = _Call(call, f"{name}/tool-{i}-{label}", f"{name}/approve-{i}-{label}", tool, where)
     if plan.tool is None:
         known = ", ".join(sorted(toolset)) or "none"
         plan.error = UnknownTool(f"there is no tool {call.name!r}; the tools are: {known}")
@@ -372,7 +388,8 @@ def _first(ctx: Context, p: _Call) -> Awaitable[Any]:
 
 
 def _run(ctx: Context, p: _Call) -> Awaitable[Any]:
-    """The call's tool: a step (``s.key`` the tool-call ID), or a child run."""
+    """The call's tool: a step (``s.key`` its own key and the tool-call ID), or a child
+    run."""
     tool = p.tool
     if isinstance(tool, Tool):
         return ctx.step(
@@ -385,7 +402,29 @@ def _run(ctx: Context, p: _Call) -> Awaitable[Any]:
         )
     assert isinstance(tool, WorkflowTool)
     target = tool.target if tool.target is not None else tool.workflow
-    return ctx.child(target, f"{ctx.run_id}/{p.call.id}", p.value, timeout=tool.timeout)
+    return ctx.child(target, _child_id(ctx.run_id, p.call.id), p.value, timeout=tool.timeout)
+
+
+async def _kept(p: _Call, call: Callable[[Context, _Call], Awaitable[Any]], ctx: Context) -> Any:
+    """``call(ctx, p)``'s value, or the error the model is to read as a value: a tool
+    that failed (not fatally), a workflow tool's run failed or cancelled, an approval
+    that timed out.
+
+    Raises:
+        FatalError: the tool raised ``FatalError``, or the workflow tool's run failed
+            with it (the original error its cause).
+    """
+    try:
+        return await call(ctx, p)
+    except (StepFailedError, RunFailed) as e:  # RunCancelled is a RunFailed
+        if e.error_type == _FATAL and not isinstance(e, RunCancelled):
+            raise FatalError(
+                f"{p.where}: tool {p.call.name!r} (call {p.call.id}) failed with FatalError: "
+                f"{e.message}"
+            ) from e
+        return e
+    except Timeout as e:
+        return e
 
 
 def _took(p: _Call, out: Any) -> bool:
@@ -397,8 +436,6 @@ def _took(p: _Call, out: Any) -> bool:
             took = f" within {format_duration(wait)}" if wait is not None else ""
             p.result = _message(p, f"the call was not approved{took}: it did not run", error=True)
             return False
-        if isinstance(out, BaseException):
-            raise out
         ok, reason = approval_verdict(out)
         if ok:
             return True
@@ -410,28 +447,20 @@ def _took(p: _Call, out: Any) -> bool:
 
 
 def _result(p: _Call, out: Any) -> ToolResultMessage:
-    """The model's view of how the call's tool ended (``out``: its value or error).
-
-    Raises:
-        StepFailedError: the tool raised ``FatalError``.
-        RunFailed: the workflow tool's run failed with ``FatalError``.
-    """
+    """The model's view of how the call's tool ended (``out``: its value, or an error
+    :func:`_kept` kept)."""
     tool = p.call.name
     match out:
-        case StepFailedError() if out.error_type == _FATAL:
-            raise out
         case StepFailedError() if out.error_type in _OURS:
             return _message(p, out.message, error=True)
         case StepFailedError():
             return _message(p, f"tool {tool!r} failed: {out.error_type}: {out.message}", error=True)
         case RunCancelled():
             return _message(p, f"tool {tool!r} was cancelled: {out.reason}", error=True)
-        case RunFailed() if out.error_type == _FATAL:
-            raise out
         case RunFailed():
             return _message(p, f"tool {tool!r} failed: {out.error_type}: {out.message}", error=True)
-        case BaseException():
-            raise out  # not the tool's: the loop's own (a determinism error...)
+        case Timeout():
+            return _message(p, f"tool {tool!r} timed out: {out}", error=True)
     return _message(p, content_of(out))
 
 
@@ -439,14 +468,6 @@ def _message(p: _Call, content: str, *, error: bool = False) -> ToolResultMessag
     return ToolResultMessage(
         tool_call_id=p.call.id, name=p.call.name, content=content, is_error=error
     )
-
-
-async def _settled(call: Awaitable[Any]) -> Any:
-    """``call``'s value, or its error as a value (as ``ctx.all(return_exceptions=True)``)."""
-    try:
-        return await call
-    except Exception as e:  # noqa: BLE001 - handed back like ctx.all's, then sorted out
-        return e
 
 
 def _raiser(error: Exception) -> Callable[[], Any]:
@@ -539,31 +560,81 @@ def _toolset(tools: Mapping[str, Any] | None, where: str) -> dict[str, Tool | Wo
     return out
 
 
-def _with_ids(calls: list[ToolCall], name: str, i: int, seen: set[str]) -> list[ToolCall]:
+def _with_ids(ctx: Context, calls: list[ToolCall], seen: set[str]) -> list[ToolCall]:
     """The turn's calls, each with an ID no other call of the loop has: a model (some
-    OpenAI-compatible servers) may give none, or repeat one, and an ID names the call's
-    step key and child run. A missing or repeated ID is made ``<name>-<i>-<j>``."""
+    OpenAI-compatible servers, a ``turn=`` function) may give none, or repeat one, and
+    an ID names the call's child run and is in its step's ``s.key``. A missing, unusable
+    or repeated ID is made ``call_<32 hex>`` from ``ctx.uuid()``: journaled (a replay
+    makes the same), different in every run and generation, and of the characters every
+    provider takes back (Anthropic's ``tool_use.id``: ``a-z A-Z 0-9 _ -``)."""
     out = []
-    for j, call in enumerate(calls):
+    for call in calls:
         cid = call.id
         if not _usable(cid) or cid in seen:
-            cid = f"{name}-{i}-{j}"
-            while cid in seen:
-                cid += "x"
+            cid = f"call_{ctx.uuid().hex}"
             call = msgspec.structs.replace(call, id=cid)
         seen.add(cid)
         out.append(call)
     return out
 
 
+def _child_id(run_id: str, call_id: str) -> str:
+    """A workflow tool's child run: ``<run id>/<call id>``, the call ID hashed (16 hex
+    characters of its BLAKE2b) when that would be over 256 bytes."""
+    whole = f"{run_id}/{call_id}"
+    if len(whole.encode()) <= MAX_ID_BYTES:
+        return whole
+    return f"{run_id}/{hashlib.blake2b(call_id.encode(), digest_size=_HASHED // 2).hexdigest()}"
+
+
+def _check_names(
+    ctx: Context,
+    name: str,
+    max_iterations: int,
+    toolset: dict[str, Tool | WorkflowTool],
+    where: str,
+) -> None:
+    """Every name the loop may make fits (128 bytes a step name, 256 a child's ID).
+
+    Raises:
+        InvalidArgument: the longest of them does not.
+    """
+    last = max_iterations - 1
+    labels = [*toolset, _INVALID, _UNKNOWN]
+    longest = [f"{name}/turn-{last}", f"{name}/tool-{last}-{max(labels, key=len)}"]
+    approved = [n for n, t in toolset.items() if t.approve is not None]
+    if approved:
+        longest.append(f"ask/{name}/approve-{last}-{max(approved, key=len)}")
+    for made in longest:
+        try:
+            validate_name(made, "step name")
+        except InvalidId as e:
+            raise InvalidArgument(
+                f"{where}: its step names would be too long ({e}); give the loop or its "
+                f"tools shorter names, or fewer max_iterations"
+            ) from None
+    if any(isinstance(t, WorkflowTool) for t in toolset.values()):
+        child = f"{ctx.run_id}/{'0' * _HASHED}"
+        if len(child.encode()) > MAX_ID_BYTES:
+            raise InvalidArgument(
+                f"{where}: the run ID is {len(ctx.run_id.encode())} bytes, too long for a "
+                f"workflow tool's child run ID (<run id>/<call id>, at most {MAX_ID_BYTES} "
+                f"bytes with the call ID hashed to {_HASHED} characters)"
+            )
+
+
+def _unknown_label(name: str, i: int, tool: str) -> str:
+    """An unknown tool's label in its step name: its name, unless that is no tool name
+    or makes the step name too long."""
+    if not _plain(tool):
+        return _INVALID
+    if len(f"{name}/tool-{i}-{tool}".encode()) > _MAX_STEP:
+        return _UNKNOWN
+    return tool
+
+
 def _usable(cid: str) -> bool:
-    if not cid or len(cid) > 128:
-        return False
-    try:
-        validate_name(cid, "tool call ID")
-    except InvalidId:
-        return False
-    return True
+    return bool(cid) and len(cid) <= _MAX_CALL_ID and set(cid) <= _ID_CHARS
 
 
 def _plain(tool: str) -> bool:

@@ -7,7 +7,8 @@ the stream from any process with ``engine.run(id).stream(name)``.
 How an attempt ends decides what it is:
 
 - the chunk iterator **finishes normally**: the provider finished. The end marker is
-  stored, then the step's result is journaled. An adapter over a provider whose stream
+  stored (for a model step, with the final response less its text as its payload),
+  then the step's result is journaled. An adapter over a provider whose stream
   can be cut silently (an SSE stream without its terminator ends quietly in the raw
   OpenAI client) must raise when the terminal event (``finish_reason``,
   ``response.completed``, ``message_stop``) is missing.
@@ -24,6 +25,7 @@ from datetime import timedelta
 from typing import TypeAlias, TypeVar
 
 import anyio
+import msgspec
 
 from fusee.actors.context import Context, token_stream
 from fusee.actors.ports import TokenSink, TokenWriterPort
@@ -103,6 +105,7 @@ async def streamed_step(
     prefill: bool,
     finish: Callable[[str, ModelResponse | None], T],
     type: type[T],  # noqa: A002 - ctx.step's name
+    needs_final: bool = False,
     retry: Retry | None = None,
     timeout: str | float | timedelta | None = None,
     limit: str | None = None,
@@ -111,8 +114,14 @@ async def streamed_step(
     """The durable step of :func:`model_call` and of a streamed model step
     (``fusee.ai.model_step``): ``fn(resume)`` yields text chunks, and for a model,
     a last :class:`ModelResponse`; ``finish(stored text, that response or None)`` is
-    the step's result (``None``: the iterator gave none, or an earlier attempt stored
-    the end marker and its worker died before the result was journaled).
+    the step's result (``None``: the iterator gave none).
+
+    The final response, less its text, is the payload of the stream's end marker, so
+    when an attempt stored the end marker and its worker died before the result was
+    journaled, the next attempt rebuilds the result from the stored stream without
+    calling ``fn``. ``needs_final``: an end marker without that payload (one written
+    before payloads were, or one whose response was too big for a message) does not
+    make a result: the step starts over behind an attempt marker.
     """
     name = validate_name(name, "model call name")
     stream = token_stream(ctx, name)
@@ -120,7 +129,7 @@ async def streamed_step(
     async def attempt(s: StepInfo) -> T:
         writer = await stream.open()
         try:
-            text, final = await _attempt(writer, fn, prefill)
+            text, final = await _attempt(writer, fn, prefill, needs_final)
             return finish(text, final)
         except BaseException:
             # A truncated attempt: let what was sent be stored (or fail) before the
@@ -149,13 +158,20 @@ async def streamed_step(
 
 
 async def _attempt(
-    writer: TokenWriterPort, fn: Callable[[str], Chunks] | Callable[[str], Items], prefill: bool
+    writer: TokenWriterPort,
+    fn: Callable[[str], Chunks] | Callable[[str], Items],
+    prefill: bool,
+    needs_final: bool,
 ) -> tuple[str, ModelResponse | None]:
     state = writer.state
     if state.ended and not state.broken:
         # The provider finished in an attempt whose result was not journaled (its
-        # worker died between the end marker and the commit): that text is the result.
-        return state.text, None
+        # worker died between the end marker and the commit): that text, and the final
+        # response stored with the marker, are the result.
+        stored = _stored_final(state.final)
+        if stored is not None or not needs_final:
+            return state.text, stored
+        await writer.restart()  # the response is not stored: ask again
     if state.chunks and (state.broken or state.ended or not prefill):
         await writer.restart()
     resume = state.text
@@ -179,5 +195,17 @@ async def _attempt(
                 f"model_call: fn yielded a {type(chunk).__name__}; chunks must be str"
             )
         await writer.write(chunk)
-    await writer.end()
+    await writer.end(
+        msgspec.json.encode(msgspec.structs.replace(final, text="")) if final is not None else b""
+    )
     return state.text, final
+
+
+def _stored_final(payload: bytes) -> ModelResponse | None:
+    """The final response an end marker stored (its text empty), or None."""
+    if not payload:
+        return None
+    try:
+        return msgspec.json.decode(payload, type=ModelResponse)
+    except msgspec.MsgspecError:
+        return None

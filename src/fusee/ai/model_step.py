@@ -17,7 +17,7 @@ import msgspec
 from fusee.actors.context import Context
 from fusee.ai.errors import TruncatedStream
 from fusee.ai.model_call import streamed_step
-from fusee.ai.types import Model, ModelRequest, ModelResponse, StreamItem
+from fusee.ai.types import Model, ModelRequest, ModelResponse, StreamItem, check_model
 from fusee.errors import InvalidArgument, NotEncodable
 from fusee.runtime.retry import Retry
 
@@ -49,12 +49,7 @@ async def model_step(
     Example:
         ``reply = await model_step(ctx, "agent/turn-0", model, ModelRequest(messages=history))``
     """
-    if not isinstance(model, Model):
-        raise InvalidArgument(
-            f"model step {name!r}: model= is a {type(model).__name__}, not a fusee.ai.Model "
-            f"(openai_model(...), anthropic_model(...), ScriptedModel([...]) or a class with "
-            f"name, supports_prefill, complete and stream)"
-        )
+    model = check_model(model, where=f"model step {name!r}")
     if not isinstance(request, ModelRequest):
         raise InvalidArgument(
             f"model step {name!r}: the request is a {type(request).__name__}, not a ModelRequest"
@@ -97,8 +92,8 @@ async def model_step(
             )
 
     def finish(text: str, final: ModelResponse | None) -> ModelResponse:
-        if final is None:  # ended in an attempt whose worker died before the commit
-            return ModelResponse(text=text, model=model_name)
+        if final is None:  # items() raises first: a model step's stream has its response
+            raise TruncatedStream(f"model step {name!r}: no final response from {model_name}")
         return named(msgspec.structs.replace(final, text=text))
 
     streamed: ModelResponse = await streamed_step(
@@ -108,6 +103,7 @@ async def model_step(
         prefill=model.supports_prefill,
         finish=finish,
         type=ModelResponse,
+        needs_final=True,
         retry=retry,
         timeout=timeout,
         limit=limit,

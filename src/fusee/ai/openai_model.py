@@ -17,16 +17,15 @@ Needs the ``openai`` package: ``pip install 'fusee[openai]'``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from fusee.ai.errors import TruncatedStream
-from fusee.ai.sdk_client import sdk_client
+from fusee.ai.sdk_client import SDKModel, sdk_client
 from fusee.ai.types import (
     AssistantMessage,
     Message,
     ModelRequest,
     ModelResponse,
-    NamedModel,
     StreamItem,
     SystemMessage,
     ToolCall,
@@ -89,21 +88,18 @@ def openai_model(
     return OpenAIModel(name, client, api, dict(settings or {}), prefill)
 
 
-class OpenAIModel(NamedModel):
+class OpenAIModel(SDKModel):
     """A model served by the OpenAI API or an OpenAI-compatible server (see
     :func:`openai_model`)."""
+
+    factory = "openai_model"
+    defaults: ClassVar[dict[str, Any]] = {"api": "chat"}
 
     def __init__(
         self, name: str, client: Any, api: Api, settings: dict[str, Any], prefill: bool
     ) -> None:
-        self._name = name
-        self.client = client
+        super().__init__(name, client, settings, prefill)
         self.api = api
-        self.settings = settings
-        self._prefill = prefill
-
-    def __repr__(self) -> str:
-        return f"openai_model({self._name!r}, api={self.api!r})"
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         if self.api == "responses":
@@ -245,7 +241,10 @@ def _chat_message(m: Message) -> dict[str, Any]:
     if isinstance(m, SystemMessage | UserMessage):
         return {"role": m.role, "content": m.content}
     if isinstance(m, AssistantMessage):
-        out: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+        # null only beside tool calls: OpenAI refuses a null content without them (an
+        # empty answer re-asked), and takes "" there
+        content = m.content or (None if m.tool_calls else "")
+        out: dict[str, Any] = {"role": "assistant", "content": content}
         if m.tool_calls:
             out["tool_calls"] = [
                 {

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import types
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -54,7 +55,8 @@ def output_type(output: Any, *, where: str) -> OutputType[Any]:
     """
     if isinstance(output, dict):
         return _schema_dict(output, where)
-    if not isinstance(output, type) and getattr(output, "__origin__", None) is None:
+    generic = getattr(output, "__origin__", None) is not None  # list[str], Optional[T]
+    if not isinstance(output, type | types.UnionType) and not generic:  # T | None
         raise OutputError(
             f"{where}: output={output!r} is not a type or a JSON Schema dict (give a "
             f"msgspec Struct, a pydantic model, a dataclass, a TypedDict or a schema)"

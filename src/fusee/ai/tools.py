@@ -7,7 +7,8 @@ function's signature and docstring: the parameters become a msgspec Struct (or a
 pydantic model, when a parameter's type is one), whose JSON Schema the model sees and
 which validates the arguments the model writes. A parameter annotated
 :class:`fusee.StepInfo` is not an argument: it gets the step's info, whose ``key`` is
-the model's tool-call ID.
+``<the step's key>-<the model's tool-call ID>``: the same in every attempt and replay of
+the call, different in every run.
 
 Example:
     ``tools = {"search_kb": search_kb, "refund": tool(refund, approve=ask_slack)}``
@@ -16,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -51,6 +53,15 @@ __all__ = (
 TOOL_RETRY = Retry(attempts=1)
 """A tool's retry policy unless it has its own: none. The model gets the error at once
 and decides what to do, as in the Vercel AI SDK and the OpenAI Agents SDK."""
+
+# What a plain function's tool is made of besides the function (description, arguments,
+# StepInfo parameter), by function: a loop's tools= is read on every call of loop
+# (every run, every replay) and a function's schema (its Struct, its docstring) is the
+# same each time. Weak, and the values hold no reference to the function, so a closure
+# made per run is not kept.
+_MADE: weakref.WeakKeyDictionary[Callable[..., Any], tuple[str, Arguments, str | None]] = (
+    weakref.WeakKeyDictionary()
+)
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
@@ -118,14 +129,15 @@ class Tool:
 
     def step_fn(self, kwargs: dict[str, Any], call_id: str) -> Callable[[StepInfo], Any]:
         """The step function of one call: the tool with its validated arguments, its
-        ``StepInfo`` keyed by the tool-call ID. Sync for a sync tool (a step runs it in a
-        worker thread), async for an async one."""
+        ``StepInfo`` keyed ``<the step's key>-<call_id>`` (the step's key makes it unique
+        per run, as a model's call IDs need not be: ``call_0`` in every run). Sync for a
+        sync tool (a step runs it in a worker thread), async for an async one."""
         fn, info_param = self.fn, self.info_param
 
         def args(s: StepInfo) -> dict[str, Any]:
             if info_param is None:
                 return kwargs
-            return {**kwargs, info_param: s.with_key(call_id)}
+            return {**kwargs, info_param: s.with_key(f"{s.key}-{call_id}")}
 
         if inspect.iscoroutinefunction(fn):
 
@@ -164,7 +176,7 @@ class WorkflowTool:
 
 
 def tool(
-    fn: Callable[..., Any] | WorkflowTool,
+    fn: Callable[..., Any] | WorkflowTool | Workflow[Any],
     *,
     approve: Callable[..., Any] | None = None,
     approve_timeout: str | float | timedelta | None = None,
@@ -175,12 +187,13 @@ def tool(
     description: str | None = None,
 ) -> Tool | WorkflowTool:
     """A tool for :func:`fusee.ai.loop` with options: ``fn`` (a function, sync or async,
-    or a :func:`workflow_tool`) and how its calls run.
+    a workflow, or a :func:`workflow_tool`) and how its calls run.
 
     Args:
-        approve: ``ask(cb)`` or ``ask(cb, call)``: each call first waits for a completion
-            (``ctx.await_completion``), and ``ask`` runs once as a step to put ``cb.url``
-            in front of a person. ``True`` (or ``{"approved": true}``) runs the tool;
+        approve: ``ask(cb)`` or ``ask(cb, call)`` (the :class:`~fusee.ai.ToolCall` when
+            ``ask`` has a second positional parameter without a default): each call
+            first waits for a completion (``ctx.await_completion``), and ``ask`` runs
+            once as a step to put ``cb.url`` in front of a person. ``True`` (or ``{"approved": true}``) runs the tool;
             ``{"approved": false, "reason": ...}`` (or ``False``) gives the model the
             refusal as the call's result.
         approve_timeout: how long to wait for the approval; when it passes the model is
@@ -204,6 +217,8 @@ def tool(
             f"tool(approve={approve!r}): approve must be an ask function (cb[, call])"
         )
     wait = parse_duration(approve_timeout, "tool(approve_timeout=...)") if approve_timeout else None
+    if isinstance(fn, Workflow):
+        fn = workflow_tool(fn)
     if isinstance(fn, WorkflowTool):
         if retry is not None or limit is not None or fairness_key is not None:
             raise ConfigError(
@@ -251,6 +266,7 @@ def workflow_tool(
     parameters: dict[str, Any] | None = None,
     timeout: str | float | timedelta | None = None,
     approve: Callable[..., Any] | None = None,
+    approve_timeout: str | float | timedelta | None = None,
 ) -> WorkflowTool:
     """A workflow as a tool of :func:`fusee.ai.loop`: each call is the child run
     ``<run id>/<tool call id>`` (``ctx.child``), so a replay attaches to the same child.
@@ -259,6 +275,7 @@ def workflow_tool(
     Struct, a dataclass, a TypedDict, a pydantic model), or ``{"input": <its schema>}``
     for another type; the description is the workflow function's docstring. A workflow
     given by name (another deployment's) takes ``parameters=``, a JSON Schema.
+    ``approve=`` and ``approve_timeout=`` are :func:`tool`'s.
 
     Raises:
         ConfigError: the input type has no JSON Schema, or a name comes without
@@ -290,20 +307,26 @@ def workflow_tool(
         )
     if approve is not None and not callable(approve):
         raise ConfigError(f"workflow_tool(approve={approve!r}): approve must be an ask function")
+    wait = (
+        parse_duration(approve_timeout, "workflow_tool(approve_timeout=...)")
+        if approve_timeout is not None
+        else None
+    )
     return WorkflowTool(
         name,
         doc,
         arguments,
         parse_duration(timeout, "workflow_tool(timeout=...)") if timeout is not None else None,
         approve,
-        None,
+        wait,
         workflow,
     )
 
 
 def as_tool(name: str, value: Any) -> Tool | WorkflowTool:
     """The tool ``name`` of a loop's ``tools=`` from what the user gave: a function, a
-    :class:`Tool`, a :class:`WorkflowTool`, or a workflow (made a workflow tool).
+    :class:`Tool`, a :class:`WorkflowTool`, or a workflow (made a workflow tool). A
+    function's tool is made once and kept while the function lives.
 
     Raises:
         ConfigError: ``value`` cannot be a tool.
@@ -316,8 +339,16 @@ def as_tool(name: str, value: Any) -> Tool | WorkflowTool:
         raise ConfigError(
             f"tool {name!r}: {value!r} is not a function, a tool() or a workflow_tool()"
         )
+    try:
+        return Tool(value, *_MADE[value])
+    except (KeyError, TypeError):  # not made yet, or no weak reference to it
+        pass
     made = tool(value)
     assert isinstance(made, Tool)
+    try:
+        _MADE[value] = (made.description, made.arguments, made.info_param)
+    except TypeError:
+        pass
     return made
 
 
@@ -343,7 +374,9 @@ def content_of(value: Any) -> str:
 
 
 def ask_for(approve: Callable[..., Any], call: ToolCall) -> Callable[[Completion], Any]:
-    """The ``ask`` of a call's completion: ``approve(cb)`` or ``approve(cb, call)``."""
+    """The ``ask`` of a call's completion: ``approve(cb, call)`` when ``approve`` has a
+    second positional parameter without a default (or ``*args``), else ``approve(cb)``
+    (``ask(cb, channel="#ops")`` keeps its channel)."""
     if _positional(approve) >= 2:
         return lambda cb: approve(cb, call)
     return approve
@@ -463,7 +496,7 @@ def _input_arguments(workflow: Workflow[Any]) -> Arguments:
     where = f"workflow_tool({workflow.name!r})"
     if not workflow.takes_input:
         return Arguments(
-            {"type": "object", "properties": {}, "additionalProperties": False}, lambda raw: None
+            {"type": "object", "properties": {}, "additionalProperties": False}, _no_input
         )
     kind = workflow.input_type
     if kind is Any:
@@ -494,6 +527,13 @@ def _input_arguments(workflow: Workflow[Any]) -> Arguments:
         return raw["input"]
 
     return Arguments(wrapped, parse_wrapped)
+
+
+def _no_input(raw: Any) -> None:
+    """A no-input workflow's arguments: ``{}`` (its schema allows no property)."""
+    if raw != {}:
+        shown = msgspec.json.encode(raw).decode()
+        raise ValueError(f"the tool takes no arguments; give {{}}, not {_cut(shown)}")
 
 
 def _pydantic_input(where: str, kind: Any) -> Arguments:
@@ -581,7 +621,11 @@ def _positional(fn: Callable[..., Any]) -> int:
         return 1
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return 2
-    return sum(1 for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+    return sum(
+        1
+        for p in params
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    )
 
 
 def _said(error: Exception) -> str:

@@ -3,8 +3,10 @@ protocol.
 
 Every type here is a frozen msgspec Struct, so a :class:`ModelResponse` is a step's
 result as it is: journaled as JSON, decoded into the same Struct on replay. Messages are
-a tagged union on ``role`` (``system``, ``user``, ``assistant``, ``tool``), the shape
-chat APIs use, so a history encodes as a provider would read it.
+a tagged union on ``role`` (``system``, ``user``, ``assistant``, ``tool``), the chat
+shape, with flat tool calls (``{"id", "name", "arguments"}``); each provider model
+turns them into its own wire shape. :func:`as_messages` also takes message dicts in
+OpenAI's Chat shape, as a user pastes them.
 
 A model is anything with the :class:`Model` methods: :func:`fusee.ai.openai_model`,
 :func:`fusee.ai.anthropic_model`, :class:`fusee.testing.ScriptedModel`, or a user's own.
@@ -38,6 +40,7 @@ __all__ = (
     "Model",
     "NamedModel",
     "as_messages",
+    "check_model",
 )
 
 
@@ -224,6 +227,11 @@ def as_messages(
     ``messages=`` (:data:`Message` Structs, or dicts of the same shape:
     ``{"role": "user", "content": "Hi"}``), exactly one of them.
 
+    A dict may be in OpenAI's Chat shape too: tool calls as ``{"id", "type":
+    "function", "function": {"name", "arguments"}}``, ``content`` ``None`` or a list of
+    text parts, the role ``developer`` (a system message), a tool result without its
+    ``name`` (taken from the call it answers).
+
     Raises:
         InvalidArgument: both or neither were given, or a message is not a message.
     """
@@ -238,16 +246,78 @@ def as_messages(
         raise InvalidArgument(f"{where}: messages= must be a non-empty list of messages")
     kinds = (SystemMessage, UserMessage, AssistantMessage, ToolResultMessage)
     out: list[Message] = []
+    names: dict[str, str] = {}  # tool call ID -> its tool's name, for OpenAI's tool results
     for i, m in enumerate(messages):
         if isinstance(m, kinds):
             out.append(m)
-            continue
-        try:
-            out.append(msgspec.convert(m, Message))
-        except msgspec.ValidationError as e:
-            raise InvalidArgument(
-                f"{where}: messages[{i}] is not a message ({e}); a message is a "
-                f"SystemMessage, UserMessage, AssistantMessage, ToolResultMessage or a "
-                f"dict of that shape with its 'role'"
-            ) from None
+        else:
+            try:
+                out.append(msgspec.convert(_chat_dict(m, names), Message))
+            except (msgspec.ValidationError, _NotAMessage) as e:
+                raise InvalidArgument(
+                    f"{where}: messages[{i}] is not a message ({e}); a message is a "
+                    f"SystemMessage, UserMessage, AssistantMessage, ToolResultMessage or a "
+                    f"dict of that shape (or OpenAI's) with its 'role'"
+                ) from None
+        if isinstance(out[-1], AssistantMessage):
+            names.update((c.id, c.name) for c in out[-1].tool_calls)
     return out
+
+
+class _NotAMessage(ValueError):
+    pass
+
+
+def _chat_dict(m: Any, names: dict[str, str]) -> Any:
+    """``m`` with OpenAI's Chat shapes made this module's (anything else as it is)."""
+    if not isinstance(m, dict):
+        return m
+    m = dict(m)
+    if m.get("role") == "developer":
+        m["role"] = "system"
+    content = m.get("content")
+    if content is None and m.get("role") == "assistant":
+        m["content"] = ""
+    elif isinstance(content, list):
+        m["content"] = "".join(_text_part(p) for p in content)
+    calls = m.get("tool_calls")
+    if isinstance(calls, list):
+        m["tool_calls"] = [_flat_call(c) for c in calls]
+    if m.get("role") == "tool" and "name" not in m:
+        call_id = m.get("tool_call_id")
+        m["name"] = names.get(call_id, "") if isinstance(call_id, str) else ""
+    return m
+
+
+def _text_part(part: Any) -> str:
+    if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+        return str(part["text"])
+    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+    raise _NotAMessage(f"a content part of type {kind!r}: only text parts are taken")
+
+
+def _flat_call(call: Any) -> Any:
+    if isinstance(call, dict) and isinstance(call.get("function"), dict):
+        fn = call["function"]
+        return {
+            "id": call.get("id"),
+            "name": fn.get("name"),
+            "arguments": fn.get("arguments") or "{}",
+        }
+    return call
+
+
+def check_model(model: object, *, where: str) -> Model:
+    """``model`` if it is a :class:`Model` (what ``generate``, ``model_step`` and
+    ``loop`` check their ``model=`` with).
+
+    Raises:
+        InvalidArgument: it is not one (the message names its type and what is).
+    """
+    if not isinstance(model, Model):
+        raise InvalidArgument(
+            f"{where}: model= is a {type(model).__name__}, not a fusee.ai.Model "
+            f"(openai_model(...), anthropic_model(...), ScriptedModel([...]), or a class of "
+            f"your own with name, supports_prefill, complete and stream)"
+        )
+    return model

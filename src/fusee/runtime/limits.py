@@ -80,7 +80,7 @@ def check_config(
     if per_second is not None and (
         isinstance(per_second, bool)
         or not isinstance(per_second, int | float)
-        or not math.isfinite(per_second)
+        or not _finite(per_second)
         or per_second <= 0
     ):
         raise InvalidArgument(
@@ -100,6 +100,13 @@ def check_config(
     return LimitConfig(
         per_second=float(per_second) if per_second else None, burst=burst, concurrent=concurrent
     )
+
+
+def _finite(x: float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 class Waiter(msgspec.Struct, frozen=True):

@@ -9,7 +9,9 @@ A token stream holds one message per chunk of text a model produced in one
   from 0, across attempts, so an index names one token for good.
 - ``attempt``: the step's new attempt restarted from scratch (its provider could not
   continue the stored text). Readers drop the text of earlier attempts.
-- ``end``: the provider finished. Nothing is written after it.
+- ``end``: the provider finished. Nothing is written after it. Its payload is what a
+  streamed model step needs besides the text to rebuild its result (the final
+  response without its text, JSON), or empty.
 
 Markers carry the index the next token would have. ``Fusee-Attempt`` counts restarts
 from 1 (it is the number of ``attempt`` markers before, plus one), not step attempts: a
@@ -98,6 +100,8 @@ class StoredState:
         next_index: the index of the next token.
         chunks: the token texts of the latest attempt, in order.
         ended: the latest attempt has its end marker (its text is the step's result).
+        final: the end marker's payload (empty without one, or for a marker that has
+            none: a plain ``model_call``'s, or one written before payloads were).
         broken: the latest attempt's indexes are not contiguous (a publish was lost
             while later ones landed): its text cannot be continued, only restarted.
     """
@@ -107,17 +111,21 @@ class StoredState:
     chunks: list[str] = field(default_factory=list)
     ended: bool = False
     broken: bool = False
+    final: bytes = b""
     messages: int = 0
 
-    def feed(self, event: TokenEvent) -> None:
+    def feed(self, event: TokenEvent, data: bytes = b"") -> None:
+        """Fold one stored event; ``data`` is its message's payload."""
         self.messages += 1
         if event.kind == "attempt":
             self.attempt = event.attempt
             self.chunks = []
             self.ended = False
             self.broken = False
+            self.final = b""
         elif event.kind == "end":
             self.ended = True
+            self.final = data
         else:
             if event.index != self.next_index or event.attempt != self.attempt:
                 self.broken = True

@@ -51,19 +51,12 @@ async def limits_set(
     burst: int | None,
     concurrent: int | None,
 ) -> int:
+    # what is not given keeps its value (engine.limit() replaces the whole config)
+    given = {"per_second": per_second, "burst": burst, "concurrent": concurrent}
+    changes = {k: v for k, v in given.items() if v is not None}
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        # what is not given keeps its value (engine.limit() replaces the whole config)
-        for old in await engine.limits():
-            if old.name == name:
-                if per_second is None:
-                    # --burst alone keeps the rate; the rate alone, its default burst
-                    per_second = old.per_second
-                    if burst is None:
-                        burst = old.burst
-                if concurrent is None:
-                    concurrent = old.concurrent
         try:
-            await engine.limit(name, per_second=per_second, burst=burst, concurrent=concurrent)
+            await engine.update_limit(name, **changes)
         except (InvalidId, InvalidArgument) as exc:
             sys.stderr.write(f"error: {exc}\n")
             return 2

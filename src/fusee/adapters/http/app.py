@@ -25,7 +25,7 @@ from fusee.adapters.http.errors import (
 )
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.paths import RawPath
-from fusee.adapters.http.routes import bulk, completions, meta, objects, runs, streams
+from fusee.adapters.http.routes import bulk, completions, limits, meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
@@ -57,6 +57,7 @@ def create_app(
         *runs.routes,
         *objects.routes,
         *completions.routes,
+        *limits.routes,
     ]
     app = Starlette(
         routes=routes,

@@ -69,6 +69,7 @@ HTTP_TYPES: dict[int, str] = {
 _STATUS_BY_NAME: dict[str, int] = {
     "RunNotFound": 404,
     "StreamNotFound": 404,
+    "UnknownLimit": 404,
     "InvalidId": 400,
     "InvalidArgument": 400,
     "ConfigError": 400,

@@ -545,6 +545,68 @@ PATHS["/v1/completions/{token}"] = {
     },
 }
 
+_LIMIT_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "The limit's name (what `ctx.step(..., limit=)` names), percent-encoded "
+    "as one path segment.",
+    "schema": _NAME,
+}
+_BAD_LIMIT = _error(
+    "`InvalidId`: the limit name cannot exist (empty, too long, control characters)."
+)
+PATHS["/v1/limits"] = {
+    "get": {
+        "operationId": "listLimits",
+        "summary": "Every limit, with its holders and waiters",
+        "description": "What `fusee limits ls --json` shows, sorted by name: each limit's "
+        "config as last set, and the permits held and the waiters per fairness key as of "
+        "the limit's last journaled snapshot.",
+        "responses": {
+            "200": {
+                "description": "The limits.",
+                "content": {_JSON: {"schema": _ref("Limits")}},
+            }
+        },
+    }
+}
+PATHS["/v1/limits/{name}"] = {
+    "get": {
+        "operationId": "getLimit",
+        "summary": "A limit",
+        "parameters": [_LIMIT_NAME],
+        "responses": {
+            "200": {"description": "The limit.", "content": {_JSON: {"schema": _ref("Limit")}}},
+            "400": _BAD_LIMIT,
+            "404": _error("`UnknownLimit`: no limit of this name was set."),
+        },
+    },
+    "put": {
+        "operationId": "setLimit",
+        "summary": "Set or change a limit (`fusee limits set`)",
+        "description": "Changes the fields given; the others keep their value (`null` "
+        "removes a rate or a cap, or sets the default burst). A new rate without a burst "
+        "gets its default burst (one second's worth); a burst alone keeps the rate. A "
+        "limit not set yet is set from the body alone: it needs `per_second` or "
+        "`concurrent`. Every worker applies the change at once; waiting steps are served "
+        "by the new config.",
+        "parameters": [_LIMIT_NAME],
+        "requestBody": {"required": True, "content": {_JSON: {"schema": _ref("LimitChange")}}},
+        "responses": {
+            "200": {
+                "description": "The limit as it is now.",
+                "content": {_JSON: {"schema": _ref("Limit")}},
+            },
+            "400": _error(
+                "`InvalidId` (the name), or `InvalidArgument`: not an object, an unknown "
+                "field, a rate or count that is not positive, a burst without a rate, "
+                "nothing to set on a new limit; nothing was stored."
+            ),
+        },
+    },
+}
+
 _INVOCATION = {
     "type": "object",
     "required": ["seq", "handler"],
@@ -554,6 +616,46 @@ _INVOCATION = {
         "queued_at": {"type": ["number", "null"], "description": "Unix time, seconds."},
         "running_since": {"type": ["number", "null"], "description": "Unix time, seconds."},
         "cancelling": {"type": "boolean", "description": "A cancel for it is stored."},
+    },
+}
+
+_LIMIT: dict[str, Any] = {
+    "type": "object",
+    "required": ["name", "per_second", "burst", "concurrent", "holders", "waiters"],
+    "properties": {
+        "name": {"type": "string"},
+        "per_second": {
+            "type": ["number", "null"],
+            "description": "Permits a second (a token bucket); `null`: no rate.",
+        },
+        "burst": {"type": ["integer", "null"], "description": "Tokens the bucket holds."},
+        "concurrent": {
+            "type": ["integer", "null"],
+            "description": "Permits held at once at most; `null`: no cap.",
+        },
+        "holders": {"type": "integer", "minimum": 0, "description": "Permits held now."},
+        "waiters": {
+            "type": "object",
+            "additionalProperties": {"type": "integer", "minimum": 1},
+            "description": 'Fairness key (`""`: none) -> steps waiting for a permit.',
+        },
+    },
+}
+LIMIT_SCHEMAS: dict[str, Any] = {
+    "Limit": _LIMIT,
+    "Limits": {
+        "type": "object",
+        "required": ["limits"],
+        "properties": {"limits": {"type": "array", "items": _ref("Limit")}},
+    },
+    "LimitChange": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "per_second": {"type": ["number", "null"], "exclusiveMinimum": 0},
+            "burst": {"type": ["integer", "null"], "minimum": 1},
+            "concurrent": {"type": ["integer", "null"], "minimum": 1},
+        },
     },
 }
 
@@ -885,9 +987,9 @@ def openapi_document(routes: Sequence[BaseRoute], version: str = "") -> dict[str
         "info": {
             "title": "fusee HTTP API",
             "version": version,
-            "description": "Runs and keyed objects of a fusee namespace over HTTP. Every error is "
+            "description": "Runs, keyed objects and limits of a fusee namespace over HTTP. Every error is "
             '`{"error": {"type", "message", "status"}}`.',
         },
         "paths": {path: _with_common(PATHS[path]) for path in sorted(served)},
-        "components": {"schemas": {**_SCHEMAS, **OBJECT_SCHEMAS}},
+        "components": {"schemas": {**_SCHEMAS, **OBJECT_SCHEMAS, **LIMIT_SCHEMAS}},
     }

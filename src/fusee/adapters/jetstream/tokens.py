@@ -55,6 +55,7 @@ WINDOW: Final = 1024  # unacknowledged publishes per writer
 ACK_TIMEOUT: Final = 5.0  # seconds without progress before a writer gives up
 FIRST_PAGE: Final = 8  # a small first page: the first token comes sooner (64: +1.5 ms)
 PAGE: Final = 1000
+FINAL_HEADROOM: Final = 4096  # bytes of an end marker's message left for its headers
 
 
 class TokenStore:
@@ -131,8 +132,8 @@ class TokenStore:
         subject = self.subject(eid, name)
         claim = await self._claim(f"{subject}.w")
         state = StoredState()
-        async for event in self._catch_up(subject, 1, first_page=PAGE):
-            state.feed(event)
+        async for event, data in self._stored(subject, 1, first_page=PAGE):
+            state.feed(event, data)
         writer = TokenWriter(self, subject, state, claim=(f"{subject}.w", claim))
         await writer._start()
         return writer
@@ -336,6 +337,13 @@ class TokenStore:
     ) -> AsyncIterator[TokenEvent]:
         """Stored events of ``subject`` from sequence ``start``, by batched Direct Get,
         yielded as they arrive, until the end of what is stored."""
+        async for event, _ in self._stored(subject, start, first_page=first_page):
+            yield event
+
+    async def _stored(
+        self, subject: str, start: int, *, first_page: int
+    ) -> AsyncIterator[tuple[TokenEvent, bytes]]:
+        """``_catch_up``'s events with their messages' payloads."""
         batch = first_page
         seq = start
         while True:
@@ -347,7 +355,7 @@ class TokenStore:
                 seq = stored_seq + 1
                 event = event_from(stored_seq, headers, data)
                 if event is not None:
-                    yield event
+                    yield event, data
             if got < batch:
                 return
             batch = PAGE
@@ -446,12 +454,19 @@ class TokenWriter:
         await self._publish("attempt", b"", self.state.next_index)
         self.state.chunks = []
         self.state.broken = False
+        self.state.ended = False
+        self.state.final = b""
 
-    async def end(self) -> None:
-        """Store the end marker, and wait until everything written is stored."""
-        await self._publish("end", b"", self.state.next_index)
+    async def end(self, final: bytes = b"") -> None:
+        """Store the end marker, with ``final`` as its payload (see ``StoredState``),
+        and wait until everything written is stored. A ``final`` too big for one message
+        is left out (the marker is stored without it)."""
+        if len(final) > self.nc.max_payload - FINAL_HEADROOM:
+            final = b""
+        await self._publish("end", final, self.state.next_index)
         await self.flush()
         self.state.ended = True
+        self.state.final = final
 
     async def flush(self) -> None:
         """Wait until every publish so far is acknowledged.
