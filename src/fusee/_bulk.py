@@ -20,16 +20,16 @@ import msgspec
 from fusee.errors import ConfigError, FuseeError, NotPausedError, RunNotFound
 from fusee.runtime.bulk import ENDED_STATUSES, BulkSummary, RunFilter, matches, sources
 from fusee.runtime.ids import escape
-from fusee.runtime.index import RunInfo, decode_info
+from fusee.runtime.index import RunInfo, info_or_none
 
 if TYPE_CHECKING:
     from fusee.adapters.jetstream.store import NatsStore
 
 
 class _Handle(Protocol):
-    async def cancel(self, reason: str = ...) -> bool: ...
+    async def cancel(self, reason: str = ..., *, dry_run: bool = ...) -> bool: ...
 
-    async def resume(self, *, force: bool = ...) -> None: ...
+    async def resume(self, *, force: bool = ..., dry_run: bool = ...) -> None: ...
 
 
 class Engine(Protocol):
@@ -48,14 +48,8 @@ CONCURRENCY = 32  # resumes or cancels in flight at once
 Action = Literal["resume", "cancel"]
 T = TypeVar("T")
 R = TypeVar("R")
-OnRun = Callable[[RunInfo, str], None]  # (the run, "done" | "skipped" | "failed" | "would")
-
-
-def _decoded(raw: bytes) -> RunInfo | None:
-    try:
-        return decode_info(raw)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None  # not fusee's: nothing to show
+# (the run, "done" | "skipped" | "failed" | "would": a dry run's done)
+OnRun = Callable[[RunInfo, str], None]
 
 
 async def _gather(items: list[T], fn: Callable[[T], Awaitable[R]], limit: int) -> list[R]:
@@ -75,52 +69,62 @@ async def _gather(items: list[T], fn: Callable[[T], Awaitable[R]], limit: int) -
 
 async def _entry(engine: Engine, eid: str) -> RunInfo | None:
     entry = await engine.store.get_index_entry(eid)
-    return _decoded(entry[0]) if entry and entry[0] else None
+    return info_or_none(entry[0]) if entry and entry[0] else None
 
 
-async def _still_paused(engine: Engine, eid: str, info: RunInfo, seq: int) -> RunInfo | None:
+async def _still_paused(
+    engine: Engine, eid: str, info: RunInfo, seq: int, prune: bool
+) -> RunInfo | None:
     """The run's entry if it is paused still. A ``run.resumed`` removes the listing in
     its write; one that is still there while the run is not paused (resumed by a worker
-    of an earlier version, listed by ``open_listings`` after its resume, or the resume
-    sent and not taken yet: its marker is back) is not listed, and pruned: removed if
-    it is still the entry stored at ``seq`` (a run that paused again meanwhile wrote a
-    newer one, which stays; one that pauses again later writes its own)."""
+    of an earlier version, listed by the sweep of earlier pauses after its resume, or
+    the resume sent and not taken yet: its marker is back) is not listed, and pruned
+    (unless ``prune`` is False: a dry run writes nothing): removed if it is still the
+    entry stored at ``seq`` (a run that paused again meanwhile wrote a newer one, which
+    stays; one that pauses again later writes its own)."""
     now = await _entry(engine, eid)
     if (
         now is None
         or now.status != "paused"
         or await engine.store.has_run_marker(info.partition, eid)
     ):
-        await engine.store.unlist("paused", info.workflow, eid, seq)
+        if prune:
+            await engine.store.unlist("paused", info.workflow, eid, seq)
         return None
     return now
 
 
-async def _listed(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
+async def _listed(
+    engine: Engine, f: RunFilter, page: int, _prune: bool
+) -> AsyncIterator[list[RunInfo]]:
     """Ended runs: their listing entries (final), then a previous fusee's final entries."""
     store = engine.store
     wanted = [f.status] if f.status is not None else list(ENDED_STATUSES)
     for status in wanted:
         async for found in store.listed_pages(status, f.workflow, page=page):
-            yield [i for _, raw, _ in found if (i := _decoded(raw)) and matches(i, f)]
+            yield [i for _, raw, _ in found if (i := info_or_none(raw)) and matches(i, f)]
     async for old in store.legacy_pages(page=page):
-        yield [i for _, raw in old if (i := _decoded(raw)) and matches(i, f)]
+        yield [i for _, raw in old if (i := info_or_none(raw)) and matches(i, f)]
 
 
-async def _paused(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
+async def _paused(
+    engine: Engine, f: RunFilter, page: int, prune: bool
+) -> AsyncIterator[list[RunInfo]]:
     """Paused runs: their listing entries, each checked against the run's entry and
     marker (a listing stays when the run resumes: the marker it gets back says so)."""
     store = engine.store
     pf = msgspec.structs.replace(f, status="paused")
     async for found in store.listed_pages("paused", f.workflow, page=page):
         candidates = [
-            (eid, i, seq) for eid, raw, seq in found if (i := _decoded(raw)) and matches(i, pf)
+            (eid, i, seq) for eid, raw, seq in found if (i := info_or_none(raw)) and matches(i, pf)
         ]
-        checked = await _gather(candidates, lambda c: _still_paused(engine, *c), CONCURRENCY)
+        checked = await _gather(candidates, lambda c: _still_paused(engine, *c, prune), CONCURRENCY)
         yield [i for i in checked if i is not None]
 
 
-async def _active(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list[RunInfo]]:
+async def _active(
+    engine: Engine, f: RunFilter, page: int, _prune: bool
+) -> AsyncIterator[list[RunInfo]]:
     """Runs that have not ended or paused: their active markers (each holds the run's
     workflow and start time), with the bucket's entry of each (``waiting``, a note);
     without one, ``running`` while the partition's owner answers, else ``pending``."""
@@ -131,7 +135,7 @@ async def _active(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list
         for eid, raw in found:
             if pre is not None and not eid.startswith(pre):
                 continue
-            info = _decoded(raw)
+            info = info_or_none(raw)
             if info is None or not matches(info, msgspec.structs.replace(f, status=None)):
                 continue
             marked[eid] = info
@@ -164,10 +168,16 @@ async def _active(engine: Engine, f: RunFilter, page: int) -> AsyncIterator[list
 
 
 async def iter_runs(
-    engine: Engine, f: RunFilter, *, page: int = PAGE, only: tuple[str, ...] | None = None
+    engine: Engine,
+    f: RunFilter,
+    *,
+    page: int = PAGE,
+    only: tuple[str, ...] | None = None,
+    prune: bool = True,
 ) -> AsyncIterator[list[RunInfo]]:
     """The runs the filter matches, a page at a time (each run once), from the parts of
-    the index that can hold them (``only``: of those, these sources)."""
+    the index that can hold them (``only``: of those, these sources). ``prune``: remove
+    the stale paused listings found (False: nothing is written)."""
     readers = {"active": _active, "paused": _paused, "listed": _listed}
     # Each run once per pass. A run read from the active or the paused source can be
     # met again later in the pass: a resume writes its marker again, a paused run
@@ -180,7 +190,7 @@ async def iter_runs(
     for source in sources(f):
         if only is not None and source not in only:
             continue
-        async for found in readers[source](engine, f, page):
+        async for found in readers[source](engine, f, page, prune):
             found = [i for i in found if i.run_id not in seen]
             if source != "listed":
                 seen.update(i.run_id for i in found)
@@ -215,14 +225,15 @@ async def bulk(
     tell = on_run or (lambda _info, _what: None)
 
     async def act(info: RunInfo) -> None:
+        # a dry run asks each run the same (dry_run: the same reads, nothing stored)
         run = engine.run(info.run_id)
         failure: FuseeError | None = None
         acted = False
         try:
             if action == "cancel":
-                acted = await run.cancel(reason)  # False: it ended meanwhile
+                acted = await run.cancel(reason, dry_run=dry_run)  # False: it ended meanwhile
             else:
-                await run.resume()
+                await run.resume(dry_run=dry_run)
                 acted = True
         except NotPausedError as exc:
             # resumed since it was listed (skipped), or paused on a broken journal chain:
@@ -240,13 +251,8 @@ async def bulk(
             summary.done += 1
         else:
             summary.skipped += 1
-        tell(info, "done" if acted else "skipped")
+        tell(info, ("would" if dry_run else "done") if acted else "skipped")
 
-    async for found in iter_runs(engine, f, page=page, only=only):
-        if dry_run:
-            for info in found:
-                summary.done += 1
-                tell(info, "would")
-            continue
+    async for found in iter_runs(engine, f, page=page, only=only, prune=not dry_run):
         await _gather(found, act, concurrency)
     return summary

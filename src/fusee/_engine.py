@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.abc
 import msgspec
 
 from fusee._bulk import CONCURRENCY, PAGE, OnRun, bulk, iter_runs
@@ -29,6 +30,7 @@ from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
+    ConfigError,
     Fenced,
     FuseeError,
     InvalidArgument,
@@ -692,7 +694,10 @@ class Engine:
         """The runs the filter matches, a page of at most about ``page`` at a time, never
         all in memory: ended runs from their listing entries
         (``<ns>.in.x.<status>.<workflow>.<eid>``), paused runs from theirs, the others
-        from their active markers (see "The run index is a projection").
+        from their active markers (see "The run index is a projection"). Each run once
+        (the IDs of the runs not ended yielded so far are kept); newest first within a
+        page only, and without a ``status`` the pages come by source: the runs not
+        ended, the paused, then each ended status.
 
         Raises:
             ConfigError: an unknown status, a bad time, ``until`` not after ``since``.
@@ -703,6 +708,22 @@ class Engine:
         f = self._filter(status, workflow, since, until, id_prefix)
         async for found in iter_runs(self, f, page=page):
             yield found
+
+    async def count_paused(self, *, workflow: str | None = None) -> int | None:
+        """How many paused runs of ``workflow`` (None: of all) the index lists, counted
+        without reading them (two requests, whatever the count): at most that many
+        are paused (a stale listing, or one removed in the second before it expires,
+        counts too). Best effort: None when NATS cannot count now (nothing raised).
+
+        Example:
+            ``await engine.count_paused(workflow="support")``
+        """
+        if workflow is not None and (not isinstance(workflow, str) or not workflow):
+            raise ConfigError(f"workflow={workflow!r}: must be a non-empty string")
+        try:
+            return await self.store.count_listed("paused", workflow)
+        except FuseeError:  # ConnectionLost among them
+            return None
 
     async def bulk_cancel(
         self,
@@ -722,8 +743,10 @@ class Engine:
         interruption: a run cancelled by the first pass has ended and is not listed (or
         its cancel returns False: counted as skipped). The summary's ``done`` counts the
         cancels sent (stored in each run's inbox), not taken: each run ends when its
-        worker reads it (see :class:`fusee.BulkSummary`). ``dry_run``: nothing is done,
-        ``done`` counts what would be sent; ``on_run(info, what)`` is called for each run.
+        worker reads it (see :class:`fusee.BulkSummary`). ``dry_run``: each run is asked what the
+        pass would do (``Run.cancel(dry_run=True)``) and counted the same way, nothing is
+        written; ``on_run(info, what)`` is called for each run (``"would"``: a dry run's
+        done).
 
         Raises:
             ConfigError: bad filter (before anything is done), an ended status.
@@ -759,7 +782,8 @@ class Engine:
         (its marker is back), or not paused any more (skipped), or its resume is the
         same message again (deduplicated). ``done`` counts the resumes sent, not taken
         (the run journals ``run.resumed`` when its worker reads it); a run paused on a
-        broken journal chain is failed (it needs ``resume(force=True)``).
+        broken journal chain is failed (it needs ``resume(force=True)``), by a dry run too
+        (each run asked as ``Run.resume(dry_run=True)``, nothing written).
 
         Raises:
             ConfigError: bad filter, a status other than ``paused``.
@@ -812,8 +836,10 @@ class Engine:
             ``await engine.serve()``
         """
         with self.store.retrying_for(math.inf):  # actors ride out a NATS outage
-            await self.store.open_listings()  # (a worker's, not a reader's: see there)
-            await self._worker(registry=registry).run()
+            async with anyio.create_task_group() as tg:
+                await self._open_listings(tg)
+                await self._worker(registry=registry).run()
+                tg.cancel_scope.cancel()
 
     @contextlib.asynccontextmanager
     async def worker(
@@ -829,12 +855,36 @@ class Engine:
             # the worker's tasks copy this context: its actors ride out a NATS outage,
             # while this engine's own calls keep the client's bounded retries
             with self.store.retrying_for(math.inf):
-                await self.store.open_listings()  # (a worker's, not a reader's)
+                await self._open_listings(tg)
                 await tg.start(w.run)
             try:
                 yield w
             finally:
                 tg.cancel_scope.cancel()
+
+    async def _open_listings(self, tg: anyio.abc.TaskGroup) -> None:
+        """A worker's part of the listings before it serves (a reader's is none: see
+        ``NatsStore.open_listings``): ``config.listed_from`` now, and the listing of an
+        earlier version's pauses in ``tg``, in the background (a namespace's whole
+        ``<ns>_runs`` bucket, a page at a time: nothing the worker serves waits for
+        it), tried again while it fails."""
+        await self.store.note_listed_from()
+        tg.start_soon(self._list_old_pauses)
+
+    async def _list_old_pauses(self) -> None:
+        delay = 1.0
+        while True:
+            try:
+                await self.store.list_old_pauses()
+                return
+            except FuseeError as exc:  # ConnectionLost among them
+                log.warning(
+                    "old_pauses_not_listed",
+                    error=f"{type(exc).__name__}: {exc}",
+                    retry_in=delay,
+                )
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 60.0)
 
 
 def _expired(history: History, pos: int, name: str) -> str | None:

@@ -128,7 +128,7 @@ class Run:
             info.updated_at = noted.updated_at
         return info
 
-    async def resume(self, *, force: bool = False) -> None:
+    async def resume(self, *, force: bool = False, dry_run: bool = False) -> None:
         """Resume the run where it paused: a step whose attempts ran out under
         ``Retry(on_exhausted="pause")`` runs again with a fresh retry budget; a run
         paused because its code no longer matched its journal is replayed by the code
@@ -141,7 +141,9 @@ class Run:
         ``force``: resume a run paused on a broken journal chain (a record missing or
         replaced), taking the chain as it is at every break it has now (what the
         missing records held is lost to its replay); a break that comes later needs
-        another ``force``.
+        another ``force``. ``dry_run``: the same checks (one read of the journal),
+        raising what a resume would raise now, and nothing stored (what
+        ``bulk_resume(dry_run=True)`` asks of each run).
 
         Raises:
             RunNotFound: no such run.
@@ -151,8 +153,9 @@ class Run:
         Example:
             ``await engine.run("support-42").resume()``
         """
-        if not isinstance(force, bool):
-            raise InvalidArgument(f"force={force!r}: must be a bool")
+        for name, flag in (("force", force), ("dry_run", dry_run)):
+            if not isinstance(flag, bool):
+                raise InvalidArgument(f"{name}={flag!r}: must be a bool")
         try:
             history = await self._history()
         except JournalGap as gap:
@@ -181,6 +184,8 @@ class Run:
                 )
             msg = Resume(paused=history.paused_seq)
             msg_id = f"{self.eid}:resume:{history.paused_seq}"
+        if dry_run:
+            return  # (an end that lands before a real resume's write: NotPausedError then)
         store = self.engine.store
         body = encode_message(msg)
         if (
@@ -258,12 +263,14 @@ class Run:
         self._exists = True
         return last.headers.get("Fusee-Kind") not in ENDED
 
-    async def cancel(self, reason: str = "cancelled") -> bool:
+    async def cancel(self, reason: str = "cancelled", *, dry_run: bool = False) -> bool:
         """Ask the run to stop: the running step's ``s.signal`` is set and its task
         cancelled, and the run ends ``cancelled`` with ``reason``. Durable once it
         returns: a worker that dies meanwhile leaves it to the next one.
 
-        Returns False (and does nothing) when the run had already ended.
+        Returns False (and does nothing) when the run had already ended. ``dry_run``:
+        whether it would cancel the run now (one read of its last record), and nothing
+        stored (what ``bulk_cancel(dry_run=True)`` asks of each run).
 
         A paused run is not left paused: one paused at a step whose attempts ran out
         is resumed to be cancelled (replayed to that step, where it stops and runs its
@@ -279,6 +286,10 @@ class Run:
         """
         if not isinstance(reason, str):
             raise InvalidArgument(f"reason={reason!r}: must be a str")
+        if not isinstance(dry_run, bool):
+            raise InvalidArgument(f"dry_run={dry_run!r}: must be a bool")
+        if dry_run:
+            return await self._live()
         if not await self._send("cancel", encode_message(Cancel(reason=reason))):
             return False
         await self._mark_if_paused()

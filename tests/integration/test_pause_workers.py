@@ -285,10 +285,15 @@ async def test_a_journal_gap_pause_needs_force(
         await run.resume()
     assert err.value.status == "paused"
     assert await engine.store.read_inbox(run.partition, run.eid) == inbox
-    # a bulk resume fails it (it stays paused: an operator must see it), not "skipped"
+    with pytest.raises(fusee.NotPausedError, match="force=True"):
+        await run.resume(dry_run=True)
+    # a bulk resume fails it (it stays paused: an operator must see it), not "skipped",
+    # and a dry run says so (it counted it done, as if it would be resumed)
+    dry = await engine.bulk_resume(workflow="pz_code", dry_run=True)
     summary = await engine.bulk_resume(workflow="pz_code")
     assert (summary.done, summary.skipped, list(summary.failed)) == (0, 0, ["r-gap"])
     assert "force=True" in summary.failed["r-gap"]
+    assert (dry.done, dry.skipped, dry.failed) == (0, 0, summary.failed)
     assert await engine.store.read_inbox(run.partition, run.eid) == inbox
     await run.resume(force=True)
     assert await run.result(timeout=20) == ["one", "two", "three"]

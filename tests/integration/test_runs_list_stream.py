@@ -134,3 +134,25 @@ async def test_a_list_of_nothing_prints_no_table_and_says_so(
     assert f"No runs in namespace {namespace!r}." in done.stderr
     assert await listing(status="completed", as_json=False, workflow="w") == 0
     assert recorded.text == ""
+
+
+async def test_a_jsonl_list_is_one_object_a_line_written_page_by_page(
+    failed_runs: list[str], recorded: _Recorder, listing: Listing
+) -> None:
+    """``--jsonl``: what a reader that stops early (``| head``) has read is whole JSON,
+    where ``--json``'s array is left unclosed."""
+    assert await listing(status="failed", workflow=None, as_json=False, as_jsonl=True) == 0
+    items = [w for w in recorded.writes if '"run_id"' in w[1]]
+    assert items[0][0] == 1, "the first lines were written only after more pages were read"
+    lines = recorded.text.splitlines()
+    assert sorted(json.loads(line)["run_id"] for line in lines) == failed_runs
+    assert all(line.startswith('{"run_id":') for line in lines), lines
+    assert recorded.text.endswith("}\n")
+
+
+async def test_json_and_jsonl_are_refused_together(nats_server: Any, namespace: str) -> None:
+    done = await run_cli(
+        "runs", "list", "--json", "--jsonl", "--nats", nats_server.url, "--namespace", namespace
+    )
+    assert done.returncode == 2
+    assert "not allowed with argument" in done.stderr

@@ -159,17 +159,23 @@ class BulkSummary(msgspec.Struct, kw_only=True):
       marker written; one already stored, deduplicated by its ``Nats-Msg-Id``, counts
       too). Not *taken*: the run journals ``run.resumed`` / ends ``cancelled`` when its
       worker reads it, which the pass does not wait for. With ``dry_run``: the runs it
-      would send to (listed, and matching, when the pass read them).
+      would send to, each asked as the real pass asks it (``Run.resume(dry_run=True)``,
+      ``Run.cancel(dry_run=True)``: the same reads, nothing stored); ``skipped`` and
+      ``failed`` likewise say what the pass would make of each run when it was read.
     - ``skipped``: listed, but needing nothing by the time it was acted on (ended
       meanwhile, or resumed since: by another pass, or by the interrupted one).
     - ``failed``: run ID -> why (a store error, a run paused on a broken journal chain,
       which needs ``resume(force=True)``).
 
-    A pass run again after an interruption does not list the runs the first one sent
-    a resume to (their marker is back, their listing removed once taken), nor the runs
-    it cancelled that have ended: its ``done`` counts what was left, the two passes'
-    ``done`` add up to the runs acted on (a cancel stored and not read yet when the
-    second pass lists its run is sent again, and counted again: the run ends once)."""
+    A pass run again after an interruption acts on each run once more at most: it does
+    not list the runs the first one sent a resume to (their marker is back, their
+    listing removed once taken), nor the runs it cancelled that have ended, and a
+    resume sent twice is one message (each run is resumed once). The two passes'
+    ``done`` need not add up to the runs acted on: the sends the first pass had in
+    flight when it stopped (at most ``concurrency - 1`` besides the one it counted
+    last) may have landed uncounted, and are not counted by the second either (the
+    total falls short); a cancel stored and not read yet when the second pass lists
+    its run is sent, and counted, again (the total goes over: the run ends once)."""
 
     action: str
     dry_run: bool = False

@@ -25,6 +25,7 @@ __all__ = (
     "supersedes",
     "encode_info",
     "decode_info",
+    "info_or_none",
 )
 
 Status = Literal["pending", "running", "waiting", "completed", "failed", "cancelled", "paused"]
@@ -130,3 +131,11 @@ def encode_info(info: RunInfo) -> bytes:
 
 def decode_info(data: bytes) -> RunInfo:
     return _decoder.decode(data)
+
+
+def info_or_none(data: bytes) -> RunInfo | None:
+    """:func:`decode_info`, or None for a value that is not fusee's (nothing to show)."""
+    try:
+        return _decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None

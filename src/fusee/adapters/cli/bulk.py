@@ -52,10 +52,11 @@ async def _total(engine: fusee.Engine, action: str, filters: dict[str, Any]) -> 
     """How many runs a bulk resume will meet at most, when the index can count them
     without reading them: the paused listing entries of the workflow (or of all), with
     no start time or ID prefix asked (those are checked on each entry read). None for a
-    cancel: the runs not ended are active markers, named by partition and ID only."""
+    cancel: the runs not ended are active markers, named by partition and ID only; None
+    too when NATS cannot count now (the bar then has no total)."""
     if action != "resume" or any(filters[k] for k in ("since", "until", "id_prefix")):
         return None
-    return await engine.store.count_listed("paused", filters["workflow"])
+    return await engine.count_paused(workflow=filters["workflow"])
 
 
 async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
@@ -90,12 +91,12 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
             counts = {"done": 0, "skipped": 0, "failed": 0}
 
             def on_run(info: fusee.RunInfo, what: str) -> None:
-                if what == "would":
+                if what == "would":  # (a dry run's done)
                     sys.stdout.write(f"would {action} {info.run_id} ({info.status})\n")
-                else:
-                    counts[what] += 1
-                    desc = ", ".join(f"{k} {v}" for k, v in counts.items())
-                    progress.update(task, description=desc)
+                    what = "done"
+                counts[what] += 1
+                desc = ", ".join(f"{k} {v}" for k, v in counts.items())
+                progress.update(task, description=desc)
                 progress.advance(task)
 
             kwargs: dict[str, Any] = {**filters, "dry_run": args.dry_run, "on_run": on_run}

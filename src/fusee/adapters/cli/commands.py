@@ -305,12 +305,16 @@ async def runs_list(
     since: str | None = None,
     until: str | None = None,
     id_prefix: str | None = None,
+    as_jsonl: bool = False,
 ) -> int:
     """Print the runs: with a filter, streamed from the index a page at a time (rows
-    printed as each page comes, newest first within it; memory bounded by a page),
-    read from the parts of the index the filter can match; without one, every run of
-    the index, newest first (``Engine.list_runs``, which also reads the entries of
-    earlier versions that filters do not)."""
+    printed as each page comes, newest first within it; memory a page's, and the IDs
+    of the runs not ended listed so far), read from the parts of the index the filter
+    can match, one after the other (without a status: the runs not ended, then the
+    paused, then the ended by status); without one, every run of the index, newest
+    first (``Engine.list_runs``, which also reads the entries of earlier versions that
+    filters do not). ``as_json``: one JSON array; ``as_jsonl``: one compact JSON object
+    a line (a reader that stops early leaves no array unclosed)."""
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         if (status, workflow, since, until, id_prefix) == (None,) * 5:
             pages: AsyncGenerator[list[fusee.RunInfo], None] = _one_page(await engine.list_runs())
@@ -329,7 +333,9 @@ async def runs_list(
                 if not found:
                     continue  # (no header before the first row)
                 found.sort(key=lambda i: i.created_at, reverse=True)
-                if as_json:  # one JSON array, an item at a time
+                if as_jsonl:  # a line a run
+                    text = "".join(msgspec.json.encode(i).decode() + "\n" for i in found)
+                elif as_json:  # one JSON array, an item at a time
                     text = "".join(json_item(i, first=count + n == 0) for n, i in enumerate(found))
                 else:
                     text = "".join(line + "\n" for line in table.page(found))
@@ -339,7 +345,7 @@ async def runs_list(
     if as_json:
         _out(json_end(count > 0))
         return 0
-    if not count:
+    if not count and not as_jsonl:
         filters = " and ".join(
             f for f in (status and f"status {status}", workflow and f"workflow {workflow}") if f
         )

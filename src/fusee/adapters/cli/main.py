@@ -3,7 +3,8 @@
     fusee dev FILE [--serve] [--api-port N]   embedded NATS + a worker + FILE's main(engine)
     fusee worker FILE [FILE...]         serve the workflows in FILEs until SIGTERM
     fusee api [--host H] [--port N]     serve the HTTP API until SIGTERM
-    fusee runs list [--status S] [--workflow W] [--since T] [--until T] [--id-prefix P] [--json]
+    fusee runs list [--status S] [--workflow W] [--since T] [--until T] [--id-prefix P]
+                    [--json | --jsonl]
     fusee runs bulk resume|cancel [FILTERS] [--reason TEXT] [--dry-run]
     fusee runs show RUN_ID [--json]
     fusee runs result RUN_ID [--timeout 30s]
@@ -183,7 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
         "list", parents=[common], help="list runs, newest first", description="List runs."
     )
     _filters(ls)
-    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    as_json = ls.add_mutually_exclusive_group()
+    as_json.add_argument("--json", action="store_true", help="print a JSON array")
+    as_json.add_argument(
+        "--jsonl", action="store_true", help="print JSON lines: one object a run, a line each"
+    )
     bulk_parser(runs_sub, common, _filters)
 
     show = runs_sub.add_parser(
@@ -519,6 +524,7 @@ def _one_shot_command(
             since=args.since,
             until=args.until,
             id_prefix=args.id_prefix,
+            as_jsonl=args.jsonl,
         )
     if args.runs_command == "bulk":
         return lambda: runs_bulk(opts, args)

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-import msgspec
 import nats
 import nats.errors
 import nats.js.errors
@@ -41,6 +40,7 @@ from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, pu
 from fusee.adapters.jetstream.direct import (
     CLIENT_PATIENCE,
     direct_batch,
+    direct_last,
     direct_pages,
     patience,
     publish_acked,
@@ -63,7 +63,7 @@ from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import ConnectionLost, Fenced, FuseeError, JournalGap, NotEncodable, StorageFull
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.inbox import TimerFired, encode_message
-from fusee.runtime.index import decode_info
+from fusee.runtime.index import info_or_none
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
 
@@ -89,7 +89,7 @@ INDEX_KIND = "run.index"  # a run's index entry (Layout.index_entry)
 UNMARKED_KIND = "run.inactive"  # its removal: replaces it, then expires
 LISTED_KIND = "run.listed"  # a run's listing entry (Layout.listing)
 LISTED_FROM = "config.listed_from"  # in the work bucket: see NatsStore.legacy_pages
-PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.open_listings
+PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.list_old_pauses
 UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then expires
 
 # Room kept in every message for what is not the value: the record's other fields
@@ -297,37 +297,84 @@ class NatsStore:
 
     async def open_listings(self) -> None:
         """What a worker of this version does once before it serves: note where the
-        final entries with a listing entry begin (``config.listed_from``, the stream's
-        last sequence when a worker that writes them first opened the namespace: see
-        :meth:`legacy_pages`), and list the runs an earlier version paused
-        (``config.paused_listed`` once done). Workers only: they write listing entries;
-        a reader (``fusee runs list``) changes nothing stored."""
+        final entries with a listing entry begin (:meth:`note_listed_from`), and list
+        the runs an earlier version paused (:meth:`list_old_pauses`; a worker does that
+        in the background, and tries again when it fails). Workers only: they write
+        listing entries; a reader (``fusee runs list``) changes nothing stored."""
+        await self.note_listed_from()
+        await self.list_old_pauses()
+
+    async def note_listed_from(self) -> None:
+        """Set ``config.listed_from`` if it is not set: the stream's last sequence when a
+        worker that writes listing entries first opened the namespace (see
+        :meth:`legacy_pages`). Before such a worker ends a run."""
         if await self._config(LISTED_FROM) is None:
-            info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
-            await self.init_config(LISTED_FROM, str(info.state.last_seq).encode())
+            await self.init_config(LISTED_FROM, str(await self._last_seq()).encode())
+
+    async def list_old_pauses(self, *, page: int = 500) -> None:
+        """List the runs an earlier version paused, once per namespace
+        (``config.paused_listed`` once done; see :meth:`_list_old_pauses`), reading
+        ``page`` entries of the ``<ns>_runs`` bucket at a time.
+
+        Raises:
+            FuseeError: NATS did not answer (``ConnectionLost``) or refused a read; a
+                later call does it again from the start (it creates only the entries
+                that are missing).
+        """
         if await self._config(PAUSED_LISTED) is None:
-            await self._list_old_pauses()
+            await self._list_old_pauses(page)
             await self.init_config(PAUSED_LISTED, b"1")
 
-    async def _list_old_pauses(self) -> None:
-        """A listing entry for each run the ``<ns>_runs`` bucket holds as paused: a
-        pause of an earlier version has none, and a run nothing pokes is never
-        activated to write it. Created only where none is (an expected last sequence
-        of 0 on the listing's subject), so a newer pause's entry is never replaced; a
-        listing of a run resumed since is found stale by its readers and pruned. Once
-        per namespace (a worker that dies before it is done leaves it to the next)."""
-        found = await self._kv_list(self.layout.runs_bucket, self.runs, ">")
-        for eid, (_, value) in found.items():
-            listed = self._listed(eid, value, 0)
-            if listed is None or not _is_paused(value):
-                continue
-            subject, data, headers = listed
-            headers = {**headers, EXPECTED_SEQ: "0"}
-            try:
-                await retrying(self.js.publish, subject, data, 5.0, None, headers)
-            except nats.js.errors.BadRequestError as exc:
-                if exc.err_code != WRONG_LAST_SEQUENCE:
-                    raise
+    async def _last_seq(self) -> int:
+        """The journal stream's last sequence."""
+        info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
+        return int(info.state.last_seq)
+
+    async def _list_old_pauses(self, page: int) -> None:
+        """A listing entry for each run the ``<ns>_runs`` bucket holds as paused and
+        that has no final entry: a pause of an earlier version has none, and a run
+        nothing pokes is never activated to write it. The bucket is read a page at a
+        time (one batched Direct Get of its stream, whose history is 1: a key's last
+        value only; a key updated meanwhile moves ahead and is met again), and the
+        final entries of a page's paused runs in one more (an earlier version's
+        :meth:`end_run` left the bucket's entry as it was: an ended run may read paused
+        there). Created only where none is (an expected last sequence of 0 on the
+        listing's subject), so a newer pause's entry is never replaced; a listing of a
+        run resumed since is found stale by its readers and pruned. Once per namespace
+        (a worker that fails before it is done leaves it to a later try)."""
+        bucket, prefix = f"KV_{self.layout.runs_bucket}", f"$KV.{self.layout.runs_bucket}."
+        with lost_on_transient("listing earlier pauses"):
+            async for found in direct_pages(self.nc, bucket, prefix + ">", 1, page):
+                paused: dict[str, bytes] = {}
+                for msg in found:
+                    info = info_or_none(msg.data) if msg.data else None
+                    if info is not None and info.status == "paused":
+                        paused[msg.subject[len(prefix) :]] = msg.data
+                if not paused:
+                    continue
+                subjects = [self.layout.index_entry(eid) for eid in paused]
+                for final in await direct_last(self.nc, self.layout.stream, subjects):
+                    if final.data:
+                        paused.pop(final.subject[len(self.layout.index_entry("")) :], None)
+                for eid, value in paused.items():
+                    listed = self._listed(eid, value, 0)
+                    if listed is not None:
+                        subject, data, headers = listed
+                        await self._publish_expecting(subject, data, {**headers, EXPECTED_SEQ: "0"})
+
+    async def _publish_expecting(
+        self, subject: str, data: bytes, headers: dict[str, str]
+    ) -> int | None:
+        """Publish a message whose headers expect a last sequence (``EXPECTED_SEQ``, of
+        the subject or of ``EXPECTED_SUBJECT``): its stream sequence, or None when the
+        expectation did not hold (nothing stored)."""
+        try:
+            ack = await retrying(self.js.publish, subject, data, 5.0, None, headers)
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code != WRONG_LAST_SEQUENCE:
+                raise
+            return None
+        return int(ack.seq)
 
     async def _bucket(self, name: str, what: str) -> KeyValue:
         try:
@@ -694,8 +741,7 @@ class NatsStore:
         the others are not. A reset before that first delivery still resumes from
         sequence 1: the floor drops the old messages, but the server sends them."""
         prefix = f"{self.layout.namespace}.in."
-        info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
-        floor = info.state.last_seq
+        floor = await self._last_seq()
 
         async def on_msg(msg: Msg) -> None:
             seq = msg.metadata.sequence.stream
@@ -989,13 +1035,7 @@ class NatsStore:
         None: it moved meanwhile. (An ended run's goes to the stream: :meth:`end_run`.)"""
         headers = {JOURNAL_SEQ: str(journal_seq), EXPECTED_SEQ: str(last)}
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
-        try:
-            ack = await retrying(self.js.publish, subject, value, 5.0, None, headers)
-        except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
-                raise
-            return None
-        return ack.seq
+        return await self._publish_expecting(subject, value, headers)
 
     async def end_run(
         self, partition: int, eid: str, value: bytes, *, journal_seq: int, fresh: bool = False
@@ -1053,7 +1093,7 @@ class NatsStore:
         """The listing entries of ``status`` and ``workflow`` (None: any), a page at a
         time: ``(eid, value, stream sequence)``. Ended runs' are final; a paused run's
         may be stale (resumed by a worker of an earlier version, or listed again by
-        ``open_listings``: the caller checks the run's entry and prunes it,
+        :meth:`list_old_pauses`: the caller checks the run's entry and prunes it,
         :meth:`unlist`)."""
         with lost_on_transient("listing the run index"):
             async for found in direct_pages(
@@ -1071,7 +1111,12 @@ class NatsStore:
         name, without reading them: the pending count of an ephemeral consumer that
         would deliver the last message of each subject (two requests, whatever the
         count). An upper bound for ``paused``: a stale entry, or a removal in the second
-        before it expires, counts too."""
+        before it expires, counts too.
+
+        Raises:
+            ConnectionLost: NATS did not answer.
+            FuseeError: NATS refused the consumer (nothing was made).
+        """
         config = ConsumerConfig(
             filter_subject=self.layout.listings(status, workflow),
             deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
@@ -1081,9 +1126,12 @@ class NatsStore:
             inactive_threshold=5.0,  # gone by itself if the delete below is lost
         )
         with lost_on_transient("counting the run index"):
-            info = await retrying(
-                self.js.add_consumer, self.layout.stream, config, what="a counting consumer"
-            )
+            try:
+                info = await retrying(
+                    self.js.add_consumer, self.layout.stream, config, what="a counting consumer"
+                )
+            except nats.js.errors.APIError as exc:
+                raise FuseeError(f"NATS refused a counting consumer: {exc}") from exc
         with contextlib.suppress(*TRANSIENT, nats.js.errors.NotFoundError):
             await self.js.delete_consumer(self.layout.stream, info.name)
         return int(info.num_pending or 0)
@@ -1099,13 +1147,7 @@ class NatsStore:
         run paused again: that one stays)."""
         subject, data, headers = self._unlisted(status, workflow, eid)
         headers = {**headers, EXPECTED_SEQ: str(seq)}
-        try:
-            await retrying(self.js.publish, subject, data, 5.0, None, headers)
-        except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
-                raise
-            return False
-        return True
+        return await self._publish_expecting(subject, data, headers) is not None
 
     async def legacy_pages(self, *, page: int = 500) -> AsyncIterator[list[tuple[str, bytes]]]:
         """The final entries of ended runs a previous fusee wrote (``<ns>.in.x.<eid>``
@@ -1140,10 +1182,10 @@ class NatsStore:
             return self._listed_upto
         raw = await self._config(LISTED_FROM)
         if raw is None:
-            info = await retrying(self.js.stream_info, self.layout.stream, what="the stream's info")
+            last = await self._last_seq()
             raw = await self._config(LISTED_FROM)
             if raw is None:
-                return int(info.state.last_seq)
+                return last
         self._listed_upto = int(raw) if raw.isdigit() else 0
         return self._listed_upto
 
@@ -1174,9 +1216,7 @@ class NatsStore:
     def _listed(self, eid: str, value: bytes, journal_seq: int) -> Message | None:
         """The listing entry of the run whose index entry is ``value``
         (:meth:`Layout.listing`), or None when the value is not fusee's."""
-        try:
-            info = decode_info(value)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        if (info := info_or_none(value)) is None:
             return None
         headers = {KIND: LISTED_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
         return self.layout.listing(info.status, info.workflow, eid), value, headers
@@ -1209,11 +1249,7 @@ class NatsStore:
         meanwhile (its marker rode it) keeps its marker."""
         subject, data, headers = self._unmarked(partition, eid)
         headers = {**headers, EXPECTED_SEQ: "0", EXPECTED_SUBJECT: self.layout.tree(eid)}
-        try:
-            await retrying(self.js.publish, subject, data, 5.0, None, headers)
-        except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
-                raise
+        if await self._publish_expecting(subject, data, headers) is None:
             return  # it started: its marker stays
         await self._clear_old_marker(partition, eid)
 
@@ -1448,13 +1484,6 @@ class NatsStore:
         except TRANSIENT:
             return None
         return msg.data
-
-
-def _is_paused(value: bytes) -> bool:
-    try:
-        return decode_info(value).status == "paused"
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return False
 
 
 def _journal_seq(headers: dict[str, str]) -> int:
