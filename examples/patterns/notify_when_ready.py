@@ -78,6 +78,10 @@ class Receiver(ThreadingHTTPServer):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}/hooks/report"
 
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
 
 class _Handler(BaseHTTPRequestHandler):
     server: Receiver
@@ -104,4 +108,4 @@ async def main(engine: fusee.Engine) -> None:
     print(f"  {len(receiver.deliveries)} deliveries, {len(keys)} key: notified once\n")
     print("\n".join(fusee.dev.format_journal(await run.journal())))
     print()
-    receiver.shutdown()
+    receiver.close()
