@@ -54,10 +54,11 @@ async def support(ctx: fusee.Context, question: str) -> str:
 
 async def main(engine: fusee.Engine) -> None:
     run = await engine.start(support, f"support-{time.strftime('%m%d-%H%M%S')}", "Where is 1042?")
-    with anyio.fail_after(30):
-        while (info := await run.describe()).status != "paused":  # noqa: ASYNC110 - a dashboard
+    with anyio.fail_after(30):  # an operator's dashboard: the paused runs of the type
+        while not (paused := await engine.list_runs(status="paused", workflow=support.name)):  # noqa: ASYNC110
             await anyio.sleep(0.1)
-    print(f"\n  {run.run_id}: {info.status} at step {info.step!r} after {info.attempts} attempts")
+    (info,) = paused
+    print(f"\n  {info.run_id}: {info.status} at step {info.step!r} after {info.attempts} attempts")
     print(f"    {info.error_type}: {info.message}")
     print("  ... the provider is back; the operator resumes every paused run of the type:")
     summary = await engine.bulk_resume(workflow="steady-support", status="paused")

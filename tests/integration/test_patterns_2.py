@@ -9,6 +9,7 @@ failure, long conversations, rate and cost limits, when the provider is down.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import secrets
 import subprocess
@@ -55,14 +56,13 @@ pytestmark = pytest.mark.timeout(60)
 Journal = list[tuple[int, Any]]
 
 
-@pytest.fixture(scope="module")
-def served(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``fusee worker`` serving every pattern file, in a namespace of this module's own;
-    yields the namespace."""
-    tmp = tmp_path_factory.mktemp("patterns-2")
+@contextlib.contextmanager
+def pattern_worker(url: str, tmp: Path) -> Iterator[str]:
+    """``fusee worker`` serving every pattern file, in a namespace of its own; yields
+    the namespace."""
     namespace = f"t{secrets.token_hex(4)}"
     files = [str(PATTERNS / f) for f in FILES]
-    cmd = cli_cmd("worker", *files, "--nats", nats_server.url, "--namespace", namespace)
+    cmd = cli_cmd("worker", *files, "--nats", url, "--namespace", namespace)
     log_path = tmp / "worker.log"
     with log_path.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=cli_env())
@@ -76,6 +76,22 @@ def served(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield namespace
     finally:
         worker.kill()
+
+
+@pytest.fixture(scope="module")
+def served(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The worker the tests' runs go to; yields its namespace."""
+    with pattern_worker(nats_server.url, tmp_path_factory.mktemp("patterns-2")) as namespace:
+        yield namespace
+
+
+@pytest.fixture(scope="module")
+def served_mains(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Another worker, for the files' ``main``s (what ``fusee dev`` runs), apart from
+    the tests' runs (``provider_down.py``'s provider is down for its process's first
+    requests, and ``main`` sets the limit the rate test expects unset)."""
+    with pattern_worker(nats_server.url, tmp_path_factory.mktemp("patterns-2-mains")) as ns:
+        yield ns
 
 
 @pytest.fixture
@@ -359,11 +375,12 @@ async def test_when_the_provider_is_down_the_run_pauses_then_resumes(
 ) -> None:
     run = await engine.start("steady-support", "support-down-1", "Where is 1042?")
 
-    async def paused() -> Any:
-        info = await run.describe()
-        return info if info.status == "paused" else None
+    async def paused() -> Any:  # listed paused: what bulk_resume reads (the index)
+        return await engine.list_runs(status="paused", workflow="steady-support")
 
-    info = await wait_until(paused, timeout=20, what="the run to pause")
+    (listed,) = await wait_until(paused, timeout=20, what="the run to be listed paused")
+    info = await run.describe()
+    assert (listed.run_id, listed.step, info.status) == ("support-down-1", "model", "paused")
     assert (info.step, info.attempts, info.error_type) == ("model", 3, "ConnectionError")
     assert info.message == "api.example.com: 503 Service Unavailable"
     journal = await run.journal()
@@ -379,3 +396,27 @@ async def test_when_the_provider_is_down_the_run_pauses_then_resumes(
     assert [r.attempt for r in records(journal, StepCompleted, "model")] == [4]
     kinds = [type(r) for _, r in journal]
     assert kinds.index(RunPaused) < kinds.index(RunResumed) < kinds.index(RunCompleted)
+
+
+MAINS = {
+    "interrupt_regenerate.py": "regenerate -> Refunds are paid back within 3 days",
+    "parallel_tools.py": "trip-agent: Lisbon will be sunny (24 C)",
+    "racing_models.py": "{'model': 'fast', 'text': 'Paris.'}",
+    "workflow_tool.py": "Here is what I found. In short: A durable step's result",
+    "notify_when_ready.py": "2 deliveries, 1 key: notified once",
+    "undo_on_failure.py": "Atlantis: failed, undo_on_failure.SoldOut: flight LH 99 is sold out",
+    "long_conversations.py": "3 generations under the one run ID",
+    "rate_limits.py": "runaway: fusee.StepBudgetExceeded",
+    "provider_down.py": "-> Your order 1042 ships on Thursday.",
+}
+
+
+@pytest.mark.parametrize("file", FILES)
+async def test_the_files_main_runs(
+    file: str, nats_server: Any, served_mains: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert sorted(MAINS) == sorted(FILES)
+    async with await fusee.connect(nats_server.url, namespace=served_mains) as engine:
+        await example(file).main(engine)
+    printed = capsys.readouterr().out
+    assert MAINS[file] in printed, printed
