@@ -54,7 +54,7 @@ def post(url: str, body: dict[str, Any], key: str) -> int:
         return int(response.status)
 
 
-@fusee.workflow("report")
+@fusee.workflow("notify-report")
 async def report(ctx: fusee.Context, job: dict[str, str]) -> str:
     text: str = await ctx.child(write_report, f"{ctx.run_id}/research", job["topic"], type=str)
     await ctx.step(

@@ -45,9 +45,9 @@ def answer(request: ModelRequest, n: int) -> Any:
     """The model: with no tool results yet, it asks for both tools; then it answers."""
     results = [m for m in request.messages if isinstance(m, ToolResultMessage)]
     if request.tools and not results:
-        return [
-            tool_call("weather", "call_weather", city="Lisbon"),
-            tool_call("flights", "call_flights", city="Lisbon", date="2026-06-01"),
+        return [  # a provider's call IDs are new each time
+            tool_call("weather", f"call_{n}_weather", city="Lisbon"),
+            tool_call("flights", f"call_{n}_flights", city="Lisbon", date="2026-06-01"),
         ]
     return "Lisbon will be sunny (24 C); LH 1234 leaves on June 1st for 129 EUR."
 

@@ -53,7 +53,7 @@ def answer(request: ModelRequest, n: int) -> Any:
 model = ScriptedModel(answer)
 
 
-@fusee.workflow("research")
+@fusee.workflow("research-topic")
 async def research(ctx: fusee.Context, q: Topic) -> dict[str, Any]:
     """Research a topic: find sources, read them, summarize what they say."""
     found = await ctx.step("search", lambda: sorted(k for k in SOURCES if k in q.topic.lower()))

@@ -228,7 +228,7 @@ async def test_a_workflow_tool_is_a_child_run_named_by_the_tool_call(
     assert journal_calls(journal) == [("step", "search"), ("step", "read"), ("step", "summarize")]
     started = records(journal, RunStarted)
     assert [(r.workflow, r.parent, decoded(r.input)) for r in started] == [
-        ("research", "ask-1", {"topic": "durable execution"})
+        ("research-topic", "ask-1", {"topic": "durable execution"})
     ]
 
 
@@ -238,7 +238,7 @@ async def test_notify_when_ready_posts_once_per_key_after_the_child(
     receiver = example("notify_when_ready.py").Receiver()  # 503 first, then 200
     try:
         run = await engine.start(
-            "report", "report-1", {"topic": "our suppliers", "webhook": receiver.url}
+            "notify-report", "report-1", {"topic": "our suppliers", "webhook": receiver.url}
         )
         report = await run.result(timeout=20)
     finally:
