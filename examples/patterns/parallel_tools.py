@@ -88,7 +88,7 @@ async def flights(city: str, date: str, s: fusee.StepInfo) -> list[dict[str, Any
         city: where to.
         date: the day, as YYYY-MM-DD.
     """
-    return await flights_api(city, date, s.key)  # s.key: the model's tool-call ID
+    return await flights_api(city, date, s.key)  # s.key: the step key and the call ID
 
 
 @fusee.workflow("trip-agent")

@@ -20,13 +20,12 @@ from tests.integration.test_agent_loop import (
     calls,
     failed_with,
     fails_fatally,
-    journal_calls,
     ran_calls,
     requests,
     start_worker,
     tool_results,
 )
-from tests.workers.procs import HERE, wait_until
+from tests.workers.procs import HERE, journal_calls, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 MOD = HERE / "loop_agents.py"
