@@ -36,9 +36,9 @@ from fusee.runtime.records import (
     StepRetrying,
 )
 from tests.helpers import cli_cmd, cli_env
+from tests.workers.patterns_1 import PATTERNS
 from tests.workers.procs import WorkerProc, journal_calls, wait_until
 
-PATTERNS = Path(__file__).resolve().parents[2] / "examples" / "patterns"
 FILES = (
     "interrupt_regenerate.py",
     "parallel_tools.py",
