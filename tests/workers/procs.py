@@ -27,7 +27,7 @@ import msgspec
 import pytest
 
 from fusee.actors.worker import owner_for
-from fusee.runtime.records import StepCompleted, StepFailed, WaitStarted
+from fusee.runtime.records import CallCancelled, StepCompleted, StepFailed, WaitStarted
 from tests.helpers import cli_cmd, cli_env
 
 HERE = Path(__file__).resolve().parent
@@ -272,13 +272,17 @@ async def wait_until(
 
 
 def journal_calls(journal: list[tuple[int, Any]]) -> list[tuple[str, str]]:
-    """Each position's call, in position order: ``("step", name)`` or ``(wait kind, name)``."""
+    """Each position's call, in position order: ``("step", name)``, ``(wait kind,
+    name)``, or ``("cancelled", name)`` for a call that lost a race. Positions count
+    from 1 in each generation: give it one generation's records."""
     at: dict[int, tuple[str, str]] = {}
     for _, r in journal:
         if isinstance(r, StepCompleted | StepFailed):
             at.setdefault(r.pos, ("step", r.name))
         elif isinstance(r, WaitStarted):
             at.setdefault(r.pos, (r.wait, r.name))
+        elif isinstance(r, CallCancelled):
+            at.setdefault(r.pos, ("cancelled", r.name))
     return [at[p] for p in sorted(at)]
 
 
