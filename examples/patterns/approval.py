@@ -36,7 +36,7 @@ def refund(order: str, amount: int, s: fusee.StepInfo) -> str:
         order: the order's number.
         amount: the amount to refund, in EUR.
     """
-    REFUNDS.setdefault(s.key, amount)  # s.key is the model's tool-call ID
+    REFUNDS.setdefault(s.key, amount)  # s.key: <the step's key>-<the model's tool-call ID>
     return f"refunded {amount} EUR on order {order}"
 
 
