@@ -376,6 +376,8 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/v1/objects/{type}/{key}/send/{handler}",
         "/v1/objects/{type}/{key}/cancel",
         "/v1/completions/{token}",
+        "/v1/limits",
+        "/v1/limits/{name}",
     }
     completions = doc["paths"]["/v1/completions/{token}"]
     assert {"200", "400", "404", "409", "413"} <= set(completions["post"]["responses"])
