@@ -31,6 +31,7 @@ bench: $(VENV)
 	$(PY) -m bench.parked
 	$(PY) -m bench.bulk
 	$(PY) -m bench.minimums
+	$(PY) -m bench.agent_loop
 
 venv: $(VENV)
 

@@ -11,6 +11,9 @@ at most two steps (fusee adds no more than a second step's cost per tool call).
 its result included) over 10. ``loop_over_same_steps`` sets the loop beside a plain
 workflow of as many steps (21: 11 turns, 10 tool calls), timed the same way: what the
 loop's own code adds to its steps, free of the run's start and end.
+``marginal_turn_over_step`` is what a turn adds: the 10-turn run less a 1-turn run of
+the same loop (also timed alternating), over the 9 turns between them, beside W1's step:
+the run's start, its final answer and the wait for its result cancel out.
 
 One in-process worker on a fresh embedded server (``sync_interval: always``). Prints
 one JSON line.
@@ -72,14 +75,14 @@ async def main(repeats: int, w1_steps: int) -> None:
         try:
             engine = await fusee.connect(server.url, namespace="agentloop")
             probe = await Floor.open(server.url, "FLOOR_AGENT")
-            per: dict[str, list[float]] = {"turn": [], "step": [], "same": []}
-            floors: dict[str, list[float]] = {"turn": [], "step": [], "same": []}
+            per: dict[str, list[float]] = {"turn": [], "step": [], "same": [], "one": []}
+            floors: dict[str, list[float]] = {"turn": [], "step": [], "same": [], "one": []}
             async with engine.worker():
                 await (await engine.start(agent, "warm-agent", TURNS)).result(timeout=120)
                 await (await engine.start(steps, "warm-steps", w1_steps)).result(timeout=120)
-                kinds = ["turn", "step", "same"]
+                kinds = ["turn", "step", "same", "one"]
                 for r in range(repeats):
-                    for kind in kinds[r % 3 :] + kinds[: r % 3]:
+                    for kind in kinds[r % 4 :] + kinds[: r % 4]:
                         floors[kind].append(statistics.median(await probe.block(NEAR)))
                         t0 = time.perf_counter()
                         if kind == "step":
@@ -90,6 +93,9 @@ async def main(repeats: int, w1_steps: int) -> None:
                         if kind == "same":
                             run = await engine.start(steps, f"same-{r}", 2 * TURNS + 1)
                             await run.result(timeout=120)
+                        elif kind == "one":
+                            run = await engine.start(agent, f"one-{r}", 1)
+                            assert await run.result(timeout=120) == 2
                         else:
                             run = await engine.start(agent, f"agent-{r}", TURNS)
                             assert await run.result(timeout=120) == TURNS + 1
@@ -101,7 +107,8 @@ async def main(repeats: int, w1_steps: int) -> None:
     whole = [t / TURNS for t in per["turn"]]
     turn, step = statistics.median(whole), statistics.median(per["step"])
     same = sorted(t / s for t, s in zip(per["turn"], per["same"], strict=True))
-    floor = statistics.median(floors["turn"] + floors["step"] + floors["same"])
+    floor = statistics.median(floors["turn"] + floors["step"] + floors["same"] + floors["one"])
+    marginal = (statistics.median(per["turn"]) - statistics.median(per["one"])) / (TURNS - 1)
     out = {
         "bench": "agent_loop",
         "turns": TURNS,
@@ -109,6 +116,8 @@ async def main(repeats: int, w1_steps: int) -> None:
         "ms_per_turn_spread": [round(min(whole), 3), round(max(whole), 3)],
         "w1_ms_per_step": round(step, 3),
         "turn_over_step": round(turn / step, 2),
+        "marginal_ms_per_turn": round(marginal, 3),
+        "marginal_turn_over_step": round(marginal / step, 2),
         "loop_over_same_steps": round(statistics.median(same), 2),
         "loop_over_same_steps_spread": [round(same[0], 2), round(same[-1], 2)],
         "turn_ratio_to_floor": round(turn / floor, 2),
