@@ -2,7 +2,7 @@
 
     fusee dev examples/patterns/prompt_chaining.py
 
-Each call is its own step (``outline``, ``draft``, ``polish``), so a failure in the
+Each call is its own step (``outline``, ``draft``, ``edit``), so a failure in the
 third resumes from the saved output of the second: the model is not asked again for
 what it already answered. The model is scripted so this runs offline; pass
 ``openai_model("gpt-5")`` as ``model`` instead and nothing else changes.
@@ -38,7 +38,7 @@ model = ScriptedModel(scripted)
 async def chaining(ctx: fusee.Context, topic: str) -> str:
     outline = await generate(ctx, "outline", model=model, prompt=f"Outline: {topic}")
     draft = await generate(ctx, "draft", model=model, prompt=f"Expand:\n{outline.text}")
-    final = await generate(ctx, "polish", model=model, prompt=f"Tighten:\n{draft.text}")
+    final = await generate(ctx, "edit", model=model, prompt=f"Edit:\n{draft.text}")
     return final.text
 
 

@@ -65,7 +65,7 @@ async def child_steps(engine: fusee.Engine, run_id: str) -> tuple[str, list[str]
 
 async def test_prompt_chaining_is_a_step_per_link(engine: fusee.Engine, worker: Any) -> None:
     result, calls = await run_pattern(engine, "prompt-chaining", "chain-1", "durable steps")
-    assert calls == [("step", "outline"), ("step", "draft"), ("step", "polish")]
+    assert calls == [("step", "outline"), ("step", "draft"), ("step", "edit")]
     assert result == (
         "Each step is journaled: a crash resumes at the running step, nothing runs twice."
     )
