@@ -87,7 +87,7 @@ def refund(order: str, amount_eur: int, s: fusee.StepInfo) -> str:
         order: the order's number.
         amount_eur: how much to refund, in EUR.
     """
-    REFUNDS.setdefault(s.key, amount_eur)  # s.key is the model's tool-call ID
+    REFUNDS.setdefault(s.key, amount_eur)  # s.key: <the step's key>-<the model's tool-call ID>
     return f"refunded {amount_eur} EUR on order {order}"
 
 

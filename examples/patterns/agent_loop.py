@@ -67,6 +67,8 @@ async def agent(ctx: fusee.Context, question: str) -> str:
         reply = await model_step(ctx, f"model-{turn}", model, ModelRequest(messages=history))
         if not reply.tool_calls:
             return reply.text
+        # One call a turn, as the seed writes it: any call after tool_calls[0] is dropped
+        # (not run, not answered). fusee.ai.loop runs every call of a turn.
         call = reply.tool_calls[0]
         args = msgspec.json.decode(call.arguments)
         result = await ctx.step(

@@ -18,12 +18,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgspec
-
 import fusee
 import fusee.dev
 from fusee.ai import AssistantMessage, Message, ModelRequest, SystemMessage, UserMessage, generate
-from fusee.runtime.records import RunContinued
 from fusee.testing import ScriptedModel
 
 MAX_RECORDS = 8  # a real chat: ~1000
@@ -78,11 +75,9 @@ async def main(engine: fusee.Engine) -> None:
         await run.signal("message", f"question {i}")
     await run.signal("message", "bye")
     print(f"\n  {await run.result(timeout='30s')}\n")
-    generations = [r for _, r in await run.journal() if isinstance(r, RunContinued)]
-    print(f"  {len(generations) + 1} generations under the one run ID {run.run_id}:")
-    for g in generations:
-        print(f"    generation {g.generation} started from {msgspec.json.decode(g.input)}")
     info = await run.describe()
+    print(f"  {info.generation} generations under the one run ID {run.run_id}")
     print(f"  the last generation holds {info.steps} steps\n")
+    # each generation starts at a run.continued record, its input the summary so far
     print("\n".join(fusee.dev.format_journal(await run.journal())))
     print()

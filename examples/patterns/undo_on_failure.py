@@ -47,7 +47,7 @@ BOOKINGS: dict[str, dict[str, Any]] = {}  # the booking services, standing in
 
 
 def book(kind: str, what: str, key: str) -> str:
-    booking = f"{kind[0].upper()}-{key[:6]}"
+    booking = f"{kind[0].upper()}-{key}"
     BOOKINGS.setdefault(booking, {"what": what, "status": "booked"})  # one per key
     return booking
 

@@ -297,6 +297,8 @@ async def test_undo_on_failure_runs_the_compensations_newest_first(
         for n in ("car", "hotel")
     ]
     assert undone == [f"cancelled {car}", f"cancelled {hotel}"]
+    # each booking is named by its step's whole key (one booking per key)
+    assert [hotel[:2], len(hotel), car[:2], len(car)] == ["H-", 34, "C-", 34]
     assert isinstance(journal[-1][1], RunFailed)
     assert journal[-1][1].step == "tool:buy-ticket"
 
