@@ -96,9 +96,12 @@ asking, asked = anyio.create_memory_object_stream[tuple[str, str]](math.inf)
 
 
 async def ask_the_lead(cb: fusee.Completion, call: ToolCall) -> None:
-    """Puts the refund in front of the support lead: here on a channel ``main`` reads;
-    in real life a Slack post or a mail with ``cb.url``. Completing it with ``true`` runs
-    the tool; ``{"approved": false, "reason": ...}`` tells the model no."""
+    """Puts the refund in front of the support lead: prints ``cb.url`` (in real life a
+    Slack post or a mail) and puts it on a channel ``main`` reads. Served by ``fusee
+    worker``, nothing reads the channel: the printed URL is how the run gets its answer
+    (``curl -X POST <url> -d true`` against ``fusee api``). Completing it with ``true``
+    runs the tool; ``{"approved": false, "reason": ...}`` tells the model no."""
+    print(f"  approval needed: {call.name} {call.arguments}: POST true to {cb.url}", flush=True)
     await asking.send((f"{call.name} {call.arguments}", cb.token))
 
 
