@@ -3,15 +3,16 @@
     fusee dev examples/patterns/sessions.py
 
 The object ``chat`` keeps a conversation's history in its state, under its key
-(``user-7``). Its exclusive handler ``say`` runs one turn at a time per key, in the
+(``user-7-<stamp>``). Its exclusive handler ``say`` runs one turn at a time per key, in the
 order the messages came; the reply is a ``model_call``, so its tokens are a stream
 readers follow while it runs (``engine.run(...).stream("reply")``), and a retried or
 resumed call continues from the tokens already stored. A support engineer can fix a
-history from outside with ``fusee objects edit chat user-7``.
+history from outside with ``fusee objects edit chat user-7-<stamp>``.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import msgspec
@@ -47,11 +48,15 @@ chats = fusee.object(
 
 
 async def main(engine: fusee.Engine) -> None:
-    chat = chats.key("user-7", engine=engine)
+    # keys with a stamp: run again on the same store, the chats start over (a fixed key
+    # would go on with the conversations of the run before)
+    stamp = f"{time.strftime('%m%d-%H%M%S')}{time.time_ns() // 1_000_000 % 1000:03d}"
+    seven, eight = f"user-7-{stamp}", f"user-8-{stamp}"
+    chat = chats.key(seven, engine=engine)
     for text in ("Where is my order?", "It is order 1042."):
         print(f"\n  user-7: {text}\n  chat:   {await chat.call('say', text)}")
-    other = chats.key("user-8", engine=engine)
+    other = chats.key(eight, engine=engine)
     print(f"\n  user-8: Hello\n  chat:   {await other.call('say', 'Hello')}")
     history = await chat.call("history")
     print(f"\n  user-7's history holds {len(history)} messages (user-8's is its own):")
-    print(f"  {fusee.dev.hint('objects', 'show', 'chat', 'user-7')}\n")
+    print(f"  {fusee.dev.hint('objects', 'show', 'chat', seven)}\n")

@@ -223,5 +223,17 @@ async def test_fusee_dev_runs_the_pattern_file_offline(stem: str, nats_server: A
     assert done.returncode == 0, done.stderr
     if stem != "sessions":
         assert " run.completed " in done.stdout, done.stdout
-    else:
-        assert "user-7's history holds 4 messages" in done.stdout, done.stdout
+        return
+    # run again on the same store: its chats start over, under keys of their own
+    again = await run_cli("dev", path, "--nats", nats_server.url, "--namespace", ns, env=env)
+    assert again.returncode == 0, again.stderr
+    shown = []
+    for out in (done.stdout, again.stdout):
+        assert "user-7's history holds 4 messages" in out, out
+        assert "(message 1 of this conversation)" in out, out
+        (key,) = re.findall(r"objects show chat (user-7-\S+)", out)
+        shown.append(key)
+    assert shown[0] != shown[1]
+    async with await fusee.connect(nats_server.url, namespace=ns) as engine:
+        held = await fusee.ObjectKey("chat", shown[1], engine=engine).state()
+    assert len(held["history"]) == 4  # the hint names the chat the run held
