@@ -55,7 +55,10 @@ async def support(ctx: fusee.Context, question: str) -> str:
 async def main(engine: fusee.Engine) -> None:
     run = await engine.start(support, f"support-{time.strftime('%m%d-%H%M%S')}", "Where is 1042?")
     with anyio.fail_after(30):  # an operator's dashboard: the paused runs of the type
-        while not (paused := await engine.list_runs(status="paused", id_prefix=run.run_id)):  # noqa: ASYNC110
+        while not (paused := await engine.list_runs(status="paused", id_prefix=run.run_id)):
+            if (await run.describe()).status == "completed":  # a provider that is up
+                print(f"\n  the provider answered: {await run.result()}\n")
+                return
             await anyio.sleep(0.1)
     (info,) = paused
     print(f"\n  {info.run_id}: {info.status} at step {info.step!r} after {info.attempts} attempts")

@@ -7,7 +7,9 @@ the other's task is cancelled (its ``s.signal`` set first, so its request is abo
 and its cancellation journaled (``call.cancelled``), so a replay returns the same
 winner whatever the timings.
 
-The models are scripted (one fast, one slow), so this runs offline.
+The models are scripted (one fast, one slow), so this runs offline; pass two
+``openai_model(...)`` as ``fast`` and ``large`` and neither the workflow nor ``main``
+changes (``main`` prints whichever answered first).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ async def main(engine: fusee.Engine) -> None:
     run = await engine.start(
         race_answer, f"race-{time.strftime('%m%d-%H%M%S')}", "Capital of France?"
     )
-    print(f"\n  {await run.result(timeout='30s')}\n")
+    result = await run.result(timeout="30s")
+    print(f"\n  {result}\n")
     print("\n".join(fusee.dev.format_journal(await run.journal())))
-    print("\nmodel:large lost the race: its call was cancelled and journaled so.\n")
+    print(f"\n{result['model']} won the race: the other call was cancelled and journaled so.\n")
