@@ -9,7 +9,10 @@ aborted. The regenerated turn is a new run started ``from_run=`` the stopped one
 calls that finished there (here the search for context) are copied into its journal and
 not run again; the model is asked again from the history as it was.
 
-The model is scripted (and slow, so there is time to press stop), so this runs offline.
+The model is scripted (and slow, so there is time to press stop), so this runs offline;
+pass ``openai_model(...)`` as ``model`` and neither the workflow nor ``main`` changes
+(a fast model may finish before stop lands: ``main`` says so, and the regenerated turn
+then copies the model's answer too).
 """
 
 from __future__ import annotations
@@ -35,10 +38,16 @@ class SlowModel(ScriptedModel):
         super().__init__(script, name="slow")
         self.per_word = per_word
 
+    async def pace(self, words: int) -> None:
+        """Before each word (``words`` written so far): the time a large model takes."""
+        await anyio.sleep(self.per_word)
+
     async def stream(self, request: ModelRequest, prefill: str = "") -> AsyncIterator[StreamItem]:
+        words = 0
         async for item in super().stream(request, prefill):
             if isinstance(item, str):
-                await anyio.sleep(self.per_word)
+                await self.pace(words)
+                words += 1
             yield item
 
 
@@ -84,6 +93,8 @@ async def main(engine: fusee.Engine) -> None:
     await first.cancel("interrupted")
     try:
         await first.result(timeout="30s")
+        # a fast model (an openai_model(...) passed as model) may end before stop lands
+        print(f"  {first.run_id}: the answer had ended before stop (the run completed)")
     except fusee.RunCancelled as e:
         print(f"  {first.run_id}: cancelled ({e.reason})")
 

@@ -9,16 +9,14 @@ failure, long conversations, rate and cost limits, when the provider is down.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import secrets
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
@@ -35,63 +33,34 @@ from fusee.runtime.records import (
     StepCompleted,
     StepRetrying,
 )
-from tests.helpers import cli_cmd, cli_env
+from tests.helpers import cli_env, permit_requests, run_cli
 from tests.workers.patterns_1 import PATTERNS
-from tests.workers.procs import WorkerProc, journal_calls, wait_until
-
-FILES = (
-    "interrupt_regenerate.py",
-    "parallel_tools.py",
-    "racing_models.py",
-    "workflow_tool.py",
-    "notify_when_ready.py",
-    "undo_on_failure.py",
-    "long_conversations.py",
-    "rate_limits.py",
-    "provider_down.py",
-)
+from tests.workers.patterns_2 import FILES, HELD_AFTER, asked, gate_open
+from tests.workers.procs import HERE, Workers, journal_calls, started, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
 Journal = list[tuple[int, Any]]
 
 
-@contextlib.contextmanager
-def pattern_worker(url: str, tmp: Path) -> Iterator[str]:
-    """``fusee worker`` serving every pattern file, in a namespace of its own; yields
-    the namespace."""
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the test opens the gates of the served worker's held models."""
+    return tmp_path_factory.mktemp("gate")
+
+
+@pytest.fixture(scope="module")
+def served(nats_server: Any, gate: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The worker process serving every pattern file (``tests/workers/patterns_2.py``),
+    in a namespace of its own, its models held at the gates; yields the namespace."""
     namespace = f"t{secrets.token_hex(4)}"
-    files = [str(PATTERNS / f) for f in FILES]
-    cmd = cli_cmd("worker", *files, "--nats", url, "--namespace", namespace)
-    log_path = tmp / "worker.log"
-    with log_path.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=cli_env())
-    worker = WorkerProc("patterns", proc, log_path)
+    workers = Workers(nats_server.url, namespace, tmp_path_factory.mktemp("patterns-2"))
+    workers.module = HERE / "patterns_2.py"
     try:
-        deadline = time.monotonic() + 20
-        while not worker.find("worker.started"):
-            assert worker.alive, worker.tail()
-            assert time.monotonic() < deadline, worker.tail()
-            time.sleep(0.05)
+        started(workers.spawn(extra_env={"PATTERNS_GATE": str(gate)}), "worker.started")
         yield namespace
     finally:
-        worker.kill()
-
-
-@pytest.fixture(scope="module")
-def served(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The worker the tests' runs go to; yields its namespace."""
-    with pattern_worker(nats_server.url, tmp_path_factory.mktemp("patterns-2")) as namespace:
-        yield namespace
-
-
-@pytest.fixture(scope="module")
-def served_mains(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Another worker, for the files' ``main``s (what ``fusee dev`` runs), apart from
-    the tests' runs (``provider_down.py``'s provider is down for its process's first
-    requests, and ``main`` sets the limit the rate test expects unset)."""
-    with pattern_worker(nats_server.url, tmp_path_factory.mktemp("patterns-2-mains")) as ns:
-        yield ns
+        workers.cleanup()
 
 
 @pytest.fixture
@@ -118,9 +87,9 @@ def generations(journal: Journal) -> list[Journal]:
     return out
 
 
-def example(file: str) -> ModuleType:
+def example(stem: str) -> ModuleType:
     """An example file imported as a module of its own (to reuse a class it defines)."""
-    spec = importlib.util.spec_from_file_location(f"pattern_{Path(file).stem}", PATTERNS / file)
+    spec = importlib.util.spec_from_file_location(f"pattern_{stem}", PATTERNS / f"{stem}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -128,22 +97,25 @@ def example(file: str) -> ModuleType:
     return module
 
 
-async def test_interrupt_then_regenerate_from_the_stopped_run(engine: fusee.Engine) -> None:
+async def test_interrupt_then_regenerate_from_the_stopped_run(
+    engine: fusee.Engine, gate: Path
+) -> None:
     history = [{"role": "user", "content": "When does my refund arrive?"}]
     first = await engine.start("chat-turn", "chat-7/turn-3", history)
     seen = []
     async for token in first.stream("model"):  # the user reads the first words...
         seen.append(token)
-        if len(seen) == 2:
+        if len(seen) == HELD_AFTER:
             break
     assert "".join(seen) == "Refunds are"
-    await first.cancel("interrupted")  # ...and presses stop
+    await first.cancel("interrupted")  # ...and presses stop, the model held at its third
     with pytest.raises(fusee.RunCancelled, match="interrupted"):
         await first.result(timeout=20)
     stopped = await first.journal()
     assert journal_calls(stopped) == [("step", "search")]  # the model call has no outcome
     assert isinstance(stopped[-1][1], RunCancelled)
 
+    gate_open(gate, "interrupt")  # the model may answer in full now
     again = await engine.start("chat-turn", "chat-7/turn-3b", history, from_run="chat-7/turn-3")
     answer = await again.result(timeout=20)
     text = "Refunds are paid back within 3 days to the card that paid."
@@ -235,7 +207,7 @@ async def test_a_workflow_tool_is_a_child_run_named_by_the_tool_call(
 async def test_notify_when_ready_posts_once_per_key_after_the_child(
     engine: fusee.Engine,
 ) -> None:
-    receiver = example("notify_when_ready.py").Receiver()  # 503 first, then 200
+    receiver = example("notify_when_ready").Receiver()  # 503 first, then 200
     try:
         run = await engine.start(
             "notify-report", "report-1", {"topic": "our suppliers", "webhook": receiver.url}
@@ -372,6 +344,38 @@ async def test_rate_and_cost_limits(engine: fusee.Engine) -> None:
     assert names[:3] == ["agent/turn-0", "agent/tool-0-search", "agent/turn-1"]
 
 
+async def test_rate_limits_serve_tenants_in_turn(engine: fusee.Engine, gate: Path) -> None:
+    """Under ``concurrent=1``, tenant A's first run holds the permit (its model held at
+    the gate) while A's second and third and then B's first queue at the limit; once
+    it lets go, ``fairness_key=`` the tenant serves B before A's third (first come,
+    first served would not). After the rate test: it sets the limit that one expects
+    unset."""
+    await engine.limit("openai", concurrent=1)
+    before = len(asked(gate))  # the questions of the tests before
+    ask = {"tenant": "A", "question": "hold: question 1 of A"}
+    runs = [await engine.start("limited-agent", "fair-a1", ask)]
+    await wait_until(lambda: asked(gate)[before:], timeout=20, what="A's first turn")
+    for run_id, tenant, question in [
+        ("fair-a2", "A", "question 2 of A"),
+        ("fair-a3", "A", "question 3 of A"),
+        ("fair-b1", "B", "question 1 of B"),
+    ]:
+        runs.append(
+            await engine.start("limited-agent", run_id, {"tenant": tenant, "question": question})
+        )
+
+        async def queued(run_id: str = run_id) -> bool:
+            return any(m.run == run_id for m in await permit_requests(engine, "openai"))
+
+        await wait_until(queued, timeout=20, what=f"{run_id}'s permit request at the limit")
+    assert asked(gate)[before:] == [ask["question"]]  # the others wait for the permit
+    gate_open(gate, "limits")
+    for run in runs:
+        assert (await run.result(timeout=20)).startswith("Answer to ")
+    first_asked = list(dict.fromkeys(asked(gate)[before:]))  # each one's first turn, in order
+    assert first_asked.index("question 1 of B") < first_asked.index("question 3 of A"), first_asked
+
+
 async def test_when_the_provider_is_down_the_run_pauses_then_resumes(
     engine: fusee.Engine,
 ) -> None:
@@ -401,24 +405,46 @@ async def test_when_the_provider_is_down_the_run_pauses_then_resumes(
 
 
 MAINS = {
-    "interrupt_regenerate.py": "regenerate -> Refunds are paid back within 3 days",
-    "parallel_tools.py": "trip-agent: Lisbon will be sunny (24 C)",
-    "racing_models.py": "{'model': 'fast', 'text': 'Paris.'}",
-    "workflow_tool.py": "Here is what I found. In short: A durable step's result",
-    "notify_when_ready.py": "2 deliveries, 1 key: notified once",
-    "undo_on_failure.py": "Atlantis: failed, undo_on_failure.SoldOut: flight LH 99 is sold out",
-    "long_conversations.py": "3 generations under the one run ID",
-    "rate_limits.py": "runaway: fusee.StepBudgetExceeded",
-    "provider_down.py": "-> Your order 1042 ships on Thursday.",
+    "interrupt_regenerate": "regenerate -> Refunds are paid back within 3 days",
+    "parallel_tools": "trip-agent: Lisbon will be sunny (24 C)",
+    "racing_models": "{'model': 'fast', 'text': 'Paris.'}",
+    "workflow_tool": "Here is what I found. In short: A durable step's result",
+    "notify_when_ready": "2 deliveries, 1 key: notified once",
+    "undo_on_failure": "Atlantis: failed, undo_on_failure.SoldOut: flight LH 99 is sold out",
+    "long_conversations": "3 generations under the one run ID",
+    "rate_limits": "runaway: fusee.StepBudgetExceeded",
+    "provider_down": "-> Your order 1042 ships on Thursday.",
 }
 
 
-@pytest.mark.parametrize("file", FILES)
-async def test_the_files_main_runs(
-    file: str, nats_server: Any, served_mains: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+async def test_fusee_dev_runs_each_pattern_file_offline(nats_server: Any) -> None:
+    """What the README says: ``fusee dev examples/patterns/<file>.py`` runs its ``main``,
+    offline, and exits 0, printing its answer. As ``test_patterns_1`` does, a subprocess
+    a file on the session's server in a namespace each (a fresh process: the provider
+    of ``provider_down.py`` is down for its first requests); three at a time, so the
+    nine take about a third of their time one after the other."""
     assert sorted(MAINS) == sorted(FILES)
-    async with await fusee.connect(nats_server.url, namespace=served_mains) as engine:
-        await example(file).main(engine)
-    printed = capsys.readouterr().out
-    assert MAINS[file] in printed, printed
+    env = {k: v for k, v in cli_env().items() if not k.startswith("OPENAI_")}
+    failed: dict[str, str] = {}
+    limiter = anyio.CapacityLimiter(3)
+
+    async def dev(stem: str) -> None:
+        ns = f"t{secrets.token_hex(4)}"
+        async with limiter:
+            done = await run_cli(
+                "dev",
+                str(PATTERNS / f"{stem}.py"),
+                "--nats",
+                nats_server.url,
+                "--namespace",
+                ns,
+                env=env,
+                timeout=45,
+            )
+        if done.returncode != 0 or MAINS[stem] not in done.stdout:
+            failed[stem] = f"exit {done.returncode}\n{done.stdout}\n{done.stderr[-2000:]}"
+
+    async with anyio.create_task_group() as tg:
+        for stem in FILES:
+            tg.start_soon(dev, stem)
+    assert not failed, "\n\n".join(f"{stem}: {why}" for stem, why in failed.items())
