@@ -1,4 +1,5 @@
-"""Review repros (fix/pause3), real nats-server, in-process workers."""
+"""Review repros of fix/pause3 (issue 12), each failing without its fix: real
+nats-server, in-process workers."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import pytest
 
 import fusee
 from fusee.runtime.ids import escape
-from tests.helpers import hold_index_write, hold_store_call, poked_at
+from fusee.runtime.records import RunPaused, RunResumed, StepRetrying, WaitStarted
+from tests.helpers import forge_last, hold_index_write, hold_store_call, poked_at
 from tests.integration.test_pause import CALLS, pz_undo
 from tests.workers.procs import wait_until
 
@@ -71,10 +73,9 @@ async def test_a_cancelled_paused_run_leaves_the_paused_listing(engine: fusee.En
 
 async def test_a_forced_resume_of_a_step_pause_whose_chain_broke(engine: fusee.Engine) -> None:
     """A run paused at a step; then a record with a broken link is appended (a record
-    replaced). resume() asks for force; resume(force=True) is stored, the
-    worker forgives the break, finds the step's pause, and ignores the message as
-    stale (it names pause 0): the run stays paused, no resume can ever reach it."""
-    from fusee.runtime.records import RunResumed, StepRetrying
+    replaced). resume() asks for force; resume(force=True) is stored, the worker
+    forgives the break, finds the step's pause and resumes it (before the fix it
+    ignored the message as stale, naming pause 0: no resume could ever reach the run)."""
 
     CALLS.clear()
     run = await engine.start(pz_undo, "pz-step-gap")
@@ -85,18 +86,8 @@ async def test_a_forced_resume_of_a_step_pause_whose_chain_broke(engine: fusee.E
 
         await wait_until(paused, timeout=20, what="the run to pause")
         # a record whose link names a predecessor the journal does not hold, after the
-        # pause (as test_pause_workers._forge_last makes one: a record replaced)
-        import msgspec
-
-        from fusee.runtime.records import encode_record, kind_of
-
-        record = next(r for _, r in await run.journal() if isinstance(r, StepRetrying))
-        forged = msgspec.structs.replace(record, prev=1, prev_hash="0123456789abcdef")
-        last = await engine.store.last_in_journal(run.eid)
-        assert last is not None
-        await engine.store.append(
-            run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id="forged"
-        )
+        # pause (a record replaced)
+        await forge_last(engine, run, StepRetrying, "forged")
         with pytest.raises(fusee.NotPausedError, match="force=True"):
             await run.resume()
         await run.resume(force=True)
@@ -108,10 +99,11 @@ async def test_a_forced_resume_of_a_step_pause_whose_chain_broke(engine: fusee.E
 
 
 GAP_CALLS: dict[str, int] = {}
+CODE: dict[str, str] = {"step": "book"}  # the name the deployed code gives its step
 
 
-@fusee.workflow("rv_gap_undo")
-async def rv_gap_undo(ctx: fusee.Context) -> str:
+@fusee.workflow("rv_undo")
+async def rv_undo(ctx: fusee.Context) -> str:
     def book() -> str:
         GAP_CALLS["book"] = GAP_CALLS.get("book", 0) + 1
         return "B-1"
@@ -119,7 +111,7 @@ async def rv_gap_undo(ctx: fusee.Context) -> str:
     def unbook() -> None:
         GAP_CALLS["unbook"] = GAP_CALLS.get("unbook", 0) + 1
 
-    await ctx.step("book", book)
+    await ctx.step(CODE["step"], book)
     ctx.compensate("unbook", unbook)
     return str(await ctx.wait_for("go"))
 
@@ -127,30 +119,23 @@ async def rv_gap_undo(ctx: fusee.Context) -> str:
 async def test_a_death_between_a_broken_runs_forced_resume_and_its_cancel(
     engine: fusee.Engine,
 ) -> None:
-    """A cancel of a run paused on a broken chain: 'no code runs, its compensations not
-    run' (docs/design.md). The worker journals a forced run.resumed, then dies before
-    run.cancelled lands: the next worker reads the break as accepted and the cancel,
-    and replays the code over the broken journal: the compensation runs."""
-    import msgspec
-
-    from fusee.runtime.records import RunResumed, WaitStarted, encode_record, kind_of
+    """A cancel of a run paused on a broken chain: no code runs, its compensations not
+    run. The worker journals a forced run.resumed, then dies before run.cancelled
+    lands: the next worker ends it cancelled, running no code (before the fix it read
+    the break as accepted and the cancel, and replayed the code over the broken
+    journal: the compensation ran)."""
 
     GAP_CALLS.clear()
+    CODE["step"] = "book"
     eid = escape("rv-gap-death")
-    run = await engine.start(rv_gap_undo, "rv-gap-death")
+    run = await engine.start(rv_undo, "rv-gap-death")
     async with engine.worker():
 
         async def waiting() -> bool:
             return (await run.describe()).status == "waiting"
 
         await wait_until(waiting, timeout=20, what="the run to park")
-        record = next(r for _, r in await run.journal() if isinstance(r, WaitStarted))
-        forged = msgspec.structs.replace(record, prev=1, prev_hash="0123456789abcdef")
-        last = await engine.store.last_in_journal(run.eid)
-        assert last is not None
-        await engine.store.append(
-            run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id="forged"
-        )
+        await forge_last(engine, run, WaitStarted, "forged")
         await run.signal("nudge")
 
         async def paused() -> bool:
@@ -169,23 +154,6 @@ async def test_a_death_between_a_broken_runs_forced_resume_and_its_cancel(
     assert GAP_CALLS == {"book": 1}, GAP_CALLS  # no code again, no compensation
 
 
-CODE: dict[str, str] = {"step": "book"}
-
-
-@fusee.workflow("rv_changed")
-async def rv_changed(ctx: fusee.Context) -> str:
-    def book() -> str:
-        GAP_CALLS["book"] = GAP_CALLS.get("book", 0) + 1
-        return "B-1"
-
-    def unbook() -> None:
-        GAP_CALLS["unbook"] = GAP_CALLS.get("unbook", 0) + 1
-
-    await ctx.step(CODE["step"], book)
-    ctx.compensate("unbook", unbook)
-    return str(await ctx.wait_for("go"))
-
-
 async def test_a_cancel_whose_replay_meets_changed_code_waits_for_an_operator(
     engine: fusee.Engine,
 ) -> None:
@@ -194,11 +162,10 @@ async def test_a_cancel_whose_replay_meets_changed_code_waits_for_an_operator(
     cancelling, which says so). It stays paused (before the fix: run.cancelled came
     right after the pause, the compensation never ran): the operator puts the old code
     back and resumes, and the cancel is carried out, its compensation run."""
-    from fusee.runtime.records import RunPaused
 
     GAP_CALLS.clear()
     CODE["step"] = "book"
-    run = await engine.start(rv_changed, "rv-changed")
+    run = await engine.start(rv_undo, "rv-changed")
     async with engine.worker():
 
         async def waiting() -> bool:
