@@ -92,9 +92,9 @@ class MemoryJournal:
         return None
 
     async def clear_run_active(
-        self, partition: int, eid: str, *, listed: bytes | None = None
-    ) -> None:
-        return None
+        self, partition: int, eid: str, *, listed: bytes | None = None, seen: int | None = None
+    ) -> bool:
+        return True
 
 
 async def _noop() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import msgspec
 
 import fusee
 from fusee.actors.registry import Registry, Workflow
@@ -20,6 +21,7 @@ from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.inbox import PermitRequest, decode_message
 from fusee.runtime.index import decode_info
 from fusee.runtime.limits import limit_actor_id
+from fusee.runtime.records import encode_record, kind_of
 from fusee.runtime.tokens import TokenEvent
 
 
@@ -130,3 +132,15 @@ async def permit_requests(engine: Any, limit: str) -> list[PermitRequest]:
         if isinstance(msg, PermitRequest):
             found.append(msg)
     return found
+
+
+async def forge_last(engine: fusee.Engine, run: fusee.Run, kind: type, msg_id: str) -> None:
+    """Append a copy of the run's last record of ``kind`` whose link names a
+    predecessor the journal does not hold (a record replaced): the chain breaks there."""
+    record: Any = [r for _, r in await run.journal() if isinstance(r, kind)][-1]
+    forged = msgspec.structs.replace(record, prev=1, prev_hash="0123456789abcdef")
+    last = await engine.store.last_in_journal(run.eid)
+    assert last is not None
+    await engine.store.append(
+        run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id=msg_id
+    )

@@ -242,10 +242,13 @@ class MemoryStore:
         await self.wake(partition, eid)
 
     async def clear_run_active(
-        self, partition: int, eid: str, *, listed: bytes | None = None
-    ) -> None:
+        self, partition: int, eid: str, *, listed: bytes | None = None, seen: int | None = None
+    ) -> bool:
+        if seen is not None and any(m.seq > seen for m in self.inboxes.get((partition, eid), [])):
+            return False  # a message the leaving activation did not read: the marker stays
         self.run_markers.pop((partition, eid), None)
         self.active.pop((partition, eid), None)
+        return True
 
     async def clear_unstarted(self, partition: int, eid: str) -> None:
         if not self.journals.get(eid):

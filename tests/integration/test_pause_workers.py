@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import msgspec
 import pytest
 
 import fusee
@@ -27,10 +26,8 @@ from fusee.runtime.records import (
     RunResumed,
     StepCompleted,
     WaitStarted,
-    encode_record,
-    kind_of,
 )
-from tests.helpers import run_cli
+from tests.helpers import forge_last, run_cli
 from tests.workers.procs import assert_chained, owners, wait_until
 
 PAUSING = Path(__file__).resolve().parent.parent / "workers" / "pausing.py"
@@ -263,13 +260,7 @@ async def test_a_journal_gap_pause_needs_force(
 
     await wait_until(waiting, timeout=20, what="the run to wait for its signal")
     # a record replaced: one whose link names a predecessor the journal does not hold
-    (wait,) = [r for _, r in await run.journal() if isinstance(r, WaitStarted)]
-    forged = msgspec.structs.replace(wait, prev=1, prev_hash="0123456789abcdef")
-    last = await engine.store.last_in_journal(run.eid)
-    assert last is not None
-    await engine.store.append(
-        run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id="forged"
-    )
+    await forge_last(engine, run, WaitStarted, "forged")
     await run.signal("go")
 
     # describe() says paused as soon as the chain is broken; the worker lists the pause
@@ -301,18 +292,6 @@ async def test_a_journal_gap_pause_needs_force(
     assert any(isinstance(r, RunResumed) and r.force for _, r in await run.journal())
 
 
-async def _forge_last(engine: fusee.Engine, run: fusee.Run, kind: type, msg_id: str) -> None:
-    """Append a copy of the run's record of ``kind`` whose link names a predecessor the
-    journal does not hold (a record replaced): the chain breaks there."""
-    record: Any = [r for _, r in await run.journal() if isinstance(r, kind)][-1]
-    forged = msgspec.structs.replace(record, prev=1, prev_hash="0123456789abcdef")
-    last = await engine.store.last_in_journal(run.eid)
-    assert last is not None
-    await engine.store.append(
-        run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id=msg_id
-    )
-
-
 async def test_a_cancel_ends_a_run_paused_by_its_code_or_its_journal(
     engine: fusee.Engine, tmp_path: Path, worker_procs: Any
 ) -> None:
@@ -335,7 +314,7 @@ async def test_a_cancel_ends_a_run_paused_by_its_code_or_its_journal(
     await wait_until(lambda: both(waiting), timeout=20, what="the runs to wait")
     old.stop()
     await workers.start(extra_env={"FUSEE_TEST_CODE": "new"})
-    await _forge_last(engine, gap, WaitStarted, "forged")
+    await forge_last(engine, gap, WaitStarted, "forged")
     for run in (det, gap):
         await run.signal("go")
     await wait_until(lambda: both(_paused), timeout=20, what="the runs to pause")
@@ -377,15 +356,15 @@ async def test_a_forced_resume_gets_past_every_break_and_a_later_break_needs_ano
         return indexed is not None and decode_info(indexed).status == "waiting"
 
     await wait_until(parked, timeout=20, what="the run to park")
-    await _forge_last(engine, run, WaitStarted, "forged-1")
-    await _forge_last(engine, run, WaitStarted, "forged-2")
+    await forge_last(engine, run, WaitStarted, "forged-1")
+    await forge_last(engine, run, WaitStarted, "forged-2")
     await run.signal("nudge")  # (not the one it waits for: it only brings it back)
     await wait_until(lambda: _paused(run), timeout=20, what="the run to pause on the gaps")
     await run.resume(force=True)
     await wait_until(lambda: forced(1), timeout=20, what="the forced resume")
     await wait_until(parked, timeout=20, what="the run to park again")
     # a new break, after the forced resume: a second force gets past it
-    await _forge_last(engine, run, WaitStarted, "forged-3")
+    await forge_last(engine, run, WaitStarted, "forged-3")
     await run.signal("nudge")
     await wait_until(lambda: _paused(run), timeout=20, what="the run to pause on the new gap")
     await run.resume(force=True)

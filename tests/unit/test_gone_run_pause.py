@@ -15,10 +15,10 @@ class Recording(MemoryStore):
         self.unmarks: list[bytes | None] = []
 
     async def clear_run_active(
-        self, partition: int, eid: str, *, listed: bytes | None = None
-    ) -> None:
+        self, partition: int, eid: str, *, listed: bytes | None = None, seen: int | None = None
+    ) -> bool:
         self.unmarks.append(listed)
-        await super().clear_run_active(partition, eid, listed=listed)
+        return await super().clear_run_active(partition, eid, listed=listed, seen=seen)
 
 
 def test_a_paused_run_is_listed_as_paused() -> None:

@@ -138,11 +138,12 @@ class DyingStore(MemoryStore):
         self._write("after", "mark")
 
     async def clear_run_active(
-        self, partition: int, eid: str, *, listed: bytes | None = None
-    ) -> None:
+        self, partition: int, eid: str, *, listed: bytes | None = None, seen: int | None = None
+    ) -> bool:
         self._write("before", "clear", f"clear {eid}")
-        await super().clear_run_active(partition, eid, listed=listed)
+        cleared = await super().clear_run_active(partition, eid, listed=listed, seen=seen)
         self._write("after", "clear")
+        return cleared
 
     async def clear_unstarted(self, partition: int, eid: str) -> None:
         self._write("before", "clear", f"clear {eid} unless started")

@@ -201,10 +201,14 @@ class RunStore(Protocol):
         ...
 
     async def clear_run_active(
-        self, partition: int, eid: str, *, listed: bytes | None = None
-    ) -> None:
+        self, partition: int, eid: str, *, listed: bytes | None = None, seen: int | None = None
+    ) -> bool:
         """Remove an ended or paused run's active marker; ``listed``: a paused run's
-        index entry, listed under its status and workflow in the same write."""
+        index entry, listed under its status and workflow in the same write.
+        ``seen``: a paused run leaving, which read its inbox up to this sequence: the
+        marker stays (False) if a message came above it, or a marker was written
+        while the removal was made (a cancel's or a resume's, which outlives the
+        activation that did not read it)."""
         ...
 
     async def clear_unstarted(self, partition: int, eid: str) -> None:

@@ -337,6 +337,14 @@ class RunActor:
     async def _project(self, cmd: Project) -> None:
         seq = self.core.fence if cmd.journal_seq is None else cmd.journal_seq
         unmark = self.core.partition if cmd.unmark else None
+        # a run leaving paused keeps its marker if a cancel or a resume came meanwhile
+        seen = self.core.view.seen if cmd.unmark and not cmd.info.ended else None
         await project_index(
-            self.core.store, self.core.eid, cmd.info, seq, unmark=unmark, current=cmd.current
+            self.core.store,
+            self.core.eid,
+            cmd.info,
+            seq,
+            unmark=unmark,
+            current=cmd.current,
+            seen=seen,
         )

@@ -46,6 +46,7 @@ async def project_index(
     *,
     unmark: int | None = None,
     current: Current = UNREAD,
+    seen: int | None = None,
 ) -> bool:
     """Write ``info`` (made from the journal up to ``journal_seq``) unless the index
     holds an entry made from more of it. True when written (or already there).
@@ -56,7 +57,9 @@ async def project_index(
     ``current``: what the index holds, when the caller knows (it just read it, or
     None: the run's end just landed, so nothing can be there to compare with); else
     ``UNREAD``: it is read first. Only the final entry is read for an ended run's (it
-    is not compared with the bucket's: see below).
+    is not compared with the bucket's: see below). ``seen``: with ``unmark``, the
+    last inbox message the leaving activation read: its marker stays if a cancel or a
+    resume came while it left (``RunStore.clear_run_active``).
 
     Raises:
         FuseeError: the entry's compare-and-set was refused ``MAX_REFUSALS`` times in
@@ -79,15 +82,15 @@ async def project_index(
                 # it before the bucket's, no compare-and-set replaces it, and nothing a
                 # run does after its end makes it wrong (an unreadable one is replaced
                 # by the next ended write, the end_run below)
-                await _unmark(store, eid, unmark)
+                await _unmark(store, eid, unmark, seen=seen)
                 return False
             if old is not None and not supersedes(info, journal_seq, old, seq):
-                await _unmark(store, eid, unmark)
+                await _unmark(store, eid, unmark, seen=seen)
                 return False
             if old is not None and seq == journal_seq and _same(old, info):
                 # an ended run activated again (a reconcile listed its marker in the
                 # second it lingers): the entry says this already, nothing is written
-                await _unmark(store, eid, unmark, info)
+                await _unmark(store, eid, unmark, info, seen=seen)
                 return True
         if info.ended:
             # made from the journal's end: no later record can make it wrong, so it is
@@ -100,7 +103,7 @@ async def project_index(
             return True
         written = await store.put_index(eid, encode_info(info), journal_seq=journal_seq, last=last)
         if written is not None:
-            await _unmark(store, eid, unmark, info)
+            await _unmark(store, eid, unmark, info, seen=seen)
             return True
     raise FuseeError(
         f"the index entry of run {unescape(eid)!r} was not written: its compare-and-set was refused "
@@ -119,13 +122,18 @@ async def _read(store: RunStore, eid: str, *, ended: bool) -> IndexEntry | None:
 
 
 async def _unmark(
-    store: RunStore, eid: str, partition: int | None, info: RunInfo | None = None
+    store: RunStore,
+    eid: str,
+    partition: int | None,
+    info: RunInfo | None = None,
+    *,
+    seen: int | None = None,
 ) -> None:
     """Remove the run's marker; a paused run's entry just written (``info``) is listed
     under its status and workflow in the same write (see ``Layout.listing``)."""
     if partition is None:
         return
     if info is not None and info.status == "paused":
-        await store.clear_run_active(partition, eid, listed=encode_info(info))
+        await store.clear_run_active(partition, eid, listed=encode_info(info), seen=seen)
     else:
-        await store.clear_run_active(partition, eid)
+        await store.clear_run_active(partition, eid, seen=seen)

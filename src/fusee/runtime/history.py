@@ -83,6 +83,9 @@ class History:
     # resume accepted them (journaled: ``forgiven``; read from the inbox: ``forgive``)
     forgive: int = 0
     forgiven: int = 0
+    # the sequence of the last forced ``run.resumed`` a cancel journaled (no inbox
+    # message: ``RunLife._cancel_paused``), to end a broken run without its code
+    cancel_forced_seq: int = 0
     steps_before: int = 0  # steps journaled in the generations before this one
     last_seq: int = 0
     last_hash: str = ""
@@ -232,14 +235,16 @@ class History:
                 if isinstance(record.pos, int):
                     self.pauses.setdefault(record.pos, []).append(record)
             case RunResumed():
-                self._resumed(record)
+                self._resumed(seq, record)
             case _ if isinstance(record, TERMINAL):
                 self.end = record
 
-    def _resumed(self, record: RunResumed) -> None:
+    def _resumed(self, seq: int, record: RunResumed) -> None:
         if record.force:
             self.forgiven = max(self.forgiven, record.gap)
             self.forgive = max(self.forgive, record.gap)
+            if not record.inbox_seq:
+                self.cancel_forced_seq = seq
         paused = self.paused
         if paused is None or record.paused != self.paused_seq:
             return  # (a forced resume of a break names no pause)
@@ -306,6 +311,19 @@ class History:
     @property
     def ended(self) -> bool:
         return self.end is not None
+
+    @property
+    def pending_force(self) -> bool:
+        """Breaks of the chain were taken as they are (:attr:`forgive`: a forced resume
+        read in the inbox, or a cancel's read) that no journaled resume accepted yet."""
+        return self.forgive > self.forgiven
+
+    @property
+    def cancel_forced(self) -> bool:
+        """The journal ends with the forced ``run.resumed`` of a cancel of a run whose
+        chain broke (its ``run.cancelled`` did not land): not to be replayed, its
+        records are missing; the cancel ends it."""
+        return 0 < self.cancel_forced_seq == self.last_seq
 
 
 @dataclass(frozen=True)

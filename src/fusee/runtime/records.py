@@ -227,7 +227,12 @@ class RunPaused(Record, tag="run.paused", frozen=True):
     (``cause`` is ``"retries"``) the step ``step`` at ``pos`` ran out of its
     ``attempts`` under ``Retry(on_exhausted="pause")``, its last attempt raising
     ``error_type``: ``message`` (that attempt is journaled here, not as a
-    ``step.retrying``). A pause of an older version has ``reason`` alone."""
+    ``step.retrying``). A pause of an older version has ``reason`` alone.
+
+    ``cancelling``: the pause was made while a cancel (this reason) was being carried
+    out (its replay, or its compensations, met code that does not match): the cancel
+    does not end it, an operator resumes it (with code that matches) and the cancel,
+    still in the inbox, is carried out then, its compensations run."""
 
     reason: str
     cause: str | msgspec.UnsetType = msgspec.UNSET
@@ -236,6 +241,7 @@ class RunPaused(Record, tag="run.paused", frozen=True):
     error_type: str | msgspec.UnsetType = msgspec.UNSET
     message: str | msgspec.UnsetType = msgspec.UNSET
     attempts: int | msgspec.UnsetType = msgspec.UNSET
+    cancelling: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunResumed(Record, tag="run.resumed", frozen=True):

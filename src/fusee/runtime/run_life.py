@@ -87,15 +87,26 @@ __all__ = ("RunLife", "live_children", "END_STATUS")
 
 
 def _resumes(history: History, msg: Resume) -> bool:
-    """Whether the resume message ``msg`` resumes the run as read: it names the pause
-    the journal ends paused at, or it forces past a break of the chain that the load
-    accepted and no journaled resume did yet. Any other (a second resume of a pause
-    resumed already, one of an earlier pause) is stale: ignored."""
+    """Whether the resume message ``msg`` resumes the run as read: it forces past a
+    break of the chain that the load accepted for it and no journaled resume did yet
+    (whatever pause the journal then ends at: a step's pause before the break, which
+    the message, sent while the break hid it, names as 0), or it names the pause the
+    journal ends paused at. Any other (a second resume of a pause resumed already, one
+    of an earlier pause) is stale: ignored."""
     if history.ended:
         return False
+    if msg.force and history.pending_force:
+        return True
     if history.paused is not None:
         return msg.paused == history.paused_seq and history.paused_seq > 0
-    return msg.force and history.forgive > history.forgiven
+    return False
+
+
+def _cancel_ends(paused: RunPaused | None) -> bool:
+    """Whether a cancel read with the pause ``paused`` is carried out at once: any but
+    one made while a cancel was being carried out (its code or compensations did not
+    match), which waits for an operator's resume (the cancel is carried out then)."""
+    return paused is not None and not isinstance(paused.cancelling, str)
 
 
 def live_children(history: History) -> list[str]:
@@ -252,8 +263,21 @@ class RunLife:
                 *self._project(now, leaving=True),
                 self._finish("ended"),
             ]
+        if history.cancel_forced:
+            # a cancel's forced resume landed and its end did not: ended so, no code
+            # runs over the broken journal (records are missing)
+            self.cancel_reason = self.cancel_reason or "cancelled"
+            return [
+                Log(
+                    "info",
+                    "run.cancelling",
+                    {"reason": self.cancel_reason, "compensations": "not run: paused"},
+                ),
+                # (the paused listing goes with the end: the resume's may not have)
+                *self._end(RunCancelled(reason=self.cancel_reason), unlist=started.workflow),
+            ]
         if self.cancel_reason is not None and (
-            history.paused is not None or history.forgive > history.forgiven
+            _cancel_ends(history.paused) or history.pending_force
         ):
             return self._cancel_paused(new_cancel)
         resume = event.resume
@@ -263,7 +287,7 @@ class RunLife:
             self._record = RunResumed(
                 paused=history.paused_seq if history.paused is not None else 0,
                 inbox_seq=seq,
-                force=msg.force and history.forgive > history.forgiven,
+                force=msg.force and history.pending_force,
                 gap=history.forgive if msg.force else 0,
             )
             self._phase = "commit"
@@ -291,17 +315,23 @@ class RunLife:
         runs its compensations). A run paused by its code or its journal cannot be
         replayed safely (its code does not match, or records are missing): it ends
         cancelled without running code, its compensations not run; a broken chain
-        is first accepted as it is (a forced ``run.resumed``), so readers get past it."""
+        is first accepted as it is (a forced ``run.resumed`` with no inbox message),
+        so readers get past it (a death before its end: ``History.cancel_forced``).
+        (A pause made while a cancel was carried out does not come here: it waits for
+        an operator's resume, see :meth:`_pause`.)"""
         history = self.history
         paused = history.paused
-        forced = history.forgive > history.forgiven
+        forced = history.pending_force
+        assert history.started is not None
+        # the run's paused listing entry goes with the first write, as a resume's does
+        unlist = history.started.workflow
         self._phase = "commit"
         if paused is not None and paused.cause == "retries" and not forced:
             self._record = RunResumed(paused=history.paused_seq)
             self._resuming = new_cancel
             return [
                 Log("info", "run.resuming", {"paused": history.paused_seq, "cancel": True}),
-                Commit(self._record),
+                Commit(self._record, unlist=unlist),
             ]
         out: list[Command] = [
             Log(
@@ -317,9 +347,9 @@ class RunLife:
                 force=True,
                 gap=history.forgive,
             )
-            return [*out, Commit(self._record)]
+            return [*out, Commit(self._record, unlist=unlist)]
         assert self.cancel_reason is not None
-        return [*out, *self._end(RunCancelled(reason=self.cancel_reason))]
+        return [*out, *self._end(RunCancelled(reason=self.cancel_reason), unlist=unlist)]
 
     def _activate(self, event: Loaded, new_cancel: bool, now: float) -> list[Command]:
         history = self.history
@@ -448,7 +478,9 @@ class RunLife:
             return [RunCompensations()]
         return self._end(record)
 
-    def _end(self, record: AnyRecord) -> list[Command]:
+    def _end(self, record: AnyRecord, *, unlist: str | None = None) -> list[Command]:
+        """Commit the end ``record`` (``unlist``: the workflow of a run ended from a
+        pause, whose paused listing entry goes in the same write)."""
         self._record = record
         self._phase = "commit"
         # A continued one ends this generation and starts the next in one record (a crash
@@ -460,7 +492,7 @@ class RunLife:
                 CancelChildren(f"parent {self.history.run_id!r} continued as new"),
                 Commit(record),
             ]
-        return [Commit(record)]
+        return [Commit(record, unlist=unlist)]
 
     def _committed(self, now: float) -> list[Command]:
         record = self._record
@@ -471,9 +503,10 @@ class RunLife:
             self._phase = "load"  # its next generation, read back from the journal
             return [Log("info", "run.continued", {"generation": record.generation}), Load()]
         if isinstance(record, RunPaused):
-            if self.cancel_reason is not None:
-                # a cancel was read before the pause landed: it is not left paused (read
-                # again from the journal, as a new activation would)
+            if self.cancel_reason is not None and record.cause == "retries":
+                # a cancel was read before a step's pause landed: it is not left paused
+                # (read again from the journal, as a new activation would). A pause of
+                # the code made while cancelling (``cancelling``) stays, for an operator.
                 self._phase = "load"
                 return [Load()]
             return [*self._project(now, leaving=True), self._finish("paused")]
@@ -503,7 +536,11 @@ class RunLife:
         ]
 
     def _pause(self, reason: str) -> list[Command]:
-        self._record = RunPaused(reason=reason)
+        """Pause the run (its code or compensations do not match its journal); made
+        while a cancel is carried out, the pause says so (``cancelling``): the cancel
+        waits for an operator's resume, not to skip the compensations."""
+        cancelling = msgspec.UNSET if self.cancel_reason is None else self.cancel_reason
+        self._record = RunPaused(reason=reason, cancelling=cancelling)
         self._phase = "commit"
         return [Log("error", "run.paused", {"reason": reason}), Commit(self._record)]
 

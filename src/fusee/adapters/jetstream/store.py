@@ -98,6 +98,8 @@ UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then e
 VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
+# Tries of a paused run's conditional unmark (each refusal: the marker's subject changed)
+MAX_UNMARK_TRIES = 5
 BATCH_DUPLICATE = 10201
 
 # What nats-py raises while the server is slow, restarting or unreachable: the
@@ -1222,8 +1224,8 @@ class NatsStore:
         return self.layout.listing(info.status, info.workflow, eid), value, headers
 
     async def clear_run_active(
-        self, partition: int, eid: str, *, listed: bytes | None = None
-    ) -> None:
+        self, partition: int, eid: str, *, listed: bytes | None = None, seen: int | None = None
+    ) -> bool:
         """Remove a run's active marker: a message that replaces it (a rollup) and that
         the server removes a second later (its TTL), so the subject leaves the stream
         and the list of active runs does not grow with ended ones (:meth:`end_run`
@@ -1231,16 +1233,66 @@ class NatsStore:
         rides a group commit's batch. A marker in the work bucket (an older fusee's,
         or a crash note) is purged too: the bucket is read for it each time (this runs
         for an ended run activated again, a pause, an indexed run with no journal:
-        never on a fresh end's path); without one nothing more is written."""
-        subject, data, headers = self._unmarked(partition, eid)
-        give_up = time.monotonic() + patience()
+        never on a fresh end's path); without one nothing more is written.
+
+        ``seen`` (a paused run leaving, which read its inbox up to this sequence): the
+        marker is removed only if nothing came to the inbox above ``seen`` and no
+        marker was written since it was read (see :meth:`_leave_paused`); False when
+        it stays (a cancel or a resume came while it left: its owner activates it)."""
         riders: tuple[Message, ...] = ()
         if listed is not None and (entry := self._listed(eid, listed, 0)) is not None:
             riders = (entry,)  # a paused run's listing entry, in the same batch
-        await self.committer.append(
-            Pending(subject, data, headers, eid, 0, "", UNMARKED_KIND, give_up, riders=riders)
-        )
+        if seen is not None:
+            if not await self._leave_paused(partition, eid, seen, riders):
+                return False
+        else:
+            subject, data, headers = self._unmarked(partition, eid)
+            give_up = time.monotonic() + patience()
+            await self.committer.append(
+                Pending(subject, data, headers, eid, 0, "", UNMARKED_KIND, give_up, riders=riders)
+            )
         await self._clear_old_marker(partition, eid)
+        return True
+
+    async def _leave_paused(
+        self, partition: int, eid: str, seen: int, riders: tuple[Message, ...]
+    ) -> bool:
+        """Remove a paused run's marker unless a cancel or a resume came while it left.
+        Both store their message in the inbox, then write the marker. The marker is
+        read first, then the inbox's last sequence: a message stored before the marker
+        was read is above ``seen`` (it stays); the removal expects the marker it read
+        (``Nats-Expected-Last-Subject-Sequence``), so a marker written after that read
+        refuses it (it stays). A removal refused for another change (the earlier
+        removal's tombstone expired) reads both again."""
+        subject = self.layout.marker(partition, eid)
+        for attempt in range(MAX_UNMARK_TRIES):
+            marker = await retrying(self._direct_last, subject)
+            if attempt and marker is not None and marker.headers.get(KIND) == MARKER_KIND:
+                return False  # written after the first read: a cancel's, a resume's
+            last = await retrying(self._direct_last, self.layout.inbox(partition, eid))
+            if last is not None and last.seq > seen:
+                return False  # a message the activation did not read: its owner reads it
+            _, data, headers = self._unmarked(partition, eid)
+            headers = {**headers, EXPECTED_SEQ: str(marker.seq if marker is not None else 0)}
+            what = f"the removal of the marker of {unescape(eid)!r}"
+            try:
+                if riders:
+                    await retrying(
+                        publish_batch,
+                        self.nc,
+                        [(subject, data, headers), *riders],
+                        2.0,
+                        self.committer.in_flight,
+                        what=what,
+                    )
+                else:
+                    await retrying(publish_acked, self.nc, subject, data, headers, 2.0, what=what)
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != WRONG_LAST_SEQUENCE:
+                    raise
+                continue
+            return True
+        return False  # (changed under it each time: left to its owner)
 
     async def clear_unstarted(self, partition: int, eid: str) -> None:
         """Remove the active marker of a run that has no journal (an actor poked by a
