@@ -49,8 +49,9 @@ from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import Replayed, ReplayedFailure, Replayer
 from fusee.runtime.ids import validate_id, validate_name
 from fusee.runtime.objects import ReadOnlyState, StateView, check_run_id
+from fusee.runtime.records import RunContinued
 from fusee.runtime.retry import Retry
-from fusee.runtime.tokens import invocation_stream
+from fusee.runtime.tokens import generation_stream, invocation_stream
 
 __all__ = (
     "Context",
@@ -158,7 +159,9 @@ class Context:
         return TokenStream(sink, self._host.eid, self._stream_name(name))
 
     def _stream_name(self, name: str) -> str:
-        return name
+        history = self._replayer.history
+        first = not isinstance(history.started, RunContinued)
+        return generation_stream(history.started_seq, first, name)
 
     async def sleep(self, duration: str | float | timedelta, *, name: str = "sleep") -> None:
         """Wait ``duration``, durably: the run leaves memory while it sleeps and a timer

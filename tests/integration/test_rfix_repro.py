@@ -1,0 +1,78 @@
+"""Review rfix: a workflow tool's child ID <run id>/<call id> repeats within a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fusee
+from tests.workers.procs import HERE
+
+pytestmark = pytest.mark.timeout(120)
+MOD = HERE / "rfix_agents.py"
+
+
+async def _worker(worker_procs: Any, tmp_path: Path) -> None:
+    workers = worker_procs()
+    workers.module = MOD
+    await workers.start(extra_env={"LOOP_DIR": str(tmp_path)})
+
+
+def _sent(tmp_path: Path) -> list[str]:
+    d = tmp_path / "sent"
+    return sorted(p.read_text() for p in d.iterdir()) if d.exists() else []
+
+
+async def test_two_loops_same_call_id_same_input_both_send(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await _worker(worker_procs, tmp_path)
+    h = await engine.start("rfix-two-loops", "tl-1", {"t1": "hi", "t2": "hi"})
+    out = await h.result(timeout=60)
+    assert out == ["sent hi", "sent hi"]
+    assert _sent(tmp_path) == ["hi", "hi"]  # two loops asked to notify twice
+
+
+async def test_two_loops_same_call_id_other_input(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await _worker(worker_procs, tmp_path)
+    h = await engine.start("rfix-two-loops", "tl-2", {"t1": "a", "t2": "b"})
+    out = await h.result(timeout=60)
+    assert out == ["sent a", "sent b"]
+
+
+async def test_generations_same_call_id(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await _worker(worker_procs, tmp_path)
+    h = await engine.start("rfix-generations", "gen-1", {"text": "x"})
+    out = await h.result(timeout=60)
+    assert out == "sent x-1"
+    assert _sent(tmp_path) == ["x-0", "x-1"]
+
+
+async def test_streamed_turn_in_a_second_generation_asks_the_model(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """Generation 1's "agent/turn-0" stream is generation 0's (same run, same name):
+    the ended stream is taken as this generation's answer, the model not asked."""
+    await _worker(worker_procs, tmp_path)
+    h = await engine.start("rfix-stream-generations", "sg-1", {})
+    assert await h.result(timeout=60) == "answer to question 1"
+    # a reader of the run gets the current generation's stream
+    text = [t async for t in engine.run("sg-1").stream("agent/turn-0")]
+    assert "".join(text) == "answer to question 1"
+
+
+async def test_an_approvals_ask_that_fails_is_the_calls_result(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    """ask(cb) fails for good: await_completion raises StepFailedError, _kept keeps it,
+    _took hands it to approval_verdict, whose msgspec.json.encode(exception) raises."""
+    await _worker(worker_procs, tmp_path)
+    h = await engine.start("rfix-ask-fails", "af-1", {})
+    out = await h.result(timeout=90)
+    assert "not approved" in out or "failed" in out, out
