@@ -76,3 +76,15 @@ async def test_an_approvals_ask_that_fails_is_the_calls_result(
     h = await engine.start("rfix-ask-fails", "af-1", {})
     out = await h.result(timeout=90)
     assert "not approved" in out or "failed" in out, out
+
+
+async def test_a_workflow_tools_child_id_taken_by_another_run_is_the_calls_error(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await _worker(worker_procs, tmp_path)
+    h = await engine.start("rfix-taken-child", "tc-1", {})
+    out = await h.result(timeout=60)
+    assert out["is_error"] is True
+    assert out["content"].startswith("tool 'notify' could not start its run: run 'tc-1/call_0-")
+    assert "exists with another input" in out["content"]
+    assert _sent(tmp_path) == ["someone else"]  # the call did not run

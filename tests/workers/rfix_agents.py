@@ -82,7 +82,6 @@ async def stream_generations(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
 @fusee.workflow("rfix-ask-fails")
 async def ask_fails(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
     """The approval's ask (posting to a chat) fails for good."""
-    from fusee import Retry
     from fusee.ai import tool
 
     def refund(order: str) -> str:
@@ -98,6 +97,25 @@ async def ask_fails(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
         return "done" if isinstance(request.messages[-1], ToolResultMessage) else [call]
 
     r = await loop(
-        ctx, "agent", model=ScriptedModel(reply), prompt="refund", tools={"refund": tool(refund, approve=ask)},
+        ctx,
+        "agent",
+        model=ScriptedModel(reply),
+        prompt="refund",
+        tools={"refund": tool(refund, approve=ask)},
     )
     return msgspec.to_builtins(r)["messages"][2]["content"]
+
+
+@fusee.workflow("rfix-taken-child")
+async def taken_child(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
+    """The child ID the loop's workflow tool call will take is taken first, by a child
+    of another input: the call's result is the error, the run goes on."""
+    from fusee.actors.context import generation_key
+
+    taken = f"{ctx.run_id}/call_0-{generation_key(ctx, 'agent/tool-0-notify')}"
+    await ctx.child(notify, taken, Note(text="someone else"))
+    model = ScriptedModel(_script("mine", "call_0"))
+    r = await loop(
+        ctx, "agent", model=model, prompt="notify", tools={"notify": workflow_tool(notify)}
+    )
+    return msgspec.to_builtins(r)["messages"][2]

@@ -9,6 +9,7 @@ values (``now``, ``random``, ``uuid``) are small enough to live here.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import sys
 from collections.abc import Awaitable, Callable, Iterable
@@ -157,6 +158,11 @@ class Context:
         if sink is None:
             raise FuseeError("model_call: this engine's store has no token streams")
         return TokenStream(sink, self._host.eid, self._stream_name(name))
+
+    def _generation_key(self, name: str) -> str:
+        history = self._replayer.history
+        seed = f"{self._host.namespace}\0{self.run_id}\0{history.started_seq}\0{name}"
+        return hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()
 
     def _stream_name(self, name: str) -> str:
         history = self._replayer.history
@@ -682,6 +688,13 @@ def token_stream(ctx: Context, name: str) -> TokenStream:
         FuseeError: the store has no token streams.
     """
     return ctx._token_stream(name)
+
+
+def generation_key(ctx: Context, name: str) -> str:
+    """16 hex characters of a hash of ``ctx``'s run, its generation and ``name``: the
+    same in every replay of the generation, another in the next one (for fusee.ai: a
+    workflow tool's child run ID)."""
+    return ctx._generation_key(name)
 
 
 async def run_compensations(ctx: Context) -> list[StepFailedError] | None:
