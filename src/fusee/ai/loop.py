@@ -439,6 +439,14 @@ def _took(p: _Call, out: Any) -> bool:
             took = f" within {format_duration(wait)}" if wait is not None else ""
             p.result = _message(p, f"the call was not approved{took}: it did not run", error=True)
             return False
+        if isinstance(out, StepFailedError):  # its ask(cb) failed for good
+            p.result = _message(
+                p,
+                f"the approval could not be asked: {out.error_type}: {out.message}; "
+                f"the tool did not run",
+                error=True,
+            )
+            return False
         ok, reason = approval_verdict(out)
         if ok:
             return True
