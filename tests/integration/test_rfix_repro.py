@@ -76,7 +76,8 @@ async def test_an_approvals_ask_that_fails_is_the_calls_result(
     h = await engine.start("rfix-ask-fails", "af-1", {})
     out = await h.result(timeout=90)
     assert out.startswith("the approval could not be asked: "), out
-    assert "chat is down" in out and out.endswith("; the tool did not run"), out
+    assert "chat is down" in out, out
+    assert out.endswith("; the tool did not run"), out
 
 
 async def test_a_workflow_tools_child_id_taken_by_another_run_is_the_calls_error(
