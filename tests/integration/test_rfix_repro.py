@@ -90,3 +90,14 @@ async def test_a_workflow_tools_child_id_taken_by_another_run_is_the_calls_error
     assert out["content"].startswith("tool 'notify' could not start its run: run 'tc-1/call_0-")
     assert "exists with another input" in out["content"]
     assert _sent(tmp_path) == ["someone else"]  # the call did not run
+
+
+async def test_a_second_streamed_loop_of_a_name_is_refused_at_its_call(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+) -> None:
+    await _worker(worker_procs, tmp_path)
+    h = await engine.start("rfix-two-streamed-loops", "ts-1", {})
+    with pytest.raises(fusee.RunFailed) as e:
+        await h.result(timeout=60)
+    assert e.value.error_type == "fusee.InvalidArgument"
+    assert "loop 'agent': stream=True" in e.value.message

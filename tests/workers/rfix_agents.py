@@ -119,3 +119,12 @@ async def taken_child(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
         ctx, "agent", model=model, prompt="notify", tools={"notify": workflow_tool(notify)}
     )
     return msgspec.to_builtins(r)["messages"][2]
+
+
+@fusee.workflow("rfix-two-streamed-loops")
+async def two_streamed_loops(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
+    """Two streamed loops of one name in a run: the second's streams are the first's."""
+    model = ScriptedModel(lambda request, n: "hi")
+    await loop(ctx, "agent", model=model, prompt="one", stream=True)
+    await loop(ctx, "agent", model=model, prompt="two", stream=True)
+    return "both"

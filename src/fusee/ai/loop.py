@@ -32,7 +32,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from fusee.actors.context import Context, generation_key
+from fusee.actors.context import Context, generation_key, token_stream
 from fusee.actors.steps import StepInfo
 from fusee.ai.model_step import model_step
 from fusee.ai.tools import (
@@ -195,8 +195,8 @@ async def loop(
         StepFailedError: a turn failed for good (the model's errors, after retries).
         InvalidArgument: a wrong argument (``max_iterations=0``, both ``model=`` and
             ``turn=``, a loop or tool name that makes a step name over 128 bytes, a run
-            ID too long for a workflow tool's child...), raised before anything is
-            journaled.
+            ID too long for a workflow tool's child, ``stream=True`` for a second loop
+            of one name in a run...), raised before anything is journaled.
         ConfigError: a tool that cannot be one (its parameters have no JSON Schema).
 
     Example:
@@ -225,6 +225,8 @@ async def loop(
         raise InvalidArgument(
             f"{where}: stream=True streams a model= turn; turn= streams on its own"
         )
+    if stream:
+        _check_stream(ctx, name, where)
     toolset = _toolset(tools, where)
     _check_names(ctx, name, max_iterations, toolset, where)
     history = as_messages(prompt, messages, where=where)
@@ -638,6 +640,24 @@ def _check_names(
                 f"workflow tool's child run ID (<run id>/<call id>-<key>, at most {MAX_ID_BYTES} "
                 f"bytes with the call ID hashed to {_HASHED} characters)"
             )
+
+
+def _check_stream(ctx: Context, name: str, where: str) -> None:
+    """The loop's turns can stream: no earlier step of the generation is named
+    ``<name>/turn-0`` (a loop of that name ran before, whose streams these would be).
+
+    Raises:
+        InvalidArgument: one is.
+        FuseeError: the store keeps no token streams.
+    """
+    try:
+        token_stream(ctx, f"{name}/turn-0")
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"{where}: stream=True, and an earlier loop of this run is named {name!r}: its "
+            f"turns' token streams have this loop's names; give each streamed loop of a run "
+            f"its own name ('{name}-2')"
+        ) from None
 
 
 def _unknown_label(name: str, i: int, tool: str) -> str:
