@@ -128,7 +128,7 @@ def test_openai_shaped_message_dicts_are_taken_as_pasted() -> None:
 def test_an_openai_message_dump_with_null_tool_calls_is_taken() -> None:
     """``ChatCompletionMessage.model_dump()`` as OpenAI's SDK gives it: no calls are
     ``"tool_calls": None``, with its other fields."""
-    dump = {
+    dump: dict[str, Any] = {
         "content": "hi", "refusal": None, "role": "assistant", "annotations": [],
         "audio": None, "function_call": None, "tool_calls": None,
     }  # fmt: skip
