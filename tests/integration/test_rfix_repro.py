@@ -1,4 +1,6 @@
-"""Review rfix: a workflow tool's child ID <run id>/<call id> repeats within a run."""
+"""Review rfix (fix/ai3): a workflow tool's child ID once repeated within a run, a
+streamed turn of a later generation read an earlier one's stream, a failed approval
+ask crashed the run, a second streamed loop of one name was refused at its first turn."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 import pytest
 
 import fusee
+from tests.integration.test_agent_loop_calls import start_loop_worker
 from tests.workers.procs import HERE
 
 pytestmark = pytest.mark.timeout(120)
@@ -15,9 +18,7 @@ MOD = HERE / "rfix_agents.py"
 
 
 async def _worker(worker_procs: Any, tmp_path: Path) -> None:
-    workers = worker_procs()
-    workers.module = MOD
-    await workers.start(extra_env={"LOOP_DIR": str(tmp_path)})
+    await start_loop_worker(worker_procs, tmp_path, MOD)
 
 
 def _sent(tmp_path: Path) -> list[str]:
@@ -25,23 +26,25 @@ def _sent(tmp_path: Path) -> list[str]:
     return sorted(p.read_text() for p in d.iterdir()) if d.exists() else []
 
 
-async def test_two_loops_same_call_id_same_input_both_send(
-    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
+@pytest.mark.parametrize(
+    ("texts", "sent"),
+    [(("hi", "hi"), ["hi", "hi"]), (("a", "b"), ["a", "b"])],
+    ids=["same_input_both_send", "other_input"],
+)
+async def test_two_loops_of_a_run_with_the_same_call_id_each_run_their_child(
+    engine: fusee.Engine,
+    worker_procs: Any,
+    tmp_path: Path,
+    texts: tuple[str, str],
+    sent: list[str],
 ) -> None:
+    """A server numbering its calls call_0 in both loops: with the same input the
+    second call attached to the first child (its send lost), with another input
+    RunExists failed the run."""
     await _worker(worker_procs, tmp_path)
-    h = await engine.start("rfix-two-loops", "tl-1", {"t1": "hi", "t2": "hi"})
-    out = await h.result(timeout=60)
-    assert out == ["sent hi", "sent hi"]
-    assert _sent(tmp_path) == ["hi", "hi"]  # two loops asked to notify twice
-
-
-async def test_two_loops_same_call_id_other_input(
-    engine: fusee.Engine, worker_procs: Any, tmp_path: Path
-) -> None:
-    await _worker(worker_procs, tmp_path)
-    h = await engine.start("rfix-two-loops", "tl-2", {"t1": "a", "t2": "b"})
-    out = await h.result(timeout=60)
-    assert out == ["sent a", "sent b"]
+    h = await engine.start("rfix-two-loops", f"tl-{texts[1]}", {"t1": texts[0], "t2": texts[1]})
+    assert await h.result(timeout=60) == [f"sent {t}" for t in texts]
+    assert _sent(tmp_path) == sent  # each loop's call sent
 
 
 async def test_generations_same_call_id(
