@@ -8,7 +8,7 @@ is not asked again for a turn it answered, and no tool that finished runs twice.
 tools are the three kinds ``loop`` takes:
 
 - ``search_kb``: a function, one step per call (``agent/tool-<i>-search_kb``);
-- ``lookup_order``: a workflow, a child run per call (``<run id>/<tool call id>``) with
+- ``lookup_order``: a workflow, a child run per call (``<run id>/<tool call id>-<16 hex>``) with
   its own steps and retries;
 - ``refund``: a function behind an approval, which waits for a person first.
 

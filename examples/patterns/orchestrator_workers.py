@@ -5,7 +5,7 @@ worker workflow, then sums up.
 
 This is ``loop`` with workflow tools: the loop is the orchestrator (each turn the step
 ``orchestrate/turn-<i>``), each workflow tool a worker, and every delegation a child
-run ``<run id>/<tool call id>`` with its own steps, retries and journal. A replay
+run ``<run id>/<tool call id>-<16 hex>`` with its own steps, retries and journal. A replay
 attaches to the same child instead of starting another.
 """
 
@@ -94,5 +94,8 @@ async def main(engine: fusee.Engine) -> None:
     run = await engine.start(orchestrator, run_id, "cap the retry delay at 30 s")
     print(f"\n  {await run.result(timeout='30s')}\n")
     print("\n".join(fusee.dev.format_journal(await run.journal())))
-    print(f"\n  the worker that opened the PR, {run_id}/call_pr:")
-    print("\n".join(fusee.dev.format_journal(await engine.run(f"{run_id}/call_pr").journal())))
+    journal = await run.journal()
+    # each call's child run: <run id>/<tool call id>-<16 hex>, named by the parent's journal
+    children = [r.name for _, r in journal if getattr(r, "wait", None) == "child"]
+    print(f"\n  the worker that opened the PR, {children[-1]}:")
+    print("\n".join(fusee.dev.format_journal(await engine.run(children[-1]).journal())))

@@ -4,7 +4,8 @@ retries and journal; the agent waits for it as a child run.
     fusee dev examples/patterns/workflow_tool.py
 
 ``workflow_tool(research)`` makes each call of the tool the child run
-``<run id>/<tool call id>``: the child's ID comes from the call, so a replay of the
+``<run id>/<tool call id>-<16 hex>`` (the step name and the run's generation, hashed):
+the child's ID comes from the call, so a replay of the
 agent (after a crash, on another worker) attaches to the same child instead of starting
 another. The tool's schema is the workflow's input type.
 
@@ -83,7 +84,9 @@ async def main(engine: fusee.Engine) -> None:
     print(f"\n  {await run.result(timeout='30s')}\n")
     print(f"Journal of {run_id}:")
     print("\n".join(fusee.dev.format_journal(await run.journal())))
-    child = engine.run(f"{run_id}/call_research_1")
+    # the call's child run: <run id>/<tool call id>-<16 hex>, named by the parent's journal
+    journal = await run.journal()
+    child = engine.run(next(r.name for _, r in journal if getattr(r, "wait", None) == "child"))
     print(f"\nJournal of the tool call's child run {child.run_id}:")
     print("\n".join(fusee.dev.format_journal(await child.journal())))
     print()

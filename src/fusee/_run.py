@@ -365,6 +365,8 @@ class Run:
         the last stored token when the step failed or the run ended without finishing it.
         A reader that reconnects with ``offset=last token index + 1`` continues exactly.
         A stream the run does not have yet is waited for while the run is running.
+        After ``continue_as_new`` it is the stream ``name`` of the run's current
+        generation (one generation's stream ends when the run continues).
 
         Raises:
             RunNotFound: no such run.

@@ -25,7 +25,7 @@ import fusee
 from fusee.ai.types import AssistantMessage
 from fusee.runtime.records import RunStarted
 from fusee.testing import ScriptedModel
-from tests.workers.procs import HERE, WorkerProc, execution_lines, wait_until
+from tests.workers.procs import HERE, WorkerProc, execution_lines, journal_calls, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(180)]
 
@@ -132,10 +132,14 @@ async def test_sigkill_during_the_third_turns_tool_calls(
             assert [n for (name, _), n in ran.items() if name == "lookup:o-1"] == [1], lines
             # those of turn 2 at most twice (once more if the kill cut them short)
             assert all(1 <= n <= 2 for n in ran.values()), (context, lines)
-            for call in ("c1", "c2c"):
-                child = engine.run(f"{run_id}/{call}")
+            # each workflow tool call one child (<run id>/<call id>-<16 hex>), started once
+            journal = await run.journal()
+            children = [c for kind, c in journal_calls(journal) if kind == "child"]
+            assert [c.rsplit("-", 1)[0] for c in children] == [f"{run_id}/c1", f"{run_id}/c2c"]
+            for child_id in children:
+                child = engine.run(child_id)
                 started = [r for _, r in await child.journal() if isinstance(r, RunStarted)]
-                assert len(started) == 1, (context, call)
+                assert len(started) == 1, (context, child_id)
         assert len(set(chosen)) > 1, chosen
     finally:
         await engine.close()

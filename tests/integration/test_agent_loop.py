@@ -118,18 +118,21 @@ async def test_each_turn_and_each_tool_call_is_a_step_of_the_journal(
 
     journal = await run.journal()
     assert_chained(journal)
+    # a workflow tool's child: <run id>/<call id>-<the step name and generation, hashed>
+    child_id = journal_calls(journal)[4][1]
+    assert re.fullmatch(r"support-1/c-1b-[0-9a-f]{16}", child_id), child_id
     assert journal_calls(journal) == [
         ("step", "agent/turn-0"),
         ("step", "agent/tool-0-search_kb"),
         ("step", "agent/turn-1"),
         ("step", "agent/tool-1-search_kb"),
-        ("child", "support-1/c-1b"),
+        ("child", child_id),
         ("step", "agent/turn-2"),
     ]
     # s.key of a tool call's step is its step's key and the model's tool-call ID
     ran = ran_calls(arg)
     assert [r for r in ran if r[0] == "search_kb"] == [("search_kb", "c-0"), ("search_kb", "c-1a")]
-    child = engine.run("support-1/c-1b")
+    child = engine.run(child_id)
     assert await child.result(timeout=10) == {"order": "o-7", "status": "shipped"}
     started = [r for _, r in await child.journal() if isinstance(r, RunStarted)]
     assert [(r.workflow, r.parent) for r in started] == [("orders-lookup", "support-1")]
@@ -195,13 +198,15 @@ async def test_a_workflow_tool_is_a_child_run_that_a_replay_attaches_to(
     assert tool_results(result)["c-9"]["content"] == '{"order":"o-9","status":"shipped"}'
 
     journal = await run.journal()
+    child_id = journal_calls(journal)[1][1]
+    assert re.fullmatch(r"orders-1/c-9-[0-9a-f]{16}", child_id), child_id
     assert journal_calls(journal) == [
         ("step", "agent/turn-0"),
-        ("child", "orders-1/c-9"),
+        ("child", child_id),
         ("step", "agent/turn-1"),
     ]
     assert len([r for _, r in journal if isinstance(r, WaitStarted)]) == 1
-    child = engine.run("orders-1/c-9")
+    child = engine.run(child_id)
     started = [r for _, r in await child.journal() if isinstance(r, RunStarted)]
     assert len(started) == 1
     looks = [k for n, k, _ in execution_lines(Path(arg["effects"])) if n == "lookup:o-9"]
@@ -423,7 +428,7 @@ async def test_tools_changed_between_deploys_make_the_replay_name_both_calls(
 
     info = await wait_until(paused, timeout=30, what="the run to pause")
     assert "step 'agent/tool-0-lookup'" in info.reason
-    assert "child 'deploy-1/c-l'" in info.reason
+    assert re.search(r"child 'deploy-1/c-l-[0-9a-f]{16}'", info.reason), info.reason
     assert len(requests(arg)) == 2  # the replay asked the model nothing
 
 

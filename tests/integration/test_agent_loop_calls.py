@@ -31,9 +31,10 @@ pytestmark = pytest.mark.timeout(120)
 MOD = HERE / "loop_agents.py"
 
 
-async def _worker(worker_procs: Any, tmp_path: Path) -> None:
+async def start_loop_worker(worker_procs: Any, tmp_path: Path, module: Path = MOD) -> None:
+    """A worker process serving ``module``'s workflows, ``LOOP_DIR`` its ``tmp_path``."""
     workers = worker_procs()
-    workers.module = MOD
+    workers.module = module
     await workers.start(extra_env={"LOOP_DIR": str(tmp_path)})
 
 
@@ -46,7 +47,7 @@ async def test_two_runs_with_id_less_tool_calls_both_charge(
 ) -> None:
     """A model that gives its calls no ID: the loop's made-up IDs differ between runs
     (and take only the characters Anthropic takes back), so do the tools' keys."""
-    await _worker(worker_procs, tmp_path)
+    await start_loop_worker(worker_procs, tmp_path)
     r1 = await (await engine.start("loop-noid", "noid-1", {"order": "o-1"})).result(timeout=60)
     r2 = await (await engine.start("loop-noid", "noid-2", {"order": "o-2"})).result(timeout=60)
     assert r1["text"] == r2["text"] == "done"
@@ -62,7 +63,7 @@ async def test_two_runs_whose_server_counts_call_ids_both_charge(
 ) -> None:
     """A server that numbers calls ``call_0`` (llama.cpp-style): the ID is kept, the
     key is still the run's own."""
-    await _worker(worker_procs, tmp_path)
+    await start_loop_worker(worker_procs, tmp_path)
     for i in (1, 2):
         arg = {"order": f"o-{i}", "id": "call_0"}
         out = await (await engine.start("loop-noid", f"cnt-{i}", arg)).result(timeout=60)
@@ -76,7 +77,7 @@ async def test_a_long_but_valid_loop_name_is_refused_at_the_call(
 ) -> None:
     """loop name 100 characters, tool name 40: both valid, but ``<name>/tool-9-<tool>``
     is 148 bytes: InvalidArgument at the call, the model not asked."""
-    await _worker(worker_procs, tmp_path)
+    await start_loop_worker(worker_procs, tmp_path)
     log = str(tmp_path / "model.jsonl")
     arg = {"log": log, "name": 100, "tool": "t" * 40, "call": "t" * 40}
     run = await engine.start("loop-longname", "long-1", arg)
@@ -91,7 +92,7 @@ async def test_an_unknown_tool_whose_name_makes_its_step_name_too_long_is_labell
 ) -> None:
     """The model names an unknown tool of 64 characters (valid) after a loop name of 60:
     the step is ``<name>/tool-0-unknown-tool`` and the model reads that there is none."""
-    await _worker(worker_procs, tmp_path)
+    await start_loop_worker(worker_procs, tmp_path)
     arg = {"log": str(tmp_path / "model.jsonl"), "name": 60, "tool": "t", "call": "z" * 64}
     run = await engine.start("loop-longname", "long-2", arg)
     out = await run.result(timeout=60)
@@ -132,7 +133,7 @@ async def test_a_run_id_too_long_for_a_workflow_tools_child_is_refused_at_the_ca
 async def test_a_tool_fatal_error_is_raised_by_loop_as_fatal_error(
     engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
-    await _worker(worker_procs, tmp_path)
+    await start_loop_worker(worker_procs, tmp_path)
     out = await (await engine.start("loop-fatal", "fatal-x", {})).result(timeout=60)
     assert out.startswith("caught FatalError: loop 'agent': tool 'locked' (call c1)"), out
     assert "the ledger is locked" in out

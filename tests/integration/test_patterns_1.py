@@ -99,20 +99,23 @@ async def test_parallelization_sections_and_votes(engine: fusee.Engine, worker: 
 
 async def test_orchestrator_delegates_to_workflow_tools(engine: fusee.Engine, worker: Any) -> None:
     result, calls = await run_pattern(engine, "orchestrator", "orch-1", "cap the retry delay")
+    search, pr_run = calls[1][1], calls[3][1]  # <run id>/<call id>-<16 hex>
+    assert re.fullmatch(r"orch-1/call_search-[0-9a-f]{16}", search), search
+    assert re.fullmatch(r"orch-1/call_pr-[0-9a-f]{16}", pr_run), pr_run
     assert calls == [
         ("step", "orchestrate/turn-0"),
-        ("child", "orch-1/call_search"),
+        ("child", search),
         ("step", "orchestrate/turn-1"),
-        ("child", "orch-1/call_pr"),
+        ("child", pr_run),
         ("step", "orchestrate/turn-2"),
     ]
     assert re.fullmatch(
         r"Done: https://git\.example/pr/\d+ \(fusee/cap-the-retry-delay: Cap the retry delay\)",
         result,
     ), result
-    assert await child_steps(engine, "orch-1/call_search") == ("repo.search", ["grep"])
-    assert await child_steps(engine, "orch-1/call_pr") == ("repo.open-pr", ["branch", "open"])
-    pr = await engine.run("orch-1/call_pr").result(timeout=5)
+    assert await child_steps(engine, search) == ("repo.search", ["grep"])
+    assert await child_steps(engine, pr_run) == ("repo.open-pr", ["branch", "open"])
+    pr = await engine.run(pr_run).result(timeout=5)
     assert result == f"Done: {pr}"  # the worker's result is what the model was given
 
 

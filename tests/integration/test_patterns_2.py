@@ -10,6 +10,7 @@ failure, long conversations, rate and cost limits, when the provider is down.
 from __future__ import annotations
 
 import importlib.util
+import re
 import secrets
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -185,12 +186,14 @@ async def test_a_workflow_tool_is_a_child_run_named_by_the_tool_call(
         "After a crash, the run is replayed from its journal."
     )
     assert await run.result(timeout=20) == f"Here is what I found. {summary}"
-    assert journal_calls(await run.journal()) == [
+    calls = journal_calls(await run.journal())
+    assert re.fullmatch(r"ask-1/call_research_1-[0-9a-f]{16}", calls[1][1]), calls
+    assert calls == [
         ("step", "agent/turn-0"),
-        ("child", "ask-1/call_research_1"),
+        ("child", calls[1][1]),
         ("step", "agent/turn-1"),
     ]
-    child = engine.run("ask-1/call_research_1")
+    child = engine.run(calls[1][1])
     assert await child.result(timeout=10) == {
         "topic": "durable execution",
         "sources": 2,

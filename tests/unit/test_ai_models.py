@@ -125,6 +125,23 @@ def test_openai_shaped_message_dicts_are_taken_as_pasted() -> None:
     ]
 
 
+def test_an_openai_message_dump_with_null_tool_calls_is_taken() -> None:
+    """``ChatCompletionMessage.model_dump()`` as OpenAI's SDK gives it: no calls are
+    ``"tool_calls": None``, with its other fields."""
+    dump: dict[str, Any] = {
+        "content": "hi", "refusal": None, "role": "assistant", "annotations": [],
+        "audio": None, "function_call": None, "tool_calls": None,
+    }  # fmt: skip
+    out = as_messages(None, [{"role": "user", "content": "q"}, dump], where="t")
+    assert out == [UserMessage("q"), AssistantMessage(content="hi")]
+
+
+def test_a_tool_result_dict_for_a_call_no_message_made_is_refused() -> None:
+    orphan = {"role": "tool", "tool_call_id": "zz", "content": "r"}
+    with pytest.raises(InvalidArgument, match=r"messages\[1\].*call 'zz', which no earlier"):
+        as_messages(None, [{"role": "user", "content": "q"}, orphan], where="t")
+
+
 def test_a_message_dict_with_a_part_that_is_not_text_is_refused() -> None:
     image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
     with pytest.raises(InvalidArgument, match=r"messages\[0\].*'image_url'.*only text parts"):

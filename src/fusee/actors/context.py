@@ -9,6 +9,7 @@ values (``now``, ``random``, ``uuid``) are small enough to live here.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 import sys
 from collections.abc import Awaitable, Callable, Iterable
@@ -49,8 +50,9 @@ from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import Replayed, ReplayedFailure, Replayer
 from fusee.runtime.ids import validate_id, validate_name
 from fusee.runtime.objects import ReadOnlyState, StateView, check_run_id
+from fusee.runtime.records import RunContinued
 from fusee.runtime.retry import Retry
-from fusee.runtime.tokens import invocation_stream
+from fusee.runtime.tokens import generation_stream, invocation_stream
 
 __all__ = (
     "Context",
@@ -157,8 +159,15 @@ class Context:
             raise FuseeError("model_call: this engine's store has no token streams")
         return TokenStream(sink, self._host.eid, self._stream_name(name))
 
+    def _generation_key(self, name: str) -> str:
+        history = self._replayer.history
+        seed = f"{self._host.namespace}\0{self.run_id}\0{history.started_seq}\0{name}"
+        return hashlib.blake2b(seed.encode(), digest_size=8).hexdigest()
+
     def _stream_name(self, name: str) -> str:
-        return name
+        history = self._replayer.history
+        first = not isinstance(history.started, RunContinued)
+        return generation_stream(history.started_seq, first, name)
 
     async def sleep(self, duration: str | float | timedelta, *, name: str = "sleep") -> None:
         """Wait ``duration``, durably: the run leaves memory while it sleeps and a timer
@@ -679,6 +688,13 @@ def token_stream(ctx: Context, name: str) -> TokenStream:
         FuseeError: the store has no token streams.
     """
     return ctx._token_stream(name)
+
+
+def generation_key(ctx: Context, name: str) -> str:
+    """16 hex characters of a hash of ``ctx``'s run, its generation and ``name``: the
+    same in every replay of the generation, another in the next one (for fusee.ai: a
+    workflow tool's child run ID)."""
+    return ctx._generation_key(name)
 
 
 async def run_compensations(ctx: Context) -> list[StepFailedError] | None:

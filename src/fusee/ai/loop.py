@@ -3,7 +3,8 @@
 Turn ``i`` is the step ``<name>/turn-<i>`` (a request to the model, or the user's
 ``turn(state, i)``); each tool call it asks for is the step ``<name>/tool-<i>-<tool>``
 whose ``s.key`` is ``<the step's own key>-<tool call id>`` (unique per run, the call's
-ID visible), a child run ``<run id>/<tool call id>`` for a workflow tool, and, for a
+ID visible), a child run ``<run id>/<tool call id>-<key>`` for a workflow tool (``key``
+hashes the step name and the generation), and, for a
 tool behind an approval, first the completion ``<name>/approve-<i>-<tool>``. The calls
 of one turn run at once (``ctx.all``). A replay returns what the journal holds: the
 model is not asked again for a turn it answered, and a tool call that ended does not
@@ -31,7 +32,7 @@ from typing import Any, TypeAlias
 
 import msgspec
 
-from fusee.actors.context import Context
+from fusee.actors.context import Context, generation_key, token_stream
 from fusee.actors.steps import StepInfo
 from fusee.ai.model_step import model_step
 from fusee.ai.tools import (
@@ -63,6 +64,7 @@ from fusee.errors import (
     InvalidArgument,
     InvalidId,
     RunCancelled,
+    RunExists,
     RunFailed,
     StepFailedError,
     Timeout,
@@ -193,8 +195,8 @@ async def loop(
         StepFailedError: a turn failed for good (the model's errors, after retries).
         InvalidArgument: a wrong argument (``max_iterations=0``, both ``model=`` and
             ``turn=``, a loop or tool name that makes a step name over 128 bytes, a run
-            ID too long for a workflow tool's child...), raised before anything is
-            journaled.
+            ID too long for a workflow tool's child, ``stream=True`` for a second loop
+            of one name in a run...), raised before anything is journaled.
         ConfigError: a tool that cannot be one (its parameters have no JSON Schema).
 
     Example:
@@ -223,6 +225,8 @@ async def loop(
         raise InvalidArgument(
             f"{where}: stream=True streams a model= turn; turn= streams on its own"
         )
+    if stream:
+        _check_stream(ctx, name, where)
     toolset = _toolset(tools, where)
     _check_names(ctx, name, max_iterations, toolset, where)
     history = as_messages(prompt, messages, where=where)
@@ -402,13 +406,14 @@ def _run(ctx: Context, p: _Call) -> Awaitable[Any]:
         )
     assert isinstance(tool, WorkflowTool)
     target = tool.target if tool.target is not None else tool.workflow
-    return ctx.child(target, _child_id(ctx.run_id, p.call.id), p.value, timeout=tool.timeout)
+    child = _child_id(ctx.run_id, p.call.id, generation_key(ctx, p.step))
+    return ctx.child(target, child, p.value, timeout=tool.timeout)
 
 
 async def _kept(p: _Call, call: Callable[[Context, _Call], Awaitable[Any]], ctx: Context) -> Any:
     """``call(ctx, p)``'s value, or the error the model is to read as a value: a tool
     that failed (not fatally), a workflow tool's run failed or cancelled, an approval
-    that timed out.
+    that timed out, a workflow tool's child ID taken by a run not this call's.
 
     Raises:
         FatalError: the tool raised ``FatalError``, or the workflow tool's run failed
@@ -423,7 +428,7 @@ async def _kept(p: _Call, call: Callable[[Context, _Call], Awaitable[Any]], ctx:
                 f"{e.message}"
             ) from e
         return e
-    except Timeout as e:
+    except (Timeout, RunExists) as e:
         return e
 
 
@@ -435,6 +440,14 @@ def _took(p: _Call, out: Any) -> bool:
             wait = p.tool.approve_timeout
             took = f" within {format_duration(wait)}" if wait is not None else ""
             p.result = _message(p, f"the call was not approved{took}: it did not run", error=True)
+            return False
+        if isinstance(out, StepFailedError):  # its ask(cb) failed for good
+            p.result = _message(
+                p,
+                f"the approval could not be asked: {out.error_type}: {out.message}; "
+                f"the tool did not run",
+                error=True,
+            )
             return False
         ok, reason = approval_verdict(out)
         if ok:
@@ -461,6 +474,8 @@ def _result(p: _Call, out: Any) -> ToolResultMessage:
             return _message(p, f"tool {tool!r} failed: {out.error_type}: {out.message}", error=True)
         case Timeout():
             return _message(p, f"tool {tool!r} timed out: {out}", error=True)
+        case RunExists():
+            return _message(p, f"tool {tool!r} could not start its run: {out}", error=True)
     return _message(p, content_of(out))
 
 
@@ -578,13 +593,17 @@ def _with_ids(ctx: Context, calls: list[ToolCall], seen: set[str]) -> list[ToolC
     return out
 
 
-def _child_id(run_id: str, call_id: str) -> str:
-    """A workflow tool's child run: ``<run id>/<call id>``, the call ID hashed (16 hex
-    characters of its BLAKE2b) when that would be over 256 bytes."""
-    whole = f"{run_id}/{call_id}"
+def _child_id(run_id: str, call_id: str, key: str) -> str:
+    """A workflow tool's child run: ``<run id>/<call id>-<key>`` (``key``: the call's
+    step name and the run's generation, hashed), both hashed together (16 hex characters
+    of their BLAKE2b) when that would be over 256 bytes. A server that numbers its calls
+    (``call_0`` in every request) gives the same call ID in two loops of a run or in two
+    generations: the key keeps their children apart."""
+    whole = f"{run_id}/{call_id}-{key}"
     if len(whole.encode()) <= MAX_ID_BYTES:
         return whole
-    return f"{run_id}/{hashlib.blake2b(call_id.encode(), digest_size=_HASHED // 2).hexdigest()}"
+    digest = hashlib.blake2b(f"{call_id}-{key}".encode(), digest_size=_HASHED // 2)
+    return f"{run_id}/{digest.hexdigest()}"
 
 
 def _check_names(
@@ -618,9 +637,27 @@ def _check_names(
         if len(child.encode()) > MAX_ID_BYTES:
             raise InvalidArgument(
                 f"{where}: the run ID is {len(ctx.run_id.encode())} bytes, too long for a "
-                f"workflow tool's child run ID (<run id>/<call id>, at most {MAX_ID_BYTES} "
+                f"workflow tool's child run ID (<run id>/<call id>-<key>, at most {MAX_ID_BYTES} "
                 f"bytes with the call ID hashed to {_HASHED} characters)"
             )
+
+
+def _check_stream(ctx: Context, name: str, where: str) -> None:
+    """The loop's turns can stream: no earlier step of the generation is named
+    ``<name>/turn-0`` (a loop of that name ran before, whose streams these would be).
+
+    Raises:
+        InvalidArgument: one is.
+        FuseeError: the store keeps no token streams.
+    """
+    try:
+        token_stream(ctx, f"{name}/turn-0")
+    except InvalidArgument:
+        raise InvalidArgument(
+            f"{where}: stream=True, and an earlier loop of this run is named {name!r}: its "
+            f"turns' token streams have this loop's names; give each streamed loop of a run "
+            f"its own name ('{name}-2')"
+        ) from None
 
 
 def _unknown_label(name: str, i: int, tool: str) -> str:

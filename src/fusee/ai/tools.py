@@ -269,7 +269,8 @@ def workflow_tool(
     approve_timeout: str | float | timedelta | None = None,
 ) -> WorkflowTool:
     """A workflow as a tool of :func:`fusee.ai.loop`: each call is the child run
-    ``<run id>/<tool call id>`` (``ctx.child``), so a replay attaches to the same child.
+    ``<run id>/<tool call id>-<16 hex: the step name and generation, hashed>``
+    (``ctx.child``), so a replay attaches to the same child.
 
     The arguments' schema is the workflow's input type (an object type: a msgspec
     Struct, a dataclass, a TypedDict, a pydantic model), or ``{"input": <its schema>}``

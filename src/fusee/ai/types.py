@@ -230,7 +230,9 @@ def as_messages(
     A dict may be in OpenAI's Chat shape too: tool calls as ``{"id", "type":
     "function", "function": {"name", "arguments"}}``, ``content`` ``None`` or a list of
     text parts, the role ``developer`` (a system message), a tool result without its
-    ``name`` (taken from the call it answers).
+    ``name`` (taken from the call it answers, which an earlier assistant message must
+    have made), ``"tool_calls": None`` (no calls, as ``ChatCompletionMessage.model_dump()``
+    gives).
 
     Raises:
         InvalidArgument: both or neither were given, or a message is not a message.
@@ -281,11 +283,19 @@ def _chat_dict(m: Any, names: dict[str, str]) -> Any:
     elif isinstance(content, list):
         m["content"] = "".join(_text_part(p) for p in content)
     calls = m.get("tool_calls")
-    if isinstance(calls, list):
+    if calls is None and "tool_calls" in m:
+        m["tool_calls"] = []  # OpenAI's ChatCompletionMessage.model_dump(): no calls
+    elif isinstance(calls, list):
         m["tool_calls"] = [_flat_call(c) for c in calls]
     if m.get("role") == "tool" and "name" not in m:
         call_id = m.get("tool_call_id")
-        m["name"] = names.get(call_id, "") if isinstance(call_id, str) else ""
+        if isinstance(call_id, str):
+            if call_id not in names:
+                raise _NotAMessage(
+                    f"a tool result for call {call_id!r}, which no earlier assistant "
+                    f"message made (its tool's name comes from that call)"
+                )
+            m["name"] = names[call_id]
     return m
 
 

@@ -29,6 +29,7 @@ from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
     ObjectDone,
+    RunContinued,
     RunPaused,
     StepCompleted,
     StepFailed,
@@ -43,6 +44,7 @@ __all__ = (
     "event_from",
     "StoredState",
     "StreamEnd",
+    "generation_stream",
     "invocation_stream",
     "parse_invocation_stream",
 )
@@ -175,7 +177,8 @@ class StreamEnd:
             self.completed = True
         elif isinstance(record, StepFailed) and record.name == self.name:
             self.failed = True
-        elif isinstance(record, (*TERMINAL, RunPaused)):
+        elif isinstance(record, (*TERMINAL, RunPaused, RunContinued)):
+            # a generation's streams end with it (the next one's have their own names)
             self.run_over = True
 
     def is_over(self) -> bool:
@@ -186,6 +189,14 @@ def invocation_stream(inbox_seq: int, name: str) -> str:
     """The token stream name of ``model_call(ctx, name)`` in an object's invocation:
     ``<inbox seq>/<name>``, so each invocation of a handler has its own stream."""
     return f"{inbox_seq}/{name}"
+
+
+def generation_stream(started_seq: int, first: bool, name: str) -> str:
+    """The token stream name of ``model_call(ctx, name)`` in a workflow's generation:
+    ``name`` in the first, ``<its run.continued seq>/<name>`` in a later one (the
+    invocation's shape), so a step name used again after ``continue_as_new`` streams
+    into a new stream, not into the ended one of an earlier generation."""
+    return name if first else invocation_stream(started_seq, name)
 
 
 def parse_invocation_stream(name: str) -> tuple[int, str] | None:

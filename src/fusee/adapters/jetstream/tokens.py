@@ -28,7 +28,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 from fusee.adapters.jetstream.direct import direct_batch, direct_page, retrying
 from fusee.errors import FuseeError, NotEncodable, RunNotFound, StreamNotFound
 from fusee.runtime.ids import escape, unescape
-from fusee.runtime.records import decode_record
+from fusee.runtime.records import RunContinued, decode_record
 from fusee.runtime.tokens import (
     ATTEMPT_HEADER,
     INDEX_HEADER,
@@ -37,6 +37,7 @@ from fusee.runtime.tokens import (
     StreamEnd,
     TokenEvent,
     event_from,
+    generation_stream,
     parse_invocation_stream,
 )
 
@@ -193,10 +194,20 @@ class TokenStore:
             direct_batch(self.nc, self.layout.stream, self.layout.tree(eid), after + 1),
             self._seek(subject, offset),
         )
+        generation = 0
         for msg in journal:
-            watch.feed(decode_record(msg.data))
+            record = decode_record(msg.data)
+            if invocation is None and isinstance(record, RunContinued):
+                # a later generation: its own stream (``generation_stream``), its records
+                generation, watch = msg.seq, StreamEnd(name, started=True)
+                continue
+            watch.feed(record)
         if not watch.started:
             raise RunNotFound(f"no run {unescape(eid)!r} in namespace {self.namespace!r}")
+        if generation:
+            # the run's current generation streams under another name: seek that one
+            subject = self.subject(eid, generation_stream(generation, False, name))
+            start, exists = await self._seek(subject, offset)
         journal_last = journal[-1].seq if journal else after
         last = start - 1
         async for event in self._catch_up(subject, start):
