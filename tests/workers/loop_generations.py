@@ -1,4 +1,4 @@
-"""Workflows of tests/integration/test_rfix_repro.py (review rfix)."""
+"""Workflows of tests/integration/test_agent_loop_generations.py: loops across generations, repeated call IDs, a failing approval ask."""
 
 from __future__ import annotations
 

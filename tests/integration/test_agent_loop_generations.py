@@ -14,7 +14,7 @@ from tests.integration.test_agent_loop_calls import start_loop_worker
 from tests.workers.procs import HERE
 
 pytestmark = pytest.mark.timeout(120)
-MOD = HERE / "rfix_agents.py"
+MOD = HERE / "loop_generations.py"
 
 
 async def _worker(worker_procs: Any, tmp_path: Path) -> None:
