@@ -46,7 +46,18 @@ from fusee.runtime.inbox import (
     decode_message,
     encode_message,
 )
-from fusee.runtime.limits import Ask, core_subject, limit_actor_id
+from fusee.runtime.limits import (
+    LEASE,
+    RENEW_EVERY,
+    Answer,
+    Ask,
+    AskOp,
+    Permit,
+    ReleaseOp,
+    core_subject,
+    encode_core,
+    limit_actor_id,
+)
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted, encode_record, kind_of
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Wait
 
@@ -66,12 +77,12 @@ ASK_PATIENCE = 1.0
 REASK_AFTER = 30.0
 
 
-class _Answer(msgspec.Struct):
-    grant: int | None = None
+# The lease bounds these: a fast grant answered after its step gave up (ASK_PATIENCE)
+# is renewed by nobody until the step's durable request moves it, and a held permit is
+# renewed every RENEW_EVERY; both inside one lease, or a live holder loses its permit.
+assert ASK_PATIENCE + RENEW_EVERY < LEASE, "a fast grant's lease outlives the ask's patience"
 
-
-_answer = msgspec.json.Decoder(_Answer)
-_encode = msgspec.json.Encoder()
+_answer = msgspec.json.Decoder(Answer)
 
 
 class Driver(Protocol):
@@ -145,9 +156,9 @@ class ActorCore:
         # a wait's end rides on the next record (False: each is journaled at once)
         self.ride_waits = True
         # -- limits: the worker running this actor (it renews the permits held), and
-        # the permits held now: the request's sequence -> the limit actor's eid
+        # the permits held now (renewed by the worker, released as each attempt ends)
         self.worker_id = ""
-        self.held: dict[int, str] = {}
+        self.held: set[Permit] = set()
         self._requests = 0
 
     def start(self) -> None:
@@ -321,7 +332,7 @@ class ActorCore:
 
     # -- limits -----------------------------------------------------------------------
 
-    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> int:
+    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> Permit:
         """Ask limit ``name`` for a permit for attempt ``key`` and wait for it. First on
         core NATS, of the live limit actor (:meth:`_ask`: it journals the grant and
         answers); when it does not grant (nobody listens or answers in time, the limit
@@ -332,8 +343,8 @@ class ActorCore:
         sets a timer (wait position ``pos``, the step's) ``REASK_AFTER`` seconds on: a
         grant that never comes (journaled and never sent, its limit actor not back) does
         not leave the run parked for good; the timer brings it back, and it asks again.
-        Returns what a release names: the request's inbox sequence, or the fast grant's
-        number (< 0).
+        Returns the permit (what a release names): the limit's eid and the request's
+        inbox sequence, or the fast grant's number (< 0).
 
         Raises:
             UnknownLimit: there is no such limit.
@@ -343,8 +354,9 @@ class ActorCore:
         assert self.partitions is not None, "a worker's actor knows the partitions"
         fast = await self._ask(eid, fairness, key)
         if fast is not None:
-            self.held[fast] = eid
-            return fast
+            permit = Permit(eid, fast)
+            self.held.add(permit)
+            return permit
         body = encode_message(
             PermitRequest(
                 key=key,
@@ -373,8 +385,9 @@ class ActorCore:
                     del view.messages[i]
                     if msg.error:
                         raise UnknownLimit(msg.error)
-                    self.held[seq] = eid
-                    return seq
+                    permit = Permit(eid, seq)
+                    self.held.add(permit)
+                    return permit
             if view.version != version:
                 version, idle_since = view.version, self.clock()
             left = idle_since + self.park_after - self.clock()
@@ -409,7 +422,7 @@ class ActorCore:
             worker=self.worker_id,
             fairness=fairness,
         )
-        body = _encode.encode({"op": "ask", "ask": ask})
+        body = encode_core(AskOp(ask))
         try:
             answer = await self.store.request_core(
                 core_subject(self.namespace, eid), body, ASK_PATIENCE
@@ -426,14 +439,14 @@ class ActorCore:
             return None
         return grant if grant is not None and grant < 0 else None
 
-    async def release_permit(self, seq: int) -> None:
-        """The attempt holding the permit of request ``seq`` ended: the limit hears it
-        on core NATS (a lost release: its lease runs out)."""
-        eid = self.held.pop(seq, None)
-        if eid is not None:
+    async def release_permit(self, permit: Permit) -> None:
+        """The attempt holding ``permit`` ended: its limit hears it on core NATS (a
+        lost release: its lease runs out)."""
+        if permit in self.held:
+            self.held.discard(permit)
             with anyio.CancelScope(shield=True):
                 await self.store.publish_core(
-                    core_subject(self.namespace, eid), b'{"op":"release","seq":%d}' % seq
+                    core_subject(self.namespace, permit.limit), encode_core(ReleaseOp(permit.seq))
                 )
 
     # -- the code running -------------------------------------------------------------

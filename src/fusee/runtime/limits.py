@@ -46,6 +46,16 @@ __all__ = (
     "LimitState",
     "Snapshot",
     "Ask",
+    "Permit",
+    "AskOp",
+    "ShowOp",
+    "RenewOp",
+    "ReleaseOp",
+    "CoreOp",
+    "Answer",
+    "Shown",
+    "encode_core",
+    "decode_core",
     "check_config",
     "LEASE",
     "RENEW_EVERY",
@@ -140,6 +150,75 @@ class Ask(msgspec.Struct, frozen=True, kw_only=True):
     partition: int
     worker: str = ""
     fairness: str = ""
+
+
+class Permit(msgspec.Struct, frozen=True):
+    """A permit a run's actor holds: of the limit actor ``limit`` (its eid), named
+    ``seq`` there (a request's inbox sequence, or a fast grant's number < 0: numbered
+    per limit, so only the pair names one)."""
+
+    limit: str
+    seq: int
+
+
+# -- the messages on core NATS (``core_subject``): request/reply, or one way ----------
+
+
+class AskOp(msgspec.Struct, frozen=True, tag_field="op", tag="ask"):
+    """Request: grant ``ask`` now (answered by :class:`Answer`)."""
+
+    ask: Ask
+
+
+class ShowOp(msgspec.Struct, frozen=True, tag_field="op", tag="show"):
+    """Request: the holders and waiters as they are now (answered by :class:`Shown`)."""
+
+
+class RenewOp(msgspec.Struct, frozen=True, tag_field="op", tag="renew"):
+    """The permits ``seqs`` that ``worker``'s attempts still hold (their leases go on)."""
+
+    worker: str
+    seqs: list[int]
+
+
+class ReleaseOp(msgspec.Struct, frozen=True, tag_field="op", tag="release"):
+    """The attempt holding permit ``seq`` ended."""
+
+    seq: int
+
+
+CoreOp = AskOp | ShowOp | RenewOp | ReleaseOp
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """The answer to an :class:`AskOp`: the fast grant's number (< 0), or None: not
+    granted (the step sends its durable request)."""
+
+    grant: int | None = None
+
+
+class Shown(msgspec.Struct, frozen=True):
+    """The answer to a :class:`ShowOp`."""
+
+    config: LimitConfig | None = None
+    holders: int = 0
+    waiters: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+_core_encoder = msgspec.json.Encoder()
+_core_decoder = msgspec.json.Decoder(CoreOp)
+
+
+def encode_core(msg: CoreOp | Answer | Shown) -> bytes:
+    return _core_encoder.encode(msg)
+
+
+def decode_core(data: bytes) -> CoreOp | None:
+    """A message to a limit actor on core NATS; None: not one (another version's)."""
+    try:
+        return _core_decoder.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
 
 
 @dataclass(frozen=True)
