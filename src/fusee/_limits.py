@@ -173,14 +173,22 @@ async def _ask_live(store: NatsStore, eid: str) -> Shown | None:
 
 async def _from_journal(store: NatsStore, partition: int, eid: str) -> Shown:
     """The last snapshot, and the requests stored in the inbox after what it read (not
-    the attempts it holds or queues already: asking again), each a waiter of its key."""
+    the attempts it holds or queues already: asking again), each a waiter of its key.
+    (The snapshot names its waiters by inbox sequence: their attempts are read from
+    the inbox, from the oldest, as the limit actor's restore does.)"""
     last = await store.last_in_journal(eid)
     snap = _snapshot.decode(last.data) if last is not None else Snapshot()
     waiters = {k: len(v) for k, v in snap.queues}
     known = {h.key for h in snap.holders}
-    for msg in await store.read_inbox(partition, eid, snap.seen):
+    queued = {s for _, seqs in snap.queues for s in seqs}
+    for msg in await store.read_inbox(partition, eid, min([snap.seen, *(s - 1 for s in queued)])):
         req = decode_message(msg.data)
-        if isinstance(req, PermitRequest) and req.key not in known:
+        if not isinstance(req, PermitRequest):
+            continue
+        if msg.seq <= snap.seen:
+            if msg.seq in queued:
+                known.add(req.key)
+        elif req.key not in known:
             known.add(req.key)
             waiters[req.fairness] = waiters.get(req.fairness, 0) + 1
     return Shown(snap.config, len(snap.holders), waiters)

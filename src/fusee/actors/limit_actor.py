@@ -78,7 +78,7 @@ class LimitActor:
         self._shows: list[str] = []  # reply subjects of `show` requests
         self._seen = 0
         self._resend: list[Waiter] = []
-        self._untrimmed = 0  # inbox messages read since the inbox was last trimmed
+        self._untrimmed = 0  # inbox messages read since the inbox was last trimmed (journaled)
 
     async def run(self) -> Outcome:
         core = self.core
@@ -119,6 +119,7 @@ class LimitActor:
             snap = _snapshot.decode(last.data)
             core.fence = last.seq
         self._seen = snap.seen if snap is not None else 0
+        self._untrimmed = snap.untrimmed if snap is not None else 0
         queued = [s for _, seqs in snap.queues for s in seqs] if snap is not None else []
         core.read_again(min([self._seen, *(s - 1 for s in queued)]))
         requests: dict[int, Waiter] = {}
@@ -231,12 +232,16 @@ class LimitActor:
             ]
 
     async def _commit(self) -> None:
-        """Journal the state (a snapshot; an activation reads the last only), every
-        ``ROLLUP_EVERY``-th one replacing the earlier ones; then, now and then, trim the
-        inbox below what this snapshot still needs (its waiters' requests, what it has
-        not read)."""
+        """Journal the state (a snapshot; an activation reads the last only), the first
+        of each activation and every ``ROLLUP_EVERY``-th after it replacing the earlier
+        ones; then, once ``TRIM_AFTER`` inbox messages were read since the last trim
+        (counted across activations, in the snapshot), trim the inbox below what this
+        snapshot still needs (its waiters' requests, what it has not read)."""
         core = self.core
-        snap = self.state.snapshot(self._seen)
+        trim = self._untrimmed >= TRIM_AFTER
+        if trim:
+            self._untrimmed = 0
+        snap = self.state.snapshot(self._seen, self._untrimmed)
         core.commits += 1
         msg_id = f"{core.eid}:{core.commits}:{core.writer}"
         core.fence = await self.store.append(
@@ -245,10 +250,11 @@ class LimitActor:
             _encode.encode(snap),
             fence=core.fence,
             msg_id=msg_id,
-            rollup=core.commits % ROLLUP_EVERY == 0,
+            # the first of each activation (a limit that parks between uses writes a
+            # few a time), then every ROLLUP_EVERY-th
+            rollup=(core.commits - 1) % ROLLUP_EVERY == 0,
         )
-        if self._untrimmed >= TRIM_AFTER:
-            self._untrimmed = 0
+        if trim:  # (a crash before: trimmed after the next TRIM_AFTER messages)
             below = min([snap.seen + 1, *(s for _, seqs in snap.queues for s in seqs)])
             await self.store.purge_inbox(core.partition, core.eid, below)
 

@@ -243,6 +243,9 @@ class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
     queues: list[tuple[str, list[int]]] = msgspec.field(default_factory=list)
     seen: int = 0
     fast: int = 0  # permits granted on core NATS so far (the last one is named -fast)
+    # inbox messages read since the inbox was last trimmed (kept across activations:
+    # a limit that parks between uses reads a few each time)
+    untrimmed: int = 0
 
 
 @dataclass
@@ -401,8 +404,9 @@ class LimitState:
 
     # -- the journal ----------------------------------------------------------------------
 
-    def snapshot(self, seen: int) -> Snapshot:
+    def snapshot(self, seen: int, untrimmed: int = 0) -> Snapshot:
         return Snapshot(
+            untrimmed=untrimmed,
             config=self.config,
             tokens=self.tokens,
             refilled_at=self.refilled_at,
