@@ -19,7 +19,7 @@ from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.ids import escape, partition_of
 from fusee.runtime.inbox import PermitRequest, decode_message, encode_message
-from fusee.runtime.limits import LEASE, Permit, limit_actor_id
+from fusee.runtime.limits import LEASE, PICKUP, Permit, limit_actor_id
 from tests.helpers import permit_requests, run_cli
 from tests.helpers import registry_of as _registry
 from tests.workers.limits import live_slots
@@ -264,9 +264,13 @@ async def test_limits_set_and_ls_on_the_command_line(
     assert (info.per_second, info.burst, info.concurrent) == (50, 7, None)
 
 
-async def test_a_permit_its_holder_does_not_renew_is_reclaimed(engine: fusee.Engine) -> None:
+async def test_a_permit_its_holder_does_not_renew_is_reclaimed(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A holder whose worker is gone (it never renews, never asks again): its permit
-    comes back when the lease runs out, and the waiter behind it proceeds."""
+    comes back when its time to take it (PICKUP: it was sent to its inbox) runs out,
+    and the waiter behind it proceeds."""
+    monkeypatch.setattr(limits_module, "PICKUP", 3.0)
     await engine.limit("solo", concurrent=1)
     actor = limit_actor_id("solo")
     eid, p = escape(actor), partition_of(actor, engine.partitions)
@@ -285,7 +289,7 @@ async def test_a_permit_its_holder_does_not_renew_is_reclaimed(engine: fusee.Eng
         began = time.monotonic()
         run = await engine.start("limited", "after-ghost", None)
         assert await run.result(timeout=30) == "ok"
-    assert time.monotonic() - began >= LEASE - 0.5  # it waited for the lease, not less
+    assert time.monotonic() - began >= 3.0 - 0.5  # it waited for the pickup, not less
     (grant,) = await engine.store.read_inbox(0, "ghost-run")
     assert b'"request":%d' % seq in grant.data
 
@@ -640,6 +644,60 @@ async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
         assert await h.result(timeout=30) == "held"
         assert await w.result(timeout=30) == "ok"
     assert len(dropped) == 1
+
+
+async def test_a_grant_to_a_parked_run_waits_for_it_longer_than_a_lease(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """concurrent=1: a run parks waiting behind a holder, the holder releases and the
+    limit sends the run its grant; the run, woken, is held back (a hook on its ask)
+    while the limit's clock goes on by more than a lease: the permit is still its own
+    (kept PICKUP seconds for its run to take it), so it is not reclaimed, handed to
+    the back of the queue and granted again (what made a flood of parked runs crawl)."""
+    await engine.limit("slow", concurrent=1)
+    registry, holding, go = _held_limit("slow")
+    ask = ActorCore._ask
+    asking, let_ask = anyio.Event(), anyio.Event()
+    hold_back = False
+
+    async def held_back(self: ActorCore, eid: str, fairness: str, key: str) -> int | None:
+        if hold_back and self.run_id == "slow-w":
+            asking.set()  # woken by its grant, replayed: about to ask again
+            await let_ask.wait()
+        return await ask(self, eid, fairness, key)
+
+    monkeypatch.setattr(ActorCore, "_ask", held_back)
+    eid = escape(limit_actor_id("slow"))
+    async with engine.worker(registry=registry) as worker:
+        h = await engine.start("holder", "slow-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        w = await engine.start("waiter", "slow-w", None)
+
+        async def listed(holders: int, waiters: dict[str, int]) -> bool:
+            (info,) = await engine.limits()
+            return info.holders == holders and info.waiters == waiters
+
+        await wait_until(lambda: listed(1, {"": 1}), timeout=30, what="the waiter queued")
+        await wait_until(
+            lambda: escape("slow-w") not in worker.actors or None, timeout=30, what="it parks"
+        )
+        hold_back = True
+        go.set()  # the holder releases: the limit grants w, its grant wakes it
+        assert await h.result(timeout=30) == "held"
+        with anyio.fail_after(30):
+            await asking.wait()
+        # the limit's time goes on past the grant's lease (its actor stays: it holds one)
+        limit_core = worker.actors[eid].actor
+        assert limit_core is not None
+        clock = limit_core.clock
+        limit_core.clock = lambda: clock() + LEASE + 1.0
+        assert LEASE + 1.0 < PICKUP
+        # (a listing is answered after the limit's next turn, which reclaims what expired)
+        assert await listed(1, {}), (await engine.limits())[0]
+        let_ask.set()
+        assert await w.result(timeout=30) == "ok"
+        await wait_until(lambda: listed(0, {}), timeout=30, what="nothing held")
 
 
 async def test_the_limits_journal_is_rolled_up_and_its_inbox_trimmed_below_its_waiters(

@@ -15,7 +15,7 @@ import math
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fusee.runtime.limits import LEASE, Ask, LimitConfig, LimitState, Waiter
+from fusee.runtime.limits import LEASE, PICKUP, Ask, LimitConfig, LimitState, Waiter
 from tests.machines import machine_settings
 
 
@@ -214,12 +214,19 @@ def test_keys_are_served_round_robin() -> None:
 
 
 def test_a_lease_not_renewed_is_reclaimed_once() -> None:
+    """A permit sent to a run's inbox is kept PICKUP seconds for its run to take it
+    (a parked run comes back first); once renewed, LEASE from each renewal."""
     state = LimitState()
     state.configure(LimitConfig(concurrent=1), 0.0)
     state.request(Waiter(1, "a", "r", 0, "w", ""), 0.0)
     state.request(Waiter(2, "b", "r", 0, "w", ""), 0.0)
+    state.request(Waiter(3, "c", "r", 0, "w", ""), 0.0)
     assert [g.waiter.seq for g in state.grants(0.0)] == [1]
-    assert state.expire(LEASE - 0.1) == []
-    assert [h.seq for h in state.expire(LEASE)] == [1]
-    assert state.expire(LEASE + 1) == []
-    assert [g.waiter.seq for g in state.grants(LEASE)] == [2]
+    assert state.expire(PICKUP - 0.1) == []
+    assert [h.seq for h in state.expire(PICKUP)] == [1]
+    assert state.expire(PICKUP + 1) == []
+    t = PICKUP + 1
+    assert [g.waiter.seq for g in state.grants(t)] == [2]
+    state.renew([2], "w", t + 1)  # taken: LEASE from here, the pickup's time is over
+    assert state.expire(t + 1 + LEASE - 0.1) == []
+    assert [h.seq for h in state.expire(t + 1 + LEASE)] == [2]
