@@ -646,6 +646,39 @@ async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
     assert len(dropped) == 1
 
 
+async def test_a_parked_waiter_asks_again_less_often_the_longer_it_waits(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run parked behind a holder that keeps its permit comes back at its re-ask
+    timer, finds its place kept and parks again: each time later, doubling up to
+    REASK_MAX (here 0.5 s doubling up to 2 s), not every REASK_AFTER."""
+    import fusee.actors.core as core_module
+
+    monkeypatch.setattr(core_module, "REASK_AFTER", 0.5)
+    monkeypatch.setattr(core_module, "REASK_MAX", 2.0)
+    delays: list[float] = []
+    reask_after = core_module._reask_after
+
+    def recorded(view: Any, pos: int, start: int) -> float:
+        delay = reask_after(view, pos, start)
+        delays.append(delay)
+        return delay
+
+    monkeypatch.setattr(core_module, "_reask_after", recorded)
+    await engine.limit("patient", concurrent=1)
+    registry, holding, go = _held_limit("patient")
+    async with engine.worker(registry=registry):
+        h = await engine.start("holder", "patient-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        w = await engine.start("waiter", "patient-w", None)
+        await wait_until(lambda: len(delays) >= 4 or None, timeout=60, what="4 parks")
+        go.set()
+        assert await h.result(timeout=30) == "held"
+        assert await w.result(timeout=30) == "ok"
+    assert delays[:4] == [0.5, 1.0, 2.0, 2.0]
+
+
 async def test_a_grant_to_a_parked_run_waits_for_it_longer_than_a_lease(
     engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -42,6 +42,7 @@ from fusee.runtime.inbox import (
     InboxMessage,
     PermitGrant,
     PermitRequest,
+    TimerFired,
     Unknown,
     decode_message,
     encode_message,
@@ -73,8 +74,11 @@ RIDE_MAX = 4096
 # NATS before it sends its durable request (a grant answered later is moved by it).
 ASK_PATIENCE = 1.0
 # How long a run parked waiting for a grant stays parked before it comes back to ask
-# again, if no grant brought it back first (its timer: one durable write a park).
+# again, if no grant brought it back first (its timer: one durable write a park),
+# doubled at each time it came back for nothing, up to REASK_MAX (so a run waiting
+# its turn behind a long queue is not replayed every 31 s).
 REASK_AFTER = 30.0
+REASK_MAX = 240.0
 
 
 # The lease bounds these: a fast grant answered after its step gave up (ASK_PATIENCE)
@@ -83,6 +87,18 @@ REASK_AFTER = 30.0
 assert ASK_PATIENCE + RENEW_EVERY < LEASE, "a fast grant's lease outlives the ask's patience"
 
 _answer = msgspec.json.Decoder(Answer)
+
+
+def _reask_after(view: InboxView, pos: int, start: int) -> float:
+    """How long a run parking for a grant at wait ``pos`` stays parked: REASK_AFTER,
+    doubled for each of its re-ask timers that fired already (in its inbox), at most
+    REASK_MAX."""
+    fired = sum(
+        1
+        for _, m in view.messages
+        if isinstance(m, TimerFired) and m.pos == pos and m.start == start
+    )
+    return float(min(REASK_AFTER * 2.0 ** min(fired, 32), REASK_MAX))
 
 
 class Driver(Protocol):
@@ -396,12 +412,13 @@ class ActorCore:
                     await self.flush()
                     # the bound on a grant that never comes: back to ask again (the
                     # limit keeps its place, or moves the permit the attempt holds)
+                    start = self.history.started_seq
                     await self.store.schedule_timer(
                         self.eid,
                         self.partition,
                         pos,
-                        self.clock() + REASK_AFTER,
-                        start=self.history.started_seq,
+                        self.clock() + _reask_after(view, pos, start),
+                        start=start,
                     )
                     self.left_at = view.seen
                     raise Parked
