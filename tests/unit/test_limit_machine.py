@@ -84,18 +84,33 @@ class Limits(RuleBasedStateMachine):
         self._granted(self.seq, True, "")
         self._grant()
 
-    @precondition(lambda self: self.state.holders or self.state.queues)
+    @precondition(lambda self: self.state.queues)
     @rule(data=st.data())
     def late_ask(self, data: st.DataObject) -> None:
         """A fast ask answered after its step gave up on it and sent its durable
-        request (held or queued now): refused, nothing changes."""
-        keys = [h.key for h in self.state.holders.values()]
-        keys += [w.key for q in self.state.queues.values() for w in q]
+        request (queued now): refused, nothing changes."""
+        keys = [w.key for q in self.state.queues.values() for w in q]
         key = data.draw(st.sampled_from(sorted(keys)))
         before = self.state.snapshot(self.seq)
         g = self.state.ask(Ask(key=key, run="r", partition=0, worker="w1"), self.now)
-        assert g is None, "a late ask of an attempt that holds or waits was granted"
+        assert g is None, "a late ask of an attempt that waits was granted"
         assert self.state.snapshot(self.seq) == before, "a refused ask changed the state"
+
+    @precondition(lambda self: self.state.holders)
+    @rule(data=st.data())
+    def ask_holding(self, data: st.DataObject) -> None:
+        """An attempt holding a permit asks on core NATS (its run woken by its grant,
+        or an answer late): answered with the permit it holds, now the asker's; no
+        second permit, no token taken."""
+        h = data.draw(st.sampled_from(sorted(self.state.holders.values(), key=lambda h: h.seq)))
+        n, tokens = len(self.state.holders), self.state.tokens
+        g = self.state.ask(Ask(key=h.key, run="r", partition=0, worker="w2"), self.now)
+        assert g is not None, "an attempt's ask was not answered with its permit"
+        assert g.moved
+        assert g.waiter.seq == h.seq, "a held attempt's ask got another permit"
+        assert len(self.state.holders) == n, "a held attempt's ask made a second permit"
+        assert self.state.tokens == tokens, "a held attempt's ask took a token"
+        assert self.state.holders[h.seq].worker == "w2", "the asker does not hold it"
 
     @rule(fairness=st.sampled_from(["a", "b", "c"]), again=st.booleans())
     def request(self, fairness: str, again: bool) -> None:

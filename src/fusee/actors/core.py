@@ -454,7 +454,7 @@ class ActorCore:
             grant = _answer.decode(answer).grant
         except msgspec.DecodeError:
             return None
-        return grant if grant is not None and grant < 0 else None
+        return grant  # a fast grant's number (< 0), or the permit the attempt held
 
     async def release_permit(self, permit: Permit) -> None:
         """The attempt holding ``permit`` ended: its limit hears it on core NATS (a

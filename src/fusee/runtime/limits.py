@@ -21,11 +21,12 @@ send, the time to look again. Nothing here awaits or reads a clock.
   a park) names the same ``key``: a held permit moves to the new request (no second
   permit), a queued one keeps its place.
 - **Asked on core NATS** (:meth:`LimitState.ask`, the fast path: no durable request):
-  granted only when nobody waits, the limit has room and the attempt neither holds nor
-  waits for a permit; its permit is named by a negative number (``-1``, ``-2``, ...,
-  counted in the snapshot). Anything else is answered "no", and the step sends its
-  durable request (which moves a permit its attempt holds, as above): a fast grant whose
-  answer was lost, and the same attempt's durable request, are one permit.
+  an attempt holding a permit already is answered with it (a run woken by its grant);
+  else granted only when nobody waits, the limit has room and the attempt waits for no
+  permit; its permit is named by a negative number (``-1``, ``-2``, ..., counted in the
+  snapshot). Anything else is answered "no", and the step sends its durable request
+  (which moves a permit its attempt holds, as above): a fast grant whose answer was
+  lost, and the same attempt's durable request, are one permit.
 
 ``tests/unit/test_limit_machine.py`` drives it with hypothesis.
 """
@@ -305,17 +306,25 @@ class LimitState:
         return None
 
     def ask(self, ask: Ask, now: float) -> Grant | None:
-        """A permit asked for on core NATS: granted at once (a new holder, named by the
-        next negative number) when nobody waits, the limit has room and attempt
-        ``ask.key`` holds no permit and waits for none; else None and nothing changes
-        (the step sends its durable request instead)."""
+        """A permit asked for on core NATS: attempt ``ask.key`` holding one already
+        (its run woken by its grant and replayed, or replayed elsewhere) is answered
+        with it (``moved``: now the asker's, its lease renewed; no second permit); else
+        granted at once (a new holder, named by the next negative number) when nobody
+        waits, the limit has room and the attempt waits for none; else None and
+        nothing changes (the step sends its durable request instead)."""
         config = self.config
-        if config is None or self.queues:
-            return None  # unknown (the durable request is told why), or others wait
+        if config is None:
+            return None  # unknown: the durable request is told why
+        for holder in self.holders.values():
+            if holder.key == ask.key:
+                holder.run, holder.partition = ask.run, ask.partition
+                holder.worker, holder.expires = ask.worker, now + LEASE
+                w = Waiter(holder.seq, ask.key, ask.run, ask.partition, ask.worker, ask.fairness)
+                return Grant(w, moved=True)
+        if self.queues:
+            return None  # others wait
         if config.concurrent is not None and len(self.holders) >= config.concurrent:
             return None
-        if any(h.key == ask.key for h in self.holders.values()):
-            return None  # held (its answer lost, or its run replayed): the durable path moves it
         if config.per_second is not None:
             self._refill(now)
             if self.tokens < 1.0:
