@@ -679,6 +679,48 @@ async def test_a_parked_waiter_asks_again_less_often_the_longer_it_waits(
     assert delays[:4] == [0.5, 1.0, 2.0, 2.0]
 
 
+async def test_a_run_woken_by_its_grant_takes_its_permit_on_core_nats(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """concurrent=1: a run parks waiting behind a holder; the holder releases and the
+    grant wakes the run, whose replay asks on core NATS and is answered with the permit
+    its attempt holds (no second durable request). The run parks at once whenever it
+    waits (park_after 0: slower than any round trip), as a loaded worker's runs did:
+    a replay that asked durably again parked before the moved grant came, was woken by
+    it, and asked again, forever."""
+    acquire = ActorCore.acquire_permit
+
+    async def impatient(
+        self: ActorCore, name: str, fairness: str, key: str, *, pos: int = 0
+    ) -> Permit:
+        if self.run_id == "wake-w":
+            self.park_after = 0.0
+        return await acquire(self, name, fairness, key, pos=pos)
+
+    monkeypatch.setattr(ActorCore, "acquire_permit", impatient)
+    await engine.limit("wake", concurrent=1)
+    registry, holding, go = _held_limit("wake")
+    async with engine.worker(registry=registry) as worker:
+        h = await engine.start("holder", "wake-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        w = await engine.start("waiter", "wake-w", None)
+
+        async def queued() -> bool:
+            (info,) = await engine.limits()
+            return info.waiters == {"": 1}
+
+        await wait_until(queued, timeout=30, what="the waiter queued")
+        await wait_until(
+            lambda: escape("wake-w") not in worker.actors or None, timeout=30, what="it parks"
+        )
+        go.set()
+        assert await h.result(timeout=30) == "held"
+        assert await w.result(timeout=30) == "ok"
+    mine = [m for m in await permit_requests(engine, "wake") if m.run == escape("wake-w")]
+    assert len(mine) == 1, f"{len(mine)} durable requests"
+
+
 async def test_a_grant_to_a_parked_run_waits_for_it_longer_than_a_lease(
     engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
