@@ -18,7 +18,7 @@ import fusee.runtime.limits as limits_module
 from fusee.actors.core import ActorCore
 from fusee.actors.registry import Registry, Workflow
 from fusee.runtime.ids import escape, partition_of
-from fusee.runtime.inbox import PermitRequest, decode_message, encode_message
+from fusee.runtime.inbox import PermitGrant, PermitRequest, decode_message, encode_message
 from fusee.runtime.limits import LEASE, PICKUP, Permit, limit_actor_id
 from tests.helpers import permit_requests, run_cli
 from tests.helpers import registry_of as _registry
@@ -719,6 +719,47 @@ async def test_a_run_woken_by_its_grant_takes_its_permit_on_core_nats(
         assert await w.result(timeout=30) == "ok"
     mine = [m for m in await permit_requests(engine, "wake") if m.run == escape("wake-w")]
     assert len(mine) == 1, f"{len(mine)} durable requests"
+
+
+async def test_a_grant_that_comes_as_its_run_parks_brings_it_back(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """concurrent=1: a run waiting behind a holder parks; while it sets its re-ask
+    timer (a hook holds it there), the holder releases and the grant reaches the run's
+    inbox and its in-memory view: the run parks all the same, and whoever parks it reads
+    its inbox again from before the grant, so the grant brings it back (not its re-ask
+    timer, set to 10 min here)."""
+    import fusee.actors.core as core_module
+    from fusee.adapters.jetstream.store import NatsStore
+
+    monkeypatch.setattr(core_module, "REASK_AFTER", 600.0)
+    await engine.limit("race", concurrent=1)
+    registry, holding, go = _held_limit("race")
+    schedule = NatsStore.schedule_timer
+    held_at_timer: list[bool] = []
+
+    async def grant_meanwhile(self: NatsStore, eid: str, *args: Any, **kw: Any) -> None:
+        if eid == escape("race-w") and not held_at_timer:
+            held_at_timer.append(True)
+            go.set()  # the holder releases: the limit grants the run now
+            core = worker.actors[eid].actor
+            assert core is not None
+
+            def granted() -> bool:
+                return any(isinstance(m, PermitGrant) for _, m in core.view.messages)
+
+            await wait_until(granted, timeout=30, what="the grant in the run's view")
+        await schedule(self, eid, *args, **kw)
+
+    monkeypatch.setattr(NatsStore, "schedule_timer", grant_meanwhile)
+    async with engine.worker(registry=registry) as worker:
+        h = await engine.start("holder", "race-h", None)
+        with anyio.fail_after(30):
+            await holding.wait()
+        w = await engine.start("waiter", "race-w", None)
+        assert await h.result(timeout=30) == "held"
+        assert await w.result(timeout=30) == "ok"
+    assert held_at_timer
 
 
 async def test_a_grant_to_a_parked_run_waits_for_it_longer_than_a_lease(

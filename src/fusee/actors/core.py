@@ -409,6 +409,11 @@ class ActorCore:
             left = idle_since + self.park_after - self.clock()
             if left <= 0:
                 if may_park():
+                    # what came after this was read is looked at again by whoever parks
+                    # it (read here, not after the awaits below: a grant pushed while
+                    # they ran was neither taken nor read again, and the run waited for
+                    # its re-ask timer)
+                    left_at = view.seen
                     await self.flush()
                     # the bound on a grant that never comes: back to ask again (the
                     # limit keeps its place, or moves the permit the attempt holds)
@@ -420,7 +425,7 @@ class ActorCore:
                         self.clock() + _reask_after(view, pos, start),
                         start=start,
                     )
-                    self.left_at = view.seen
+                    self.left_at = left_at
                     raise Parked
                 idle_since = self.clock()
                 continue
