@@ -19,25 +19,33 @@ from tests.workers.procs import wait_until
 pytestmark = pytest.mark.timeout(120)
 
 
+async def _six_uses_parked_between(engine: fusee.Engine, limit: str) -> str:
+    """Limit ``limit`` (concurrent=5) used by 6 one-step runs in turn, its actor
+    parked before each next one; its eid."""
+    await engine.limit(limit, concurrent=5)
+    eid = escape(limit_actor_id(limit))
+
+    async def once(ctx: fusee.Context, _: Any) -> str:
+        await ctx.step("call", lambda: None, limit=limit)
+        return "ok"
+
+    async with engine.worker(registry=_registry(once, "once")) as worker:
+        for i in range(6):
+            run = await engine.start("once", f"{limit}-{i}", None)
+            assert await run.result(timeout=30) == "ok"
+            await wait_until(
+                lambda: eid not in worker.actors or None, timeout=30, what="the limit parks"
+            )
+    return eid
+
+
 async def test_a_limit_that_parks_between_steps_keeps_its_journal_bounded(
     engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from fusee.actors import limit_actor as limit_actor_module
 
     monkeypatch.setattr(limit_actor_module, "ROLLUP_EVERY", 4)
-    await engine.limit("sp", concurrent=5)
-    eid = escape(limit_actor_id("sp"))
-
-    async def once(ctx: fusee.Context, _: Any) -> str:
-        await ctx.step("call", lambda: None, limit="sp")
-        return "ok"
-
-    async with engine.worker(registry=_registry(once, "once")) as worker:
-        for i in range(6):
-            assert await (await engine.start("once", f"sp-{i}", None)).result(timeout=30) == "ok"
-            await wait_until(
-                lambda: eid not in worker.actors or None, timeout=30, what="the limit parks"
-            )
+    eid = await _six_uses_parked_between(engine, "sp")
     records = await engine.store.read_journal(eid)
     assert len(records) <= 4, f"{len(records)} snapshots kept, ROLLUP_EVERY=4"
 
@@ -51,19 +59,7 @@ async def test_a_limit_that_parks_between_steps_trims_its_inbox(
     from fusee.runtime.ids import partition_of
 
     monkeypatch.setattr(limit_actor_module, "TRIM_AFTER", 2)
-    await engine.limit("sq", concurrent=5)
-    actor = limit_actor_id("sq")
-    eid, p = escape(actor), partition_of(actor, engine.partitions)
-
-    async def once(ctx: fusee.Context, _: Any) -> str:
-        await ctx.step("call", lambda: None, limit="sq")
-        return "ok"
-
-    async with engine.worker(registry=_registry(once, "once")) as worker:
-        for i in range(6):
-            assert await (await engine.start("once", f"sq-{i}", None)).result(timeout=30) == "ok"
-            await wait_until(
-                lambda: eid not in worker.actors or None, timeout=30, what="the limit parks"
-            )
+    eid = await _six_uses_parked_between(engine, "sq")
+    p = partition_of(limit_actor_id("sq"), engine.partitions)
     left = await engine.store.read_inbox(p, eid)
     assert len(left) <= 2, f"{len(left)} inbox messages kept, TRIM_AFTER=2"
