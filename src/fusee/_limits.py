@@ -21,9 +21,12 @@ from fusee.runtime.ids import escape, partition_of, unescape, validate_name
 from fusee.runtime.inbox import LimitSet, PermitRequest, decode_message, encode_message
 from fusee.runtime.limits import (
     LimitConfig,
+    Shown,
+    ShowOp,
     Snapshot,
     check_config,
     core_subject,
+    encode_core,
     limit_actor_id,
     limit_key,
     parse_limit_id,
@@ -40,13 +43,7 @@ _snapshot = msgspec.json.Decoder(Snapshot)
 SHOW_PATIENCE = 1.0
 
 
-class _Shown(msgspec.Struct):
-    config: LimitConfig | None = None
-    holders: int = 0
-    waiters: dict[str, int] = msgspec.field(default_factory=dict)
-
-
-_shown = msgspec.json.Decoder(_Shown)
+_shown = msgspec.json.Decoder(Shown)
 
 
 @dataclass(frozen=True)
@@ -158,11 +155,11 @@ async def list_limits(store: NatsStore, partitions: int) -> list[LimitInfo]:
     return out
 
 
-async def _ask_live(store: NatsStore, eid: str) -> _Shown | None:
+async def _ask_live(store: NatsStore, eid: str) -> Shown | None:
     """The live limit actor's answer (its state as it is now), or None: none is live."""
     try:
         answer = await store.request_core(
-            core_subject(store.layout.namespace, eid), b'{"op":"show"}', SHOW_PATIENCE
+            core_subject(store.layout.namespace, eid), encode_core(ShowOp()), SHOW_PATIENCE
         )
     except (NobodyListens, ConnectionLost):
         return None
@@ -174,16 +171,24 @@ async def _ask_live(store: NatsStore, eid: str) -> _Shown | None:
         return None
 
 
-async def _from_journal(store: NatsStore, partition: int, eid: str) -> _Shown:
+async def _from_journal(store: NatsStore, partition: int, eid: str) -> Shown:
     """The last snapshot, and the requests stored in the inbox after what it read (not
-    the attempts it holds or queues already: asking again), each a waiter of its key."""
+    the attempts it holds or queues already: asking again), each a waiter of its key.
+    (The snapshot names its waiters by inbox sequence: their attempts are read from
+    the inbox, from the oldest, as the limit actor's restore does.)"""
     last = await store.last_in_journal(eid)
     snap = _snapshot.decode(last.data) if last is not None else Snapshot()
     waiters = {k: len(v) for k, v in snap.queues}
     known = {h.key for h in snap.holders}
-    for msg in await store.read_inbox(partition, eid, snap.seen):
+    queued = {s for _, seqs in snap.queues for s in seqs}
+    for msg in await store.read_inbox(partition, eid, min([snap.seen, *(s - 1 for s in queued)])):
         req = decode_message(msg.data)
-        if isinstance(req, PermitRequest) and req.key not in known:
+        if not isinstance(req, PermitRequest):
+            continue
+        if msg.seq <= snap.seen:
+            if msg.seq in queued:
+                known.add(req.key)
+        elif req.key not in known:
             known.add(req.key)
             waiters[req.fairness] = waiters.get(req.fairness, 0) + 1
-    return _Shown(snap.config, len(snap.holders), waiters)
+    return Shown(snap.config, len(snap.holders), waiters)

@@ -15,7 +15,7 @@ import math
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fusee.runtime.limits import LEASE, Ask, LimitConfig, LimitState, Waiter
+from fusee.runtime.limits import LEASE, PICKUP, Ask, LimitConfig, LimitState, Waiter
 from tests.machines import machine_settings
 
 
@@ -84,18 +84,33 @@ class Limits(RuleBasedStateMachine):
         self._granted(self.seq, True, "")
         self._grant()
 
-    @precondition(lambda self: self.state.holders or self.state.queues)
+    @precondition(lambda self: self.state.queues)
     @rule(data=st.data())
     def late_ask(self, data: st.DataObject) -> None:
         """A fast ask answered after its step gave up on it and sent its durable
-        request (held or queued now): refused, nothing changes."""
-        keys = [h.key for h in self.state.holders.values()]
-        keys += [w.key for q in self.state.queues.values() for w in q]
+        request (queued now): refused, nothing changes."""
+        keys = [w.key for q in self.state.queues.values() for w in q]
         key = data.draw(st.sampled_from(sorted(keys)))
         before = self.state.snapshot(self.seq)
         g = self.state.ask(Ask(key=key, run="r", partition=0, worker="w1"), self.now)
-        assert g is None, "a late ask of an attempt that holds or waits was granted"
+        assert g is None, "a late ask of an attempt that waits was granted"
         assert self.state.snapshot(self.seq) == before, "a refused ask changed the state"
+
+    @precondition(lambda self: self.state.holders)
+    @rule(data=st.data())
+    def ask_holding(self, data: st.DataObject) -> None:
+        """An attempt holding a permit asks on core NATS (its run woken by its grant,
+        or an answer late): answered with the permit it holds, now the asker's; no
+        second permit, no token taken."""
+        h = data.draw(st.sampled_from(sorted(self.state.holders.values(), key=lambda h: h.seq)))
+        n, tokens = len(self.state.holders), self.state.tokens
+        g = self.state.ask(Ask(key=h.key, run="r", partition=0, worker="w2"), self.now)
+        assert g is not None, "an attempt's ask was not answered with its permit"
+        assert g.moved
+        assert g.waiter.seq == h.seq, "a held attempt's ask got another permit"
+        assert len(self.state.holders) == n, "a held attempt's ask made a second permit"
+        assert self.state.tokens == tokens, "a held attempt's ask took a token"
+        assert self.state.holders[h.seq].worker == "w2", "the asker does not hold it"
 
     @rule(fairness=st.sampled_from(["a", "b", "c"]), again=st.booleans())
     def request(self, fairness: str, again: bool) -> None:
@@ -214,12 +229,19 @@ def test_keys_are_served_round_robin() -> None:
 
 
 def test_a_lease_not_renewed_is_reclaimed_once() -> None:
+    """A permit sent to a run's inbox is kept PICKUP seconds for its run to take it
+    (a parked run comes back first); once renewed, LEASE from each renewal."""
     state = LimitState()
     state.configure(LimitConfig(concurrent=1), 0.0)
     state.request(Waiter(1, "a", "r", 0, "w", ""), 0.0)
     state.request(Waiter(2, "b", "r", 0, "w", ""), 0.0)
+    state.request(Waiter(3, "c", "r", 0, "w", ""), 0.0)
     assert [g.waiter.seq for g in state.grants(0.0)] == [1]
-    assert state.expire(LEASE - 0.1) == []
-    assert [h.seq for h in state.expire(LEASE)] == [1]
-    assert state.expire(LEASE + 1) == []
-    assert [g.waiter.seq for g in state.grants(LEASE)] == [2]
+    assert state.expire(PICKUP - 0.1) == []
+    assert [h.seq for h in state.expire(PICKUP)] == [1]
+    assert state.expire(PICKUP + 1) == []
+    t = PICKUP + 1
+    assert [g.waiter.seq for g in state.grants(t)] == [2]
+    state.renew([2], "w", t + 1)  # taken: LEASE from here, the pickup's time is over
+    assert state.expire(t + 1 + LEASE - 0.1) == []
+    assert [h.seq for h in state.expire(t + 1 + LEASE)] == [2]

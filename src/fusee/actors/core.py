@@ -42,11 +42,23 @@ from fusee.runtime.inbox import (
     InboxMessage,
     PermitGrant,
     PermitRequest,
+    TimerFired,
     Unknown,
     decode_message,
     encode_message,
 )
-from fusee.runtime.limits import Ask, core_subject, limit_actor_id
+from fusee.runtime.limits import (
+    LEASE,
+    RENEW_EVERY,
+    Answer,
+    Ask,
+    AskOp,
+    Permit,
+    ReleaseOp,
+    core_subject,
+    encode_core,
+    limit_actor_id,
+)
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted, encode_record, kind_of
 from fusee.runtime.waits import Commit, InboxView, Park, SetTimer, Wait
 
@@ -62,16 +74,31 @@ RIDE_MAX = 4096
 # NATS before it sends its durable request (a grant answered later is moved by it).
 ASK_PATIENCE = 1.0
 # How long a run parked waiting for a grant stays parked before it comes back to ask
-# again, if no grant brought it back first (its timer: one durable write a park).
+# again, if no grant brought it back first (its timer: one durable write a park),
+# doubled at each time it came back for nothing, up to REASK_MAX (so a run waiting
+# its turn behind a long queue is not replayed every 31 s).
 REASK_AFTER = 30.0
+REASK_MAX = 240.0
 
 
-class _Answer(msgspec.Struct):
-    grant: int | None = None
+# The lease bounds these: a fast grant answered after its step gave up (ASK_PATIENCE)
+# is renewed by nobody until the step's durable request moves it, and a held permit is
+# renewed every RENEW_EVERY; both inside one lease, or a live holder loses its permit.
+assert ASK_PATIENCE + RENEW_EVERY < LEASE, "a fast grant's lease outlives the ask's patience"
+
+_answer = msgspec.json.Decoder(Answer)
 
 
-_answer = msgspec.json.Decoder(_Answer)
-_encode = msgspec.json.Encoder()
+def _reask_after(view: InboxView, pos: int, start: int) -> float:
+    """How long a run parking for a grant at wait ``pos`` stays parked: REASK_AFTER,
+    doubled for each of its re-ask timers that fired already (in its inbox), at most
+    REASK_MAX."""
+    fired = sum(
+        1
+        for _, m in view.messages
+        if isinstance(m, TimerFired) and m.pos == pos and m.start == start
+    )
+    return float(min(REASK_AFTER * 2.0 ** min(fired, 32), REASK_MAX))
 
 
 class Driver(Protocol):
@@ -145,9 +172,9 @@ class ActorCore:
         # a wait's end rides on the next record (False: each is journaled at once)
         self.ride_waits = True
         # -- limits: the worker running this actor (it renews the permits held), and
-        # the permits held now: the request's sequence -> the limit actor's eid
+        # the permits held now (renewed by the worker, released as each attempt ends)
         self.worker_id = ""
-        self.held: dict[int, str] = {}
+        self.held: set[Permit] = set()
         self._requests = 0
 
     def start(self) -> None:
@@ -321,7 +348,7 @@ class ActorCore:
 
     # -- limits -----------------------------------------------------------------------
 
-    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> int:
+    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> Permit:
         """Ask limit ``name`` for a permit for attempt ``key`` and wait for it. First on
         core NATS, of the live limit actor (:meth:`_ask`: it journals the grant and
         answers); when it does not grant (nobody listens or answers in time, the limit
@@ -332,8 +359,8 @@ class ActorCore:
         sets a timer (wait position ``pos``, the step's) ``REASK_AFTER`` seconds on: a
         grant that never comes (journaled and never sent, its limit actor not back) does
         not leave the run parked for good; the timer brings it back, and it asks again.
-        Returns what a release names: the request's inbox sequence, or the fast grant's
-        number (< 0).
+        Returns the permit (what a release names): the limit's eid and the request's
+        inbox sequence, or the fast grant's number (< 0).
 
         Raises:
             UnknownLimit: there is no such limit.
@@ -343,8 +370,9 @@ class ActorCore:
         assert self.partitions is not None, "a worker's actor knows the partitions"
         fast = await self._ask(eid, fairness, key)
         if fast is not None:
-            self.held[fast] = eid
-            return fast
+            permit = Permit(eid, fast)
+            self.held.add(permit)
+            return permit
         body = encode_message(
             PermitRequest(
                 key=key,
@@ -373,24 +401,31 @@ class ActorCore:
                     del view.messages[i]
                     if msg.error:
                         raise UnknownLimit(msg.error)
-                    self.held[seq] = eid
-                    return seq
+                    permit = Permit(eid, seq)
+                    self.held.add(permit)
+                    return permit
             if view.version != version:
                 version, idle_since = view.version, self.clock()
             left = idle_since + self.park_after - self.clock()
             if left <= 0:
                 if may_park():
+                    # what came after this was read is looked at again by whoever parks
+                    # it (read here, not after the awaits below: a grant pushed while
+                    # they ran was neither taken nor read again, and the run waited for
+                    # its re-ask timer)
+                    left_at = view.seen
                     await self.flush()
                     # the bound on a grant that never comes: back to ask again (the
                     # limit keeps its place, or moves the permit the attempt holds)
+                    start = self.history.started_seq
                     await self.store.schedule_timer(
                         self.eid,
                         self.partition,
                         pos,
-                        self.clock() + REASK_AFTER,
-                        start=self.history.started_seq,
+                        self.clock() + _reask_after(view, pos, start),
+                        start=start,
                     )
-                    self.left_at = view.seen
+                    self.left_at = left_at
                     raise Parked
                 idle_since = self.clock()
                 continue
@@ -409,7 +444,7 @@ class ActorCore:
             worker=self.worker_id,
             fairness=fairness,
         )
-        body = _encode.encode({"op": "ask", "ask": ask})
+        body = encode_core(AskOp(ask))
         try:
             answer = await self.store.request_core(
                 core_subject(self.namespace, eid), body, ASK_PATIENCE
@@ -424,16 +459,16 @@ class ActorCore:
             grant = _answer.decode(answer).grant
         except msgspec.DecodeError:
             return None
-        return grant if grant is not None and grant < 0 else None
+        return grant  # a fast grant's number (< 0), or the permit the attempt held
 
-    async def release_permit(self, seq: int) -> None:
-        """The attempt holding the permit of request ``seq`` ended: the limit hears it
-        on core NATS (a lost release: its lease runs out)."""
-        eid = self.held.pop(seq, None)
-        if eid is not None:
+    async def release_permit(self, permit: Permit) -> None:
+        """The attempt holding ``permit`` ended: its limit hears it on core NATS (a
+        lost release: its lease runs out)."""
+        if permit in self.held:
+            self.held.discard(permit)
             with anyio.CancelScope(shield=True):
                 await self.store.publish_core(
-                    core_subject(self.namespace, eid), b'{"op":"release","seq":%d}' % seq
+                    core_subject(self.namespace, permit.limit), encode_core(ReleaseOp(permit.seq))
                 )
 
     # -- the code running -------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from fusee.actors.ports import RunStore, TokenSink
 from fusee.runtime.history import History
+from fusee.runtime.limits import Permit
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted
 from fusee.runtime.waits import InboxView
 
@@ -99,11 +100,11 @@ class ActorHost(Protocol):
         """Until the wait ends (raises ``Parked`` when the actor leaves memory)."""
         ...
 
-    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> int:
+    async def acquire_permit(self, name: str, fairness: str, key: str, *, pos: int = 0) -> Permit:
         """Wait for a permit of limit ``name`` (see ``ActorCore.acquire_permit``)."""
         ...
 
-    async def release_permit(self, seq: int) -> None: ...
+    async def release_permit(self, permit: Permit) -> None: ...
 
     async def maybe_evict(self) -> None:
         """At a step boundary: raise ``Evicted`` when the copy is to leave memory."""

@@ -29,13 +29,21 @@ from fusee.logs import get_logger
 from fusee.runtime.ids import escape
 from fusee.runtime.inbox import LimitSet, PermitGrant, PermitRequest, encode_message
 from fusee.runtime.limits import (
+    Answer,
     Ask,
+    AskOp,
     Grant,
     LimitConfig,
     LimitState,
+    ReleaseOp,
+    RenewOp,
+    Shown,
+    ShowOp,
     Snapshot,
     Waiter,
     core_subject,
+    decode_core,
+    encode_core,
 )
 
 __all__ = ("LimitActor",)
@@ -44,7 +52,7 @@ log = get_logger()
 
 _snapshot = msgspec.json.Decoder(Snapshot)
 _encode = msgspec.json.Encoder()
-NO = b'{"grant":null}'  # a fast ask refused: the step sends its durable request
+NO = encode_core(Answer(None))  # a fast ask refused: the step sends its durable request
 # Looked at again at least this often (an eviction asked for, a lease to expire).
 TICK = 0.25
 # The inbox is trimmed (below its oldest waiter's request and what the last snapshot
@@ -65,12 +73,12 @@ class LimitActor:
         self.core = core
         self.store = store
         self.state = LimitState()
-        self._heard: list[dict[str, Any]] = []  # renewals and releases, in order
+        self._heard: list[RenewOp | ReleaseOp] = []  # renewals and releases, in order
         self._asks: list[tuple[Ask, str]] = []  # permits asked on core NATS, reply subjects
         self._shows: list[str] = []  # reply subjects of `show` requests
         self._seen = 0
         self._resend: list[Waiter] = []
-        self._untrimmed = 0  # inbox messages read since the inbox was last trimmed
+        self._untrimmed = 0  # inbox messages read since the inbox was last trimmed (journaled)
 
     async def run(self) -> Outcome:
         core = self.core
@@ -89,23 +97,17 @@ class LimitActor:
                     await self.store.publish_core(reply, NO)
 
     async def _on_core(self, _subject: str, data: bytes, reply: str | None) -> None:
-        try:
-            body = msgspec.json.decode(data)
-        except msgspec.DecodeError:
-            return
-        if not isinstance(body, dict):
-            return
-        op = body.get("op")
-        if op == "ask" and reply:
-            try:
-                self._asks.append((msgspec.convert(body.get("ask"), Ask), reply))
-            except msgspec.ValidationError:
-                await self.store.publish_core(reply, NO)
-                return
-        elif op == "show" and reply:
+        op = decode_core(data)
+        if isinstance(op, AskOp) and reply:
+            self._asks.append((op.ask, reply))
+        elif isinstance(op, ShowOp) and reply:
             self._shows.append(reply)
+        elif isinstance(op, RenewOp | ReleaseOp):
+            self._heard.append(op)
         else:
-            self._heard.append(body)
+            if reply:  # not one this version knows: an ask is told "no"
+                await self.store.publish_core(reply, NO)
+            return
         if self.core.woken is not None:
             self.core.woken.set()
 
@@ -117,6 +119,7 @@ class LimitActor:
             snap = _snapshot.decode(last.data)
             core.fence = last.seq
         self._seen = snap.seen if snap is not None else 0
+        self._untrimmed = snap.untrimmed if snap is not None else 0
         queued = [s for _, seqs in snap.queues for s in seqs] if snap is not None else []
         core.read_again(min([self._seen, *(s - 1 for s in queued)]))
         requests: dict[int, Waiter] = {}
@@ -168,16 +171,11 @@ class LimitActor:
                         grants.append(moved)
             self._pending = []
             heard, self._heard = self._heard, []
-            for body in heard:
-                op = body.get("op")
-                if op == "release" and isinstance(body.get("seq"), int):
-                    dirty = state.release(body["seq"]) or dirty
-                elif op == "renew" and isinstance(body.get("seqs"), list):
-                    state.renew(
-                        [s for s in body["seqs"] if isinstance(s, int)],
-                        str(body.get("worker")),
-                        now,
-                    )
+            for op in heard:
+                if isinstance(op, ReleaseOp):
+                    dirty = state.release(op.seq) or dirty
+                else:
+                    state.renew(op.seqs, op.worker, now)
             for holder in state.expire(now):
                 dirty = True
                 log.warning(
@@ -234,12 +232,16 @@ class LimitActor:
             ]
 
     async def _commit(self) -> None:
-        """Journal the state (a snapshot; an activation reads the last only), every
-        ``ROLLUP_EVERY``-th one replacing the earlier ones; then, now and then, trim the
-        inbox below what this snapshot still needs (its waiters' requests, what it has
-        not read)."""
+        """Journal the state (a snapshot; an activation reads the last only), the first
+        of each activation and every ``ROLLUP_EVERY``-th after it replacing the earlier
+        ones; then, once ``TRIM_AFTER`` inbox messages were read since the last trim
+        (counted across activations, in the snapshot), trim the inbox below what this
+        snapshot still needs (its waiters' requests, what it has not read)."""
         core = self.core
-        snap = self.state.snapshot(self._seen)
+        trim = self._untrimmed >= TRIM_AFTER
+        if trim:
+            self._untrimmed = 0
+        snap = self.state.snapshot(self._seen, self._untrimmed)
         core.commits += 1
         msg_id = f"{core.eid}:{core.commits}:{core.writer}"
         core.fence = await self.store.append(
@@ -248,27 +250,22 @@ class LimitActor:
             _encode.encode(snap),
             fence=core.fence,
             msg_id=msg_id,
-            rollup=core.commits % ROLLUP_EVERY == 0,
+            # the first of each activation (a limit that parks between uses writes a
+            # few a time), then every ROLLUP_EVERY-th
+            rollup=(core.commits - 1) % ROLLUP_EVERY == 0,
         )
-        if self._untrimmed >= TRIM_AFTER:
-            self._untrimmed = 0
+        if trim:  # (a crash before: trimmed after the next TRIM_AFTER messages)
             below = min([snap.seen + 1, *(s for _, seqs in snap.queues for s in seqs)])
             await self.store.purge_inbox(core.partition, core.eid, below)
 
     async def _answer(self, grant: Grant, reply: str) -> None:
         """Answer a fast ask with its grant (journaled): a lost answer is the asker's
         durable request, which moves the permit."""
-        await self.store.publish_core(reply, b'{"grant":%d}' % grant.waiter.seq)
+        await self.store.publish_core(reply, encode_core(Answer(grant.waiter.seq)))
 
     def _show(self) -> bytes:
         state = self.state
-        return _encode.encode(
-            {
-                "config": state.config,
-                "holders": len(state.holders),
-                "waiters": state.waiters_by_key(),
-            }
-        )
+        return encode_core(Shown(state.config, len(state.holders), state.waiters_by_key()))
 
     async def _send(self, waiter: Waiter, error: str) -> None:
         body = encode_message(PermitGrant(limit=self.name, request=waiter.seq, error=error))

@@ -59,7 +59,7 @@ from fusee.errors import CommitFailed, ConnectionLost, Evicted, Fenced
 from fusee.logs import get_logger
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import decode_info
-from fusee.runtime.limits import RENEW_EVERY, core_subject, parse_limit_id
+from fusee.runtime.limits import RENEW_EVERY, RenewOp, core_subject, encode_core, parse_limit_id
 from fusee.runtime.objects import parse_object_id
 from fusee.runtime.parking import ParkingLot
 
@@ -391,10 +391,10 @@ class Worker:
         by_limit: dict[str, list[int]] = {}
         for slot in list(self.actors.values()):
             if slot.actor is not None:
-                for seq, eid in slot.actor.held.items():
-                    by_limit.setdefault(eid, []).append(seq)
+                for permit in slot.actor.held:
+                    by_limit.setdefault(permit.limit, []).append(permit.seq)
         for eid, seqs in by_limit.items():
-            body = json.dumps({"op": "renew", "worker": self.id, "seqs": seqs}).encode()
+            body = encode_core(RenewOp(self.id, seqs))
             await self.store.publish_core(core_subject(self.namespace, eid), body)
 
     async def _discover(self) -> None:
