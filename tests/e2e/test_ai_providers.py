@@ -223,23 +223,26 @@ async def test_generate_structured_output_with_a_reask(
     assert not {"response_format", "output_config", "text"} & third.keys(), "no schema: plain text"
 
 
+def two_calls_then_answer() -> list[Reply | str]:
+    """The tool tests' script: one turn calling ``search_kb`` and ``lookup_order`` at
+    once, then the answer."""
+    return [
+        Reply(
+            tool_calls=[
+                ("call_a", "search_kb", '{"query": "refund"}'),
+                ("call_b", "lookup_order", '{"order": 7}'),
+            ]
+        ),
+        "Your refund is on its way.",
+    ]
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_parallel_tool_calls_round_trip(
     engine: fusee.Engine, fakes: list[FakeOpenAI], provider: str, stream: bool
 ) -> None:
-    fake, model = serve(
-        provider,
-        [
-            Reply(
-                tool_calls=[
-                    ("call_a", "search_kb", '{"query": "refund"}'),
-                    ("call_b", "lookup_order", '{"order": 7}'),
-                ]
-            ),
-            "Your refund is on its way.",
-        ],
-    )
+    fake, model = serve(provider, two_calls_then_answer())
     fakes.append(fake)
     run_id = f"tools-{provider}-{stream}"
     MODELS[run_id] = model

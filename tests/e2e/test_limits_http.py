@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,23 +15,17 @@ import httpx
 import pytest
 
 import fusee
-from tests.workers.procs import HERE, api_and_worker, wait_until
+from tests.workers.procs import HERE, served_api, wait_until
+from tests.workers.procs import ServedApi as Api
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@dataclass
-class Api:
-    base: str
-    nats: str
-    namespace: str
 
 
 @pytest.fixture(scope="module")
 def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tmp = tmp_path_factory.mktemp("limits-http")
-    with api_and_worker(nats_server.url, tmp, HERE / "limits.py") as (url, namespace):
-        yield Api(url, nats_server.url, namespace)
+    with served_api(nats_server.url, tmp, HERE / "limits.py") as api:
+        yield api
 
 
 def assert_error(response: httpx.Response, status: int, type_: str) -> str:

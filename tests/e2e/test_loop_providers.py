@@ -18,8 +18,15 @@ import pytest
 import fusee
 from fusee.ai import Model, loop
 from fusee.runtime.records import StepCompleted, StepFailed
-from tests.e2e.test_ai_providers import FAST, PROVIDERS, engine, fakes, serve
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.e2e.test_ai_providers import (
+    FAST,
+    PROVIDERS,
+    engine,
+    fakes,
+    serve,
+    two_calls_then_answer,
+)
+from tests.fakes.openai_server import FakeOpenAI
 
 LOOP_MODELS: dict[str, Model] = {}  # run ID -> the model its loop asks
 __all__ = ("engine", "fakes")  # the fixtures of the generate tests, shared
@@ -71,18 +78,7 @@ SEARCH_PARAMS = {
 async def test_a_loop_with_parallel_tool_calls_through_the_real_client(
     engine: fusee.Engine, fakes: list[FakeOpenAI], provider: str, stream: bool
 ) -> None:
-    fake, model = serve(
-        provider,
-        [
-            Reply(
-                tool_calls=[
-                    ("call_a", "search_kb", '{"query": "refund"}'),
-                    ("call_b", "lookup_order", '{"order": 7}'),
-                ]
-            ),
-            "Your refund is on its way.",
-        ],
-    )
+    fake, model = serve(provider, two_calls_then_answer())
     fakes.append(fake)
     run_id = f"loop-{provider}-{stream}"
     LOOP_MODELS[run_id] = model

@@ -9,7 +9,6 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -18,23 +17,17 @@ import httpx
 import pytest
 
 import fusee
-from tests.workers.procs import HERE, api_and_worker
+from tests.workers.procs import HERE, served_api
+from tests.workers.procs import ServedApi as Api
 
 OBJECTS = HERE / "objects.py"
-
-
-@dataclass
-class Api:
-    base: str
-    nats: str
-    namespace: str
 
 
 @pytest.fixture(scope="module")
 def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     tmp = tmp_path_factory.mktemp("objects-http")
-    with api_and_worker(nats_server.url, tmp, OBJECTS) as (url, namespace):
-        yield Api(url, nats_server.url, namespace)
+    with served_api(nats_server.url, tmp, OBJECTS) as api:
+        yield api
 
 
 def _key(prefix: str) -> str:

@@ -199,6 +199,22 @@ def api_and_worker(url: str, tmp_path: Path, module: Path) -> Iterator[tuple[str
             workers.cleanup()
 
 
+@dataclass
+class ServedApi:
+    """A module's ``fusee api`` and worker (:func:`served_api`): where they are."""
+
+    base: str
+    nats: str
+    namespace: str
+
+
+@contextlib.contextmanager
+def served_api(url: str, tmp_path: Path, module: Path) -> Iterator[ServedApi]:
+    """:func:`api_and_worker`, told as a :class:`ServedApi` (for a module's fixture)."""
+    with api_and_worker(url, tmp_path, module) as (base, namespace):
+        yield ServedApi(base, url, namespace)
+
+
 def started(proc: WorkerProc, event: str) -> dict[str, Any]:
     """From a synchronous fixture: the first log line of ``event`` (20 s at most)."""
     return anyio.run(functools.partial(proc.wait_for, event, timeout=20.0))
