@@ -22,23 +22,12 @@ class FailingStore(MemoryStore):
 
     fail_at: int = 0
 
-    async def append(
-        self,
-        eid: str,
-        kind: str,
-        data: bytes,
-        *,
-        fence: int,
-        msg_id: str,
-        unlist: str | None = None,
-        rollup: bool = False,
-    ) -> int:
+    async def append(self, eid: str, kind: str, data: bytes, **options: Any) -> int:
+        # (options: MemoryStore.append's, passed on as they came)
         if self.appends + 1 == self.fail_at:
             self.appends += 1
             raise TimeoutError("nats: timeout")
-        return await super().append(
-            eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist, rollup=rollup
-        )
+        return await super().append(eid, kind, data, **options)
 
 
 async def _careless(ctx: fusee.Context, _arg: Any) -> str:

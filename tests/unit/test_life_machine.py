@@ -86,21 +86,10 @@ class DyingStore(MemoryStore):
             self.trace.append(f"   the process dies {when} it")
             raise Crash
 
-    async def append(
-        self,
-        eid: str,
-        kind: str,
-        data: bytes,
-        *,
-        fence: int,
-        msg_id: str,
-        unlist: str | None = None,
-        rollup: bool = False,
-    ) -> int:
+    async def append(self, eid: str, kind: str, data: bytes, **options: Any) -> int:
+        # (options: MemoryStore.append's, passed on as they came)
         self._write("before", kind, f"append to {eid}")
-        seq = await super().append(
-            eid, kind, data, fence=fence, msg_id=msg_id, unlist=unlist, rollup=rollup
-        )
+        seq = await super().append(eid, kind, data, **options)
         record = decode_record(data)
         if isinstance(record, StepCompleted):
             self.stored_steps.add(f"{eid}:{record.name}")
