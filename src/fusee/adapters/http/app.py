@@ -22,6 +22,7 @@ from litestar.openapi.spec import Components, SecurityScheme, Tag
 from litestar.types import Middleware
 
 from fusee import Engine, __version__
+from fusee.adapters.http import models
 from fusee.adapters.http.errors import (
     HTTP_CODES,
     ApiError,
@@ -134,6 +135,7 @@ def create_app(
         logging_config=None,
     )
     app.state.fusee = ApiState(engine=engine, keepalive=keepalive)
+    _finish_document(app)
     outer = RequestId(RawPath(LastResort(BodyLimit(app, max_body=max_body))))
     return FuseeApi(app, outer)
 
@@ -222,3 +224,19 @@ def _internal_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
     )
     message = "internal error; the server logged it as http.internal_error"
     return _error(request, 500, error_body("internal_error", message))
+
+
+def _finish_document(app: Litestar) -> None:
+    """What the generator leaves out, from the bodies' own definitions: a Struct that
+    refuses unknown fields (``forbid_unknown_fields``) says so
+    (``additionalProperties: false``), and the fields of ``models.FIELD_SCHEMAS`` get
+    their ranges."""
+    schemas = app.openapi_schema.components.schemas or {}
+    for name, schema in schemas.items():
+        config = getattr(getattr(models, name, None), "__struct_config__", None)
+        if config is not None and config.forbid_unknown_fields:
+            schema.additional_properties = False
+        for field, documented in models.FIELD_SCHEMAS.get(name, {}).items():
+            properties = dict(schema.properties or {})
+            properties[field] = documented  # type: ignore[assignment]
+            schema.properties = properties

@@ -8,6 +8,43 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from fusee import LimitInfo, RunInfo
+from fusee.adapters.http.schemas import ID_SCHEMA, NAME_SCHEMA, RUN_ID_SCHEMA
+
+
+def _doc(**schema: Any) -> msgspec.Meta:
+    """Schema the document shows and the framework does not enforce (fusee's own checks
+    do, with messages naming the rule)."""
+    return msgspec.Meta(extra_json_schema={"extra": schema})
+
+
+_DURATION = "^([0-9]{1,6}(\\.[0-9]{1,3})?(ms|s|m|h|d))+$"
+# a duration back from now ("1h", "90m") or an RFC 3339 time
+_WHEN = _doc(
+    any_of=[
+        {"type": "string", "pattern": "^([0-9]{1,6}(ms|s|m|h|d))+$"},
+        {"type": "string", "format": "date-time"},
+    ]
+)
+WorkflowName = Annotated[str, _doc(**NAME_SCHEMA)]
+RunIdField = Annotated[str, _doc(**RUN_ID_SCHEMA)]
+IdPrefix = Annotated[str, _doc(**ID_SCHEMA)]
+When = Annotated[str, _WHEN]
+_TIMEOUT = _doc(
+    one_of=[
+        {"type": "string", "pattern": _DURATION},
+        {"type": "number", "exclusiveMinimum": 0},
+        {"type": "null"},
+    ]
+)
+_KEYS = _doc(
+    one_of=[
+        {"type": "object", "additionalProperties": True, "propertyNames": {"minLength": 1}},
+        {"type": "null"},
+    ]
+)
+_KEY_LIST = _doc(
+    one_of=[{"type": "array", "items": {"type": "string", "minLength": 1}}, {"type": "null"}]
+)
 
 __all__ = (
     "Health",
@@ -22,7 +59,7 @@ __all__ = (
     "SignalSent",
     "ResumeRun",
     "CancelRun",
-    "BulkFilters",
+    "BulkResume",
     "BulkCancel",
     "Limits",
     "LimitChange",
@@ -45,11 +82,11 @@ class Health(msgspec.Struct):
 class StartRun(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Start ``workflow`` as run ``id`` with ``input``; idempotent by ID."""
 
-    workflow: str
-    id: str
+    workflow: WorkflowName
+    id: RunIdField
     input: Any = None
     # a duration ("15m") or seconds; the run fails with a timeout past it
-    timeout: str | float | None = None
+    timeout: Annotated[str | float | None, _TIMEOUT] = None
 
 
 class RunPage(msgspec.Struct, kw_only=True):
@@ -116,18 +153,26 @@ class CancelRun(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reason: str = "cancelled over HTTP"
 
 
-class BulkFilters(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """Which runs: each filter optional; ``dry_run`` counts what would be done."""
+class BulkResume(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Which paused runs: each filter optional; ``dry_run`` counts what would be done."""
 
-    status: str | None = None
-    workflow: str | None = None
-    since: str | None = None
-    until: str | None = None
-    id_prefix: str | None = None
+    status: Literal["paused"] | None = None
+    workflow: WorkflowName | None = None
+    since: When | None = None
+    until: When | None = None
+    id_prefix: IdPrefix | None = None
     dry_run: bool = False
 
 
-class BulkCancel(BulkFilters, forbid_unknown_fields=True, kw_only=True):
+class BulkCancel(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """Which runs not ended: each filter optional; ``dry_run`` counts what would be done."""
+
+    status: Literal["pending", "running", "waiting", "paused"] | None = None
+    workflow: WorkflowName | None = None
+    since: When | None = None
+    until: When | None = None
+    id_prefix: IdPrefix | None = None
+    dry_run: bool = False
     reason: str | None = None
 
 
@@ -155,10 +200,10 @@ class ObjectKeys(msgspec.Struct):
 class ObjectEdit(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """``{"state": {...}}`` (the whole state) or any of ``set``, ``delete``, ``clear``."""
 
-    set: dict[str, Any] | None = None
-    delete: list[str] | None = None
+    set: Annotated[dict[str, Any] | None, _KEYS] = None
+    delete: Annotated[list[str] | None, _KEY_LIST] = None
     clear: bool = False
-    state: dict[str, Any] | None = None
+    state: Annotated[dict[str, Any] | None, _KEYS] = None
 
 
 class ObjectCancel(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -184,3 +229,19 @@ class Completed(msgspec.Struct):
     completed: bool
     stored: bool
     value: Any
+
+
+_COUNT: dict[str, Any] = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}
+
+# Fields whose schema the generator loses (a field that may be left out, msgspec's
+# UNSET, keeps only its type): set on the document by the app (``app._finish_document``).
+FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
+    "LimitChange": {
+        "per_second": {
+            "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "null"}],
+            "description": "Permits a second (a token bucket); `null`: no rate.",
+        },
+        "burst": {**_COUNT, "description": "Tokens the bucket holds."},
+        "concurrent": {**_COUNT, "description": "Permits held at once at most; `null`: no cap."},
+    }
+}

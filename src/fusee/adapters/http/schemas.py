@@ -46,6 +46,14 @@ NAME_SCHEMA: dict[str, Any] = {
 RUN_ID_SCHEMA = {**ID_SCHEMA, "pattern": f"^[^@{_NO_CONTROL}][^{_NO_CONTROL}]*$"}
 TYPE_SCHEMA = {**NAME_SCHEMA, "pattern": f"^[^@/{_NO_CONTROL}][^/{_NO_CONTROL}]*$"}
 
+# a duration back from now ("1h", "90m") or an RFC 3339 time
+WHEN: dict[str, Any] = {
+    "any_of": [
+        {"type": "string", "pattern": "^([0-9]{1,6}(ms|s|m|h|d))+$"},
+        {"type": "string", "format": "date-time"},
+    ]
+}
+
 RunId = Annotated[
     str,
     Parameter(

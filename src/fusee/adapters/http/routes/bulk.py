@@ -12,7 +12,7 @@ from litestar import Request, post
 from litestar.params import Body
 
 from fusee import BulkSummary
-from fusee.adapters.http.models import BulkCancel, BulkFilters
+from fusee.adapters.http.models import BulkCancel, BulkResume
 from fusee.adapters.http.schemas import errors
 from fusee.adapters.http.state import api_state
 
@@ -31,9 +31,9 @@ _BAD = errors(
     responses=_BAD,
 )
 async def bulk_resume(
-    request: Request[Any, Any, Any], data: Annotated[BulkFilters | None, Body()] = None
+    request: Request[Any, Any, Any], data: Annotated[BulkResume | None, Body()] = None
 ) -> BulkSummary:
-    body = data or BulkFilters()
+    body = data or BulkResume()
     return await api_state(request).engine.bulk_resume(
         status=body.status,
         workflow=body.workflow,

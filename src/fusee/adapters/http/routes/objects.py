@@ -54,7 +54,7 @@ IdempotencyKey = Annotated[
 # something to do: a whole state alone, or a key to set, one to delete, a clear
 _EDIT_RULES: dict[str, Any] = {
     "anyOf": [
-        {"required": ["state"], "maxProperties": 1},
+        {"required": ["state"], "maxProperties": 1, "properties": {"state": {"type": "object"}}},
         {
             "required": ["set"],
             "not": {"required": ["state"]},

@@ -30,7 +30,9 @@ from fusee.adapters.http.params import parse_wait
 from fusee.adapters.http.schemas import (
     BAD_ID,
     ID_SCHEMA,
+    NAME_SCHEMA,
     NO_RUN,
+    WHEN,
     Name,
     RunId,
     Wait,
@@ -113,7 +115,9 @@ def _after(cursor: str | None, filters: tuple[str | None, ...]) -> tuple[int, in
 )
 async def list_runs(
     request: AnyRequest,
-    workflow: Annotated[str | None, Parameter(description="Only runs of this workflow.")] = None,
+    workflow: Annotated[
+        str | None, Parameter(description="Only runs of this workflow.", schema_extra=NAME_SCHEMA)
+    ] = None,
     status: Annotated[
         str | None,
         Parameter(
@@ -134,11 +138,13 @@ async def list_runs(
     since: Annotated[
         str | None,
         Parameter(
-            description="Only runs started at or after: a duration back from now (`1h`) or an ISO 8601 time."
+            description="Only runs started at or after: a duration back from now (`1h`) or an ISO 8601 time.",
+            schema_extra=WHEN,
         ),
     ] = None,
     until: Annotated[
-        str | None, Parameter(description="Only runs started before (as `since`).")
+        str | None,
+        Parameter(description="Only runs started before (as `since`).", schema_extra=WHEN),
     ] = None,
     id_prefix: Annotated[
         str | None,
@@ -197,9 +203,15 @@ async def journal(
         await run.describe()  # RunNotFound
     rest = [(seq, r) for seq, r in records if seq > after]
     page = rest[:limit]
-    out = [JournalRecord(seq=seq, record=msgspec.to_builtins(r)) for seq, r in page]
+    out = [JournalRecord(seq=seq, record=_as_json(r)) for seq, r in page]
     more = len(rest) > limit
     return JournalPage(records=out, next_after=page[-1][0] if more else None)
+
+
+def _as_json(record: Any) -> dict[str, Any]:
+    """A journal record as JSON (its stored values, ``Raw`` JSON, included as they are)."""
+    value = msgspec.json.decode(msgspec.json.encode(record))
+    return value if isinstance(value, dict) else {"value": value}
 
 
 def _waiting(run_id: str, status: Any, reason: str | None) -> Response[RunOutcome | RunWaiting]:

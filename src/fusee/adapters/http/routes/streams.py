@@ -72,12 +72,21 @@ async def follow(
     run_id: RunId,
     name: Name,
     from_: Annotated[
-        str | None, QueryParameter(name="from", description="The first token's index.")
-    ] = None,
+        str,
+        QueryParameter(
+            name="from",
+            description="The first token's index.",
+            schema_extra={"pattern": "^[0-9]{1,15}$"},
+        ),
+    ] = "",
     last_event_id: Annotated[
-        str | None,
-        HeaderParameter(name="Last-Event-ID", description="The last token's index the client has."),
-    ] = None,
+        str,
+        HeaderParameter(
+            name="Last-Event-ID",
+            description="The last token's index the client has.",
+            schema_extra={"pattern": "^[0-9]{0,15}$"},
+        ),
+    ] = "",
 ) -> EventStream:
     state = api_state(request)
     run = state.engine.run(run_id)
@@ -85,7 +94,7 @@ async def follow(
     accept = request.headers.get("accept")
     if not _accepts_event_stream(accept):
         raise ApiError(406, f"this endpoint answers with text/event-stream, not {accept!r}")
-    offset = resume_offset(from_, last_event_id)
+    offset = resume_offset(from_ or None, last_event_id or None)
     # An unknown run is a 404 before any byte of the stream, however long a reader waits.
     info = await run.describe()
     over = info.ended or info.status == "paused"
