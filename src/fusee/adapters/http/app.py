@@ -22,7 +22,6 @@ from litestar.openapi.spec import Components, SecurityScheme, Tag
 from litestar.types import Middleware
 
 from fusee import Engine, __version__
-from fusee.adapters.http import models
 from fusee.adapters.http.errors import (
     HTTP_CODES,
     ApiError,
@@ -34,6 +33,7 @@ from fusee.adapters.http.errors import (
 )
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.middleware import LastResort, RequestId
+from fusee.adapters.http.models import FIELD_SCHEMAS, STRUCTS
 from fusee.adapters.http.paths import DecodedParams, RawPath
 from fusee.adapters.http.routes import bulk, completions, limits, meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
@@ -229,14 +229,14 @@ def _internal_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
 def _finish_document(app: Litestar) -> None:
     """What the generator leaves out, from the bodies' own definitions: a Struct that
     refuses unknown fields (``forbid_unknown_fields``) says so
-    (``additionalProperties: false``), and the fields of ``models.FIELD_SCHEMAS`` get
+    (``additionalProperties: false``), and the fields of ``FIELD_SCHEMAS`` get
     their ranges."""
     schemas = app.openapi_schema.components.schemas or {}
     for name, schema in schemas.items():
-        config = getattr(getattr(models, name, None), "__struct_config__", None)
+        config = getattr(STRUCTS.get(name), "__struct_config__", None)
         if config is not None and config.forbid_unknown_fields:
             schema.additional_properties = False
-        for field, documented in models.FIELD_SCHEMAS.get(name, {}).items():
+        for field, documented in FIELD_SCHEMAS.get(name, {}).items():
             properties = dict(schema.properties or {})
             properties[field] = documented  # type: ignore[assignment]
             schema.properties = properties

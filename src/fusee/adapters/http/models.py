@@ -245,3 +245,12 @@ FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
         "concurrent": {**_COUNT, "description": "Permits held at once at most; `null`: no cap."},
     }
 }
+
+# every body above by its schema's name (the app closes those that refuse unknown fields)
+STRUCTS: dict[str, type[msgspec.Struct]] = {
+    name: value
+    for name, value in dict(globals()).items()
+    if isinstance(value, type)
+    and issubclass(value, msgspec.Struct)
+    and value.__module__ == __name__
+}
