@@ -773,3 +773,42 @@ async def test_bodies_over_the_limit_are_refused_unread(
     assert _rss_mib(api.api.proc.pid) - before < 20  # it never held the bodies
     # and the API still answers
     assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_the_request_id_is_in_the_api_log(client: httpx.AsyncClient, api: Api) -> None:
+    """Each log line the API writes while serving a request names its ID (bound into
+    structlog's context), as the response's ``X-Request-ID`` does."""
+    r = await client.get("/v1/runs/none-such", headers={"X-Request-ID": "trace-log-1"})
+    assert r.headers["x-request-id"] == "trace-log-1"
+
+    def logged() -> Any:
+        return [e for e in api.api.events("http.request") if e.get("request_id") == "trace-log-1"]
+
+    [line] = await wait_until(logged, timeout=10, what="the request's log line")
+    assert (line["method"], line["path"], line["status"]) == ("GET", "/v1/runs/none-such", 404)
+
+
+async def test_the_app_takes_middleware_that_sees_the_route() -> None:
+    """The hook for authentication: ``create_app(middleware=[...])`` runs once a route
+    matched, with its template, and answers with the one error shape."""
+    from fusee.adapters.http import create_app
+    from fusee.adapters.http.errors import send_error
+
+    seen: list[tuple[str, str]] = []
+
+    def refuse(app: Any) -> Any:
+        async def middleware(scope: Any, receive: Any, send: Any) -> None:
+            seen.append((scope["method"], scope["path_template"]))
+            await send_error(scope, send, 401, "unauthorized", "no token")
+
+        return middleware
+
+    class FakeEngine:
+        namespace = "fake"
+
+    app = create_app(FakeEngine(), middleware=[refuse])  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        r = await c.post("/v1/runs/a%2Fb/signals/go", headers={"X-Request-ID": "t-1"})
+    assert assert_http_error(r, 401, "unauthorized")["request_id"] == "t-1"
+    assert seen == [("POST", "/v1/runs/{run_id}/signals/{name}")]
