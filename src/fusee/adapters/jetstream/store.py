@@ -186,7 +186,7 @@ class NatsStore:
     @classmethod
     async def connect(
         cls,
-        url: str,
+        url: str | list[str],
         namespace: str,
         *,
         name: str = "fusee",
@@ -220,8 +220,9 @@ class NatsStore:
                 error_cb=quiet,
             )
         except (OSError, nats.errors.NoServersError, nats.errors.TimeoutError) as exc:
+            where = url if isinstance(url, str) else ",".join(url)
             raise ConnectionLost(
-                f"cannot connect to NATS at {url}: {exc or type(exc).__name__}"
+                f"cannot connect to NATS at {where}: {exc or type(exc).__name__}"
             ) from None
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
