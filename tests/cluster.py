@@ -26,7 +26,7 @@ import nats
 
 from fusee.adapters.jetstream.server import find_nats_server_binary
 
-__all__ = ("ClusterNode", "LoopbackCluster", "free_ports")
+__all__ = ("ClusterNode", "LoopbackCluster", "free_ports", "get_json", "stream_leader")
 
 CONFIGS = Path(__file__).resolve().parents[1] / "nats"
 NODES = ("n1", "n2", "n3")
@@ -48,7 +48,7 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def _get_json(url: str, timeout: float = 1.0) -> Any:
+def get_json(url: str, timeout: float = 1.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:  # a loopback URL we built
         return json.loads(response.read())
 
@@ -126,6 +126,15 @@ class ClusterNode:
         assert not self.alive, f"{self.name} runs: stop or kill it first"
         shutil.rmtree(self.store, ignore_errors=True)
 
+    def stream_last_seq(self, stream: str) -> int:
+        """The last sequence of ``stream`` in this node's own copy (from its monitor)."""
+        jsz = get_json(f"{self.monitor}/jsz?accounts=true&streams=true")
+        for account in jsz.get("account_details") or []:
+            for detail in account.get("stream_detail") or []:
+                if detail.get("name") == stream:
+                    return int(detail["state"]["last_seq"])
+        return 0
+
     def log_tail(self, n: int = 30) -> str:
         path = self.dir / "nats-server.log"
         lines = path.read_text(errors="replace").splitlines() if path.exists() else []
@@ -195,7 +204,7 @@ class LoopbackCluster:
             if not node.alive:
                 continue
             try:
-                leader = _get_json(f"{node.monitor}/jsz").get("meta_cluster", {}).get("leader")
+                leader = get_json(f"{node.monitor}/jsz").get("meta_cluster", {}).get("leader")
             except (OSError, ValueError):
                 continue
             if leader:
