@@ -80,7 +80,7 @@ async def connect(
     namespace: str = "fusee",
     store_dir: str | os.PathLike[str] | None = None,
     partitions: int | None = None,
-    replicas: int = 1,
+    replicas: int | None = None,
     token_retention: DurationLike = "7d",
     callback_base_url: str = "http://127.0.0.1:8000",
 ) -> Engine:
@@ -94,7 +94,8 @@ async def connect(
     reused.
 
     ``replicas`` is how many servers hold each stream and bucket the namespace creates
-    (3 on a 3-node cluster: one may go down with nothing lost); existing ones keep theirs.
+    (3 on a 3-node cluster: one may go down with nothing lost; default
+    ``$FUSEE_REPLICAS``, else 1); existing ones keep theirs.
 
     ``token_retention`` is how long token streams are kept after they were written
     (readers can replay a finished run's stream until then); changing it updates the
@@ -104,13 +105,15 @@ async def connect(
     (``<callback_base_url>/v1/completions/<token>``, see ``ctx.await_completion``).
 
     Raises:
-        InvalidArgument: ``url`` is not a URL or a list of them, or one of them is empty.
+        InvalidArgument: ``url`` is not a URL or a list of them, or one of them is
+            empty; ``replicas`` is not 1 to 5.
 
     Example:
         ``engine = await fusee.connect(["nats://n1:4222", "nats://n2:4222"], replicas=3)``
     """
     namespace = validate_namespace(namespace)
     urls = nats_urls(url or os.environ.get("FUSEE_NATS_URL") or None)
+    replicas = _replicas(replicas)
     server: EmbeddedServer | None = None
     if not urls:
         embedded, server = await ensure_server(
@@ -141,7 +144,22 @@ async def connect(
     return Engine(store, url=",".join(urls), server=server, partitions=count)
 
 
-def nats_urls(url: str | Sequence[str] | None) -> list[str]:
+def _replicas(wanted: int | None) -> int:
+    if wanted is None:
+        env = os.environ.get("FUSEE_REPLICAS", "").strip()
+        if not env:
+            return 1
+        try:
+            wanted = int(env)
+        except ValueError:
+            raise InvalidArgument(f"$FUSEE_REPLICAS={env!r}: must be an int from 1 to 5") from None
+    if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= 5:
+        # JetStream's own bound: a stream has 1 to 5 replicas
+        raise InvalidArgument(f"replicas={wanted!r}: must be an int from 1 to 5")
+    return wanted
+
+
+def nats_urls(url: object) -> list[str]:
     """The server URLs ``url`` names: one URL, several separated by commas, or a list
     of them (``[]`` for ``None`` or ``""``: the embedded server).
 
@@ -152,7 +170,7 @@ def nats_urls(url: str | Sequence[str] | None) -> list[str]:
     if url is None or (isinstance(url, str) and not url.strip()):
         return []
     parts = url.split(",") if isinstance(url, str) else url
-    if isinstance(parts, bytes | bytearray) or not isinstance(parts, Sequence):
+    if not isinstance(parts, Sequence) or isinstance(parts, bytes | bytearray):
         raise InvalidArgument(f"url={url!r}: must be a NATS URL, or a list of them")
     out: list[str] = []
     for part in parts:

@@ -8,6 +8,7 @@ step runs again (the side-effect file counts every execution, across processes).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from pathlib import Path
@@ -78,7 +79,7 @@ async def _check_chains(engine: fusee.Engine, runs: dict[str, Any], log: Path) -
     got = await _results(engine, runs, timeout=90)
     assert got == {rid: chain_result(arg) for rid, arg in runs.items()}
     counts = executions(log)
-    journaled = []
+    journaled: list[str] = []
     for rid, arg in runs.items():
         journal = await engine.run(rid).journal()
         assert_chained(journal)
@@ -185,6 +186,10 @@ async def test_a_node_wiped_and_restarted_catches_up(
         await engine.close()
 
 
+def _at_least(runs: dict[str, Any], count: int) -> bool:
+    return len(runs) >= count
+
+
 SERVED_BY = {"common": {"a", "b"}, "only_a": {"a"}, "only_b": {"b"}, "only_c": {"c"}}
 
 
@@ -216,7 +221,7 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
             for k, code in enumerate("abc"):
                 at = 20 + 60 * k  # each restart while runs are being started
                 await wait_until(
-                    lambda at=at: len(runs) >= at, timeout=30, what=f"{at} runs started"
+                    functools.partial(_at_least, runs, at), timeout=30, what=f"{at} runs started"
                 )
                 assert procs[code].stop() == 0, procs[code].tail()
                 procs[code] = await pool[code].start()
