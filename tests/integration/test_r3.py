@@ -9,9 +9,9 @@ any replica, the local one first. Each is checked here on a real cluster.
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -21,7 +21,15 @@ from fusee.adapters.jetstream.direct import publish_acked
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced, InvalidArgument
 from tests.cluster import LoopbackCluster, stream_leader
-from tests.workers.procs import chain_input, chain_result, completed_keys, executions
+from tests.helpers import cli_cmd, cli_env
+from tests.workers.procs import (
+    CHAIN,
+    WorkerProc,
+    chain_input,
+    chain_result,
+    completed_keys,
+    executions,
+)
 
 
 @pytest.fixture
@@ -122,18 +130,26 @@ async def test_reads_after_an_append_see_it_on_every_node(
             await reader.close()
 
 
-async def test_a_run_on_r3_with_a_worker(
-    nats_cluster: LoopbackCluster, engine: fusee.Engine, tmp_path: Path, worker_procs: Any
+async def test_fusee_worker_takes_a_comma_separated_nats(
+    nats_cluster: LoopbackCluster, engine: fusee.Engine, namespace: str, tmp_path: Path
 ) -> None:
-    workers = worker_procs(url=nats_cluster.url, partitions=4)
-    await workers.start()
-    log = tmp_path / "effects.log"
-    arg = chain_input(log, steps=3, delay=0.0, tag="r3")
-    run = await engine.start("chain", "r3-run", arg)
-    assert await run.result(timeout=20) == chain_result(arg)
-    keys = completed_keys(await run.journal())
-    assert set(executions(log).values()) == {1}
-    assert len(keys) == 3
+    """``fusee worker FILE --nats a,b,c`` (the CLI as a user runs it) serves the cluster."""
+    log_path = tmp_path / "worker.log"
+    cmd = cli_cmd("worker", str(CHAIN), "--nats", nats_cluster.url, "--namespace", namespace)
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=cli_env())
+    worker = WorkerProc("cli", proc, log_path)
+    try:
+        await worker.wait_for("worker.started", timeout=20)
+        log = tmp_path / "effects.log"
+        arg = chain_input(log, steps=3, delay=0.0, tag="r3")
+        run = await engine.start("chain", "r3-run", arg)
+        assert await run.result(timeout=20) == chain_result(arg)
+        assert len(completed_keys(await run.journal())) == 3
+        assert set(executions(log).values()) == {1}
+        assert worker.stop() == 0
+    finally:
+        worker.kill()
 
 
 async def test_publish_acked_raises_nothing_on_a_duplicate(engine: fusee.Engine) -> None:
