@@ -22,11 +22,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 import nats
 
 from fusee.adapters.jetstream.server import find_nats_server_binary
 
-__all__ = ("ClusterNode", "LoopbackCluster", "free_ports", "get_json", "stream_leader")
+__all__ = (
+    "ClusterNode",
+    "LoopbackCluster",
+    "free_ports",
+    "get_json",
+    "move_leader",
+    "stream_leader",
+)
 
 CONFIGS = Path(__file__).resolve().parents[1] / "nats"
 NODES = ("n1", "n2", "n3")
@@ -248,3 +256,23 @@ async def stream_leader(cluster: LoopbackCluster, stream: str) -> ClusterNode:
     assert info.cluster is not None, f"{stream} is not clustered: {info}"
     assert info.cluster.leader, f"{stream}: no leader: {info}"
     return cluster.node(info.cluster.leader)
+
+
+async def move_leader(cluster: LoopbackCluster, stream: str, node: ClusterNode) -> None:
+    """Make ``node`` the leader of ``stream`` (a stepdown naming it preferred), so a
+    drill knows which node it kills and who was connected to it."""
+    deadline = time.monotonic() + 20.0
+    while (await stream_leader(cluster, stream)) is not node:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{stream}: {node.name} did not become its leader")
+        nc = await nats.connect([n.url for n in cluster.nodes if n.alive], connect_timeout=2)
+        try:
+            body = json.dumps({"placement": {"preferred": node.name}}).encode()
+            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", body, timeout=5)
+        finally:
+            await nc.close()
+        # the new leader takes a moment to be elected: look again until it is this one
+        for _ in range(100):
+            if (await stream_leader(cluster, stream)) is node:
+                return
+            await anyio.sleep(0.05)

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import fusee
-from tests.cluster import LoopbackCluster, stream_leader
+from tests.cluster import LoopbackCluster, move_leader, stream_leader
 from tests.workers.procs import (
     HERE,
     Workers,
@@ -103,7 +103,8 @@ async def test_the_stream_leader_sigkilled_under_load(
     )
     try:
         stream = engine.store.layout.stream
-        leader = await stream_leader(cluster, stream)
+        leader = cluster.node("n1")
+        await move_leader(cluster, stream, leader)
         workers = worker_procs(url=cluster.url, partitions=PARTITIONS)
         first = await workers.start()
         # the second knows only the leader's address: it must move by the servers the
@@ -117,12 +118,14 @@ async def test_the_stream_leader_sigkilled_under_load(
             for rid, arg in runs.items():
                 await engine.start("chain", rid, arg)
             await wait_until(lambda: len(executions(log)) >= 40, timeout=30, what="runs under way")
+            now = await stream_leader(cluster, stream)
+            assert now is leader, f"the leader moved before the kill: {leader.name} -> {now.name}"
             killed_at = time.monotonic()
             leader.kill()
             await wait_until(
-                lambda: any(t > killed_at for t in probe.acked[-3:]) and len(probe.acked) > 0,
+                lambda: sum(t > killed_at for t in probe.acked[-20:]) >= 20,
                 timeout=30,
-                what="an append acknowledged by the new leader",
+                what="20 appends acknowledged after the kill",
             )
             pause = probe.longest_after(killed_at)
             await _check_chains(engine, runs, log)
@@ -133,6 +136,10 @@ async def test_the_stream_leader_sigkilled_under_load(
         for w in (first, second):
             assert w.alive, w.tail()
             assert w.find("run.completed"), f"worker {w.name} completed no run"
+        # the worker that knew only the killed node's address moved to another node
+        moved = {e["server"] for e in second.find("nats.reconnected")}
+        assert moved, second.tail()
+        assert f"127.0.0.1:{leader.port}" not in moved, moved
         # the killed node comes back and catches up with the new leader
         cluster.restart(leader)
         await wait_until(

@@ -103,31 +103,55 @@ async def test_reads_after_an_append_see_it_on_every_node(
     nats_cluster: LoopbackCluster, engine: fusee.Engine, namespace: str
 ) -> None:
     """Read-your-write: a record acknowledged to one client is in the journal any other
-    client reads next, whichever node it is connected to, also from a follower that
-    was stopped while the records were written and has just come back."""
-    store = engine.store
-    leader = await stream_leader(nats_cluster, store.layout.stream)
-    behind = next(n for n in nats_cluster.nodes if n is not leader)
-    readers = [await NatsStore.connect([n.url], namespace) for n in nats_cluster.nodes]
+    client reads next, whichever node it is connected to. A follower's Direct Get may
+    be behind the leader's ack (the third replica of R3 is not waited for): seen in
+    178 of 3,200 reads here before journal reads checked the leader's tail. Also from a
+    follower that was stopped while records were written and has just come back."""
+    leader = await stream_leader(nats_cluster, engine.store.layout.stream)
+    followers = [n for n in nats_cluster.nodes if n is not leader]
+    writers = [await NatsStore.connect([leader.url], namespace) for _ in range(4)]
+    readers = [await NatsStore.connect([n.url], namespace) for n in followers]
+    behind: list[tuple[str, str, int, object]] = []
+
+    async def check(eid: str, seq: int) -> None:
+        for reader in readers:
+            last = await reader.last_in_journal(eid)
+            if last is None or last.seq != seq:
+                behind.append(("last_in_journal", eid, seq, last))
+            journal = [m.seq for m in await reader.read_journal(eid)]
+            if journal[-1:] != [seq]:
+                behind.append(("read_journal", eid, seq, journal))
+            first = await reader.first_in_journal(eid)
+            if first is None:
+                behind.append(("first_in_journal", eid, seq, first))
+
+    async def write(k: int, writer: NatsStore) -> None:
+        for i in range(100):
+            eid = f"ryw-{k}-{i}"
+            seq = await writer.append(eid, "run.started", b"x" * 200, fence=0, msg_id=eid)
+            await check(eid, seq)
+
     try:
-        assert behind.proc is not None
-        behind.proc.send_signal(signal.SIGSTOP)
+        async with anyio.create_task_group() as tg:
+            for k, writer in enumerate(writers):
+                tg.start_soon(write, k, writer)
+        assert not behind, f"{len(behind)} stale reads, e.g. {behind[:3]}"
+        stopped = followers[0]
+        assert stopped.proc is not None
+        stopped.proc.send_signal(signal.SIGSTOP)
         try:
             acked = {}
-            for i in range(100):
-                eid = f"ryw-{i}"
-                acked[eid] = await store.append(eid, "run.started", b"{}", fence=0, msg_id=eid)
+            for i in range(50):
+                eid = f"ryw-stopped-{i}"
+                acked[eid] = await writers[0].append(eid, "run.started", b"{}", fence=0, msg_id=eid)
         finally:
-            behind.proc.send_signal(signal.SIGCONT)
-        for reader in readers:
-            for eid, seq in acked.items():
-                last = await reader.last_in_journal(eid)
-                assert last is not None, (eid, seq)
-                assert last.seq == seq, (eid, seq, last)
-                assert [m.seq for m in await reader.read_journal(eid)] == [seq]
+            stopped.proc.send_signal(signal.SIGCONT)
+        for eid, seq in acked.items():
+            await check(eid, seq)
+        assert not behind, f"{len(behind)} stale reads, e.g. {behind[:3]}"
     finally:
-        for reader in readers:
-            await reader.close()
+        for s in (*writers, *readers):
+            await s.close()
 
 
 async def test_fusee_worker_takes_a_comma_separated_nats(
