@@ -246,16 +246,24 @@ class LoopbackCluster:
             node.stop()
 
 
-async def stream_leader(cluster: LoopbackCluster, stream: str) -> ClusterNode:
-    """The node leading ``stream``'s Raft group now (asked through any live node)."""
+async def stream_leader(
+    cluster: LoopbackCluster, stream: str, *, timeout: float = 20.0
+) -> ClusterNode:
+    """The node leading ``stream``'s Raft group (asked through any live node); while
+    it has none (an election after a kill or a stepdown), asked again until it has."""
+    deadline = time.monotonic() + timeout
     nc = await nats.connect([n.url for n in cluster.nodes if n.alive], connect_timeout=2)
     try:
-        info = await nc.jetstream(timeout=5).stream_info(stream)
+        while True:
+            info = await nc.jetstream(timeout=5).stream_info(stream)
+            assert info.cluster is not None, f"{stream} is not clustered: {info}"
+            if info.cluster.leader:
+                return cluster.node(info.cluster.leader)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{stream}: no leader after {timeout}s: {info.cluster}")
+            await anyio.sleep(0.05)  # the servers offer no event for an election
     finally:
         await nc.close()
-    assert info.cluster is not None, f"{stream} is not clustered: {info}"
-    assert info.cluster.leader, f"{stream}: no leader: {info}"
-    return cluster.node(info.cluster.leader)
 
 
 async def move_leader(cluster: LoopbackCluster, stream: str, node: ClusterNode) -> None:

@@ -57,6 +57,11 @@ async def test_connect_takes_a_list_or_a_comma_separated_string(
     for bad in ("nats://127.0.0.1:1,,nats://127.0.0.1:2", ["nats://127.0.0.1:1", ""], [4222]):
         with pytest.raises(InvalidArgument, match="url="):
             await fusee.connect(bad, namespace=namespace)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="replicas=0"):
+        await fusee.connect(nats_cluster.urls, namespace=namespace, replicas=0)
+    monkeypatch.setenv("FUSEE_REPLICAS", "three")
+    with pytest.raises(InvalidArgument, match="FUSEE_REPLICAS='three'"):
+        await fusee.connect(nats_cluster.urls, namespace=namespace)
 
 
 async def test_a_retried_append_lands_once(engine: fusee.Engine) -> None:
