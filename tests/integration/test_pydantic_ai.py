@@ -1,0 +1,294 @@
+"""fusee.ai.pydantic: a Pydantic AI agent's model requests and tool calls as steps
+(real nats-server, in-process worker, Pydantic AI's FunctionModel as the model).
+
+The step names are pinned here: Pydantic AI calls persisted names compatibility data,
+and an upgrade that changes them strands runs in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from pydantic_ai import Agent, RunContext, Tool
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
+
+import fusee
+from fusee.actors.worker import WorkerConfig
+from fusee.ai.pydantic import FuseeDurability, run, tool_key
+from fusee.errors import ConfigError
+from fusee.runtime.records import StepCompleted
+from tests.workers.procs import wait_until
+
+CALLS: collections.Counter[str] = collections.Counter()  # model requests per run
+EFFECTS: list[tuple[str, str]] = []  # (tool, key) per side effect
+GATES: dict[str, anyio.Event] = {}
+
+
+def tool_results(messages: list[ModelMessage]) -> list[ToolReturnPart]:
+    return [
+        p for m in messages if isinstance(m, ModelRequest) for p in m.parts
+        if isinstance(p, ToolReturnPart)
+    ]  # fmt: skip
+
+
+def two_turns(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Turn 1 calls both tools at once; turn 2 answers with their results."""
+    CALLS["model"] += 1
+    done = tool_results(messages)
+    if not done:
+        return ModelResponse(
+            parts=[
+                ToolCallPart("lookup_order", {"order": "A1"}, tool_call_id="c1"),
+                ToolCallPart("refund", {"order": "A1", "amount": 5}, tool_call_id="c2"),
+            ]
+        )
+    return ModelResponse(parts=[TextPart(" | ".join(f"{p.tool_name}={p.content}" for p in done))])
+
+
+async def lookup_order(order: str) -> str:
+    """Look an order up."""
+    # deliberately finishes last: it waits for refund's side effect
+    def refunded() -> bool:
+        kinds = [t for t, _ in EFFECTS]
+        return kinds.count("refund") > kinds.count("lookup_order")
+
+    await wait_until(refunded, timeout=10, what="refund")
+    EFFECTS.append(("lookup_order", tool_key()))
+    return f"{order}:shipped"
+
+
+async def refund(ctx: RunContext[None], order: str, amount: int) -> str:
+    """Refund part of an order."""
+    EFFECTS.append(("refund", tool_key()))
+    key = tool_key()
+    assert key is None or key.endswith(f"-{ctx.tool_call_id}")
+    return f"refunded {amount}"
+
+
+def audit(note: str) -> str:
+    """Log a note (no step)."""
+    EFFECTS.append(("audit", note))
+    return "ok"
+
+
+support = Agent(
+    FunctionModel(two_turns),
+    name="support",
+    tools=[lookup_order, refund],
+    capabilities=[FuseeDurability()],
+)
+
+
+@fusee.workflow("pyd_support")
+async def support_wf(ctx: fusee.Context, question: str) -> str:
+    result = await run(ctx, lambda: support.run(question))
+    return result.output
+
+
+EXPECTED = "lookup_order=A1:shipped | refund=refunded 5"
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    CALLS.clear()
+    EFFECTS.clear()
+
+
+def step_names(journal: list[tuple[int, Any]]) -> list[str]:
+    return [r.name for _, r in journal if isinstance(r, StepCompleted)]
+
+
+@pytest.mark.parametrize("always_replay", [False, True])
+async def test_two_tools_in_parallel_replay_in_start_order(
+    engine: fusee.Engine, always_replay: bool
+) -> None:
+    # refund (the second call) finishes first: the journal is in completion order, and a
+    # replay after every step (always_replay) must still match each step by position
+    config = WorkerConfig(always_replay=always_replay)
+    async with engine.worker(config=config):
+        run_ = await engine.start("pyd_support", f"p-{always_replay}", "refund A1")
+        with anyio.fail_after(20):
+            assert await run_.result() == EXPECTED
+        journal = await run_.journal()
+    assert step_names(journal) == [
+        "support__model.request",
+        "support__function_toolset__<agent>.call_tool:refund",
+        "support__function_toolset__<agent>.call_tool:lookup_order",
+        "support__model.request",
+    ]
+    positions = {r.name.rsplit(":", 1)[-1]: r.pos for _, r in journal if isinstance(r, StepCompleted)}
+    assert positions["lookup_order"] < positions["refund"]  # reserved in call order
+    assert CALLS["model"] == 2  # never asked again for a journaled response
+    assert [t for t, _ in EFFECTS] == ["refund", "lookup_order"]  # each once
+    keys = dict(EFFECTS)
+    assert keys["refund"].endswith("-c2") and keys["lookup_order"].endswith("-c1")
+    assert keys["refund"].split("-")[0] != keys["lookup_order"].split("-")[0]
+
+
+async def test_outside_run_the_agent_is_ordinary() -> None:
+    result = await support.run("refund A1")
+    assert result.output == EXPECTED
+    assert CALLS["model"] == 2
+
+
+async def test_the_same_agent_in_two_runs_gets_other_tool_keys(engine: fusee.Engine) -> None:
+    async with engine.worker():
+        for i in range(2):
+            r = await engine.start("pyd_support", f"k{i}", "refund A1")
+            with anyio.fail_after(20):
+                assert await r.result() == EXPECTED
+    refunds = [k for t, k in EFFECTS if t == "refund"]
+    assert len(refunds) == 2 and refunds[0] != refunds[1]  # the call ID c2 both times
+
+
+# -- options, metadata, names ---------------------------------------------------------
+
+
+def one_audit(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    CALLS["model"] += 1
+    if not tool_results(messages):
+        return ModelResponse(
+            parts=[
+                ToolCallPart("audit", {"note": "n1"}, tool_call_id="a1"),
+                ToolCallPart("ping", {}, tool_call_id="p1"),
+            ]
+        )
+    return ModelResponse(parts=[TextPart("done")])
+
+
+def ping() -> str:
+    """Ping billing."""
+    EFFECTS.append(("ping", tool_key()))
+    return "pong"
+
+
+billing = FunctionToolset([ping], id="billing")
+audited = Agent(
+    FunctionModel(one_audit),
+    name="audited",
+    tools=[Tool(audit, metadata={"fusee": False})],
+    toolsets=[billing],
+    capabilities=[FuseeDurability(tool_options={"retry": fusee.Retry(attempts=2)})],
+)
+
+
+@fusee.workflow("pyd_audited")
+async def audited_wf(ctx: fusee.Context) -> str:
+    return (await run(ctx, lambda: audited.run("go"))).output
+
+
+async def test_metadata_false_runs_without_a_step_and_toolsets_by_id(
+    engine: fusee.Engine,
+) -> None:
+    async with engine.worker():
+        r = await engine.start("pyd_audited", "a", None)
+        with anyio.fail_after(20):
+            assert await r.result() == "done"
+        names = step_names(await r.journal())
+    assert names == [
+        "audited__model.request",
+        "audited__function_toolset__billing.call_tool:ping",
+        "audited__model.request",
+    ]
+    assert ("audit", "n1") in EFFECTS
+
+
+def test_missing_names_are_clear_errors() -> None:
+    with pytest.raises(UserError, match="unique `name`.*fusee"):
+        Agent(FunctionModel(two_turns), capabilities=[FuseeDurability()])
+    with pytest.raises(UserError, match="unique `id`.*fusee"):
+        Agent(
+            FunctionModel(two_turns),
+            name="x",
+            toolsets=[FunctionToolset([ping])],
+            capabilities=[FuseeDurability()],
+        )
+
+
+def test_bad_step_options_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="'retries'.*fairness_key, limit, retry, timeout"):
+        FuseeDurability(model_options={"retries": 3})
+    with pytest.raises(ConfigError, match="fusee.Retry"):
+        FuseeDurability(tool_options={"retry": 3})
+
+
+# -- streaming ------------------------------------------------------------------------
+
+
+async def stream_two(messages: list[ModelMessage], info: AgentInfo) -> Any:
+    CALLS["model"] += 1
+    if not tool_results(messages):
+        yield {0: DeltaToolCall(name="ping", json_args="{}", tool_call_id="s1")}
+        return
+    for word in ["hello ", "streamed ", "world"]:
+        if word == "world":
+            gate = GATES.get("stream")
+            if gate is not None:
+                await gate.wait()
+        yield word
+
+
+streamer = Agent(
+    FunctionModel(stream_function=stream_two),
+    name="streamer",
+    tools=[ping],
+    capabilities=[FuseeDurability()],
+)
+
+
+@fusee.workflow("pyd_stream")
+async def stream_wf(ctx: fusee.Context) -> list[str]:
+    async def go() -> list[str]:
+        async with streamer.run_stream("hi") as result:
+            return [chunk async for chunk in result.stream_text(delta=True)]
+
+    return await run(ctx, go)
+
+
+async def test_streamed_text_goes_live_to_the_token_stream(engine: fusee.Engine) -> None:
+    GATES["stream"] = gate = anyio.Event()
+    try:
+        async with engine.worker():
+            r = await engine.start("pyd_stream", "s", None)
+            name = "streamer__model.request_stream/1"
+            seen: list[str] = []
+
+            async def follow() -> None:
+                async for text in r.stream(name):
+                    seen.append(text)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                # two deltas are stored while the step still waits before its third
+                await wait_until(lambda: "".join(seen) == "hello streamed ", timeout=10,
+                                 what="live tokens")  # fmt: skip
+                assert not (await r.describe()).ended
+                gate.set()
+                with anyio.fail_after(20):
+                    chunks = await r.result()
+            names = step_names(await r.journal())
+    finally:
+        GATES.pop("stream", None)
+    assert "".join(seen) == "hello streamed world"
+    assert "".join(chunks) == "hello streamed world"
+    assert names == [
+        "streamer__model.request_stream",
+        "streamer__function_toolset__<agent>.call_tool:ping",
+        "streamer__model.request_stream",
+    ]
