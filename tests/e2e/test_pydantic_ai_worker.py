@@ -95,7 +95,8 @@ async def test_a_two_tool_agent_in_a_worker_and_a_pause_resumed_from_the_cli(
 
         await wait_until(listed, timeout=30, what="the paused listing")
         pause = [r for _, r in await paused.journal() if isinstance(r, RunPaused)]
-        assert pause and pause[0].step == "support__model.request", pause
+        assert len(pause) == 1, pause
+        assert pause[0].step == "support__model.request", pause
         # the step's budget: 2 attempts, the openai client's own retries off inside them
         # (its default of 2 would have asked 6 times)
         assert fake.asked[(down["prompt"], 1)] == 2

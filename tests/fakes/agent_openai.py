@@ -56,3 +56,7 @@ class AgentFake(FakeOpenAI):
         self.script = script
         self.asked: collections.Counter[tuple[str, int]] = collections.Counter()
         self.down: int | None = None
+
+    def __enter__(self) -> AgentFake:
+        self.start()
+        return self

@@ -8,15 +8,19 @@ and an upgrade that changes them strands runs in flight.
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 pytest.importorskip("pydantic_ai")
 
+from fastmcp.client.transports import PythonStdioTransport
 from pydantic_ai import Agent, RunContext, Tool
 from pydantic_ai.exceptions import UserError
+from pydantic_ai.mcp import MCPToolset
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -32,8 +36,8 @@ import fusee
 from fusee.actors.worker import WorkerConfig
 from fusee.ai.pydantic import FuseeDurability, run, tool_key
 from fusee.errors import ConfigError
-from fusee.runtime.records import StepCompleted
-from tests.workers.procs import wait_until
+from fusee.runtime.records import StepCompleted, WaitStarted
+from tests.workers.procs import api_server, wait_until
 
 CALLS: collections.Counter[str] = collections.Counter()  # model requests per run
 EFFECTS: list[tuple[str, str]] = []  # (tool, key) per side effect
@@ -63,19 +67,13 @@ def two_turns(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 async def lookup_order(order: str) -> str:
     """Look an order up."""
-    # deliberately finishes last: it waits for refund's side effect
-    def refunded() -> bool:
-        kinds = [t for t, _ in EFFECTS]
-        return kinds.count("refund") > kinds.count("lookup_order")
-
-    await wait_until(refunded, timeout=10, what="refund")
-    EFFECTS.append(("lookup_order", tool_key()))
+    EFFECTS.append(("lookup_order", tool_key() or "-"))
     return f"{order}:shipped"
 
 
 async def refund(ctx: RunContext[None], order: str, amount: int) -> str:
     """Refund part of an order."""
-    EFFECTS.append(("refund", tool_key()))
+    EFFECTS.append(("refund", tool_key() or "-"))
     key = tool_key()
     assert key is None or key.endswith(f"-{ctx.tool_call_id}")
     return f"refunded {amount}"
@@ -115,11 +113,12 @@ def step_names(journal: list[tuple[int, Any]]) -> list[str]:
 
 
 @pytest.mark.parametrize("always_replay", [False, True])
-async def test_two_tools_in_parallel_replay_in_start_order(
+async def test_two_calls_of_one_turn_run_in_the_models_order(
     engine: fusee.Engine, always_replay: bool
 ) -> None:
-    # refund (the second call) finishes first: the journal is in completion order, and a
-    # replay after every step (always_replay) must still match each step by position
+    # In a workflow the calls of a turn run one after the other (fusee journals one step
+    # at a time outside ctx.all), so every replay (always_replay: after each step) meets
+    # them at the positions they had.
     config = WorkerConfig(always_replay=always_replay)
     async with engine.worker(config=config):
         run_ = await engine.start("pyd_support", f"p-{always_replay}", "refund A1")
@@ -128,16 +127,15 @@ async def test_two_tools_in_parallel_replay_in_start_order(
         journal = await run_.journal()
     assert step_names(journal) == [
         "support__model.request",
-        "support__function_toolset__<agent>.call_tool:refund",
         "support__function_toolset__<agent>.call_tool:lookup_order",
+        "support__function_toolset__<agent>.call_tool:refund",
         "support__model.request",
     ]
-    positions = {r.name.rsplit(":", 1)[-1]: r.pos for _, r in journal if isinstance(r, StepCompleted)}
-    assert positions["lookup_order"] < positions["refund"]  # reserved in call order
     assert CALLS["model"] == 2  # never asked again for a journaled response
-    assert [t for t, _ in EFFECTS] == ["refund", "lookup_order"]  # each once
+    assert [t for t, _ in EFFECTS] == ["lookup_order", "refund"]  # each once
     keys = dict(EFFECTS)
-    assert keys["refund"].endswith("-c2") and keys["lookup_order"].endswith("-c1")
+    assert keys["refund"].endswith("-c2")
+    assert keys["lookup_order"].endswith("-c1")
     assert keys["refund"].split("-")[0] != keys["lookup_order"].split("-")[0]
 
 
@@ -154,7 +152,8 @@ async def test_the_same_agent_in_two_runs_gets_other_tool_keys(engine: fusee.Eng
             with anyio.fail_after(20):
                 assert await r.result() == EXPECTED
     refunds = [k for t, k in EFFECTS if t == "refund"]
-    assert len(refunds) == 2 and refunds[0] != refunds[1]  # the call ID c2 both times
+    assert len(refunds) == 2
+    assert refunds[0] != refunds[1]  # the call ID is c2 both times
 
 
 # -- options, metadata, names ---------------------------------------------------------
@@ -174,7 +173,7 @@ def one_audit(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 def ping() -> str:
     """Ping billing."""
-    EFFECTS.append(("ping", tool_key()))
+    EFFECTS.append(("ping", tool_key() or "-"))
     return "pong"
 
 
@@ -210,9 +209,9 @@ async def test_metadata_false_runs_without_a_step_and_toolsets_by_id(
 
 
 def test_missing_names_are_clear_errors() -> None:
-    with pytest.raises(UserError, match="unique `name`.*fusee"):
+    with pytest.raises(UserError, match=r"unique `name`.*fusee"):
         Agent(FunctionModel(two_turns), capabilities=[FuseeDurability()])
-    with pytest.raises(UserError, match="unique `id`.*fusee"):
+    with pytest.raises(UserError, match=r"unique `id`.*fusee"):
         Agent(
             FunctionModel(two_turns),
             name="x",
@@ -222,9 +221,9 @@ def test_missing_names_are_clear_errors() -> None:
 
 
 def test_bad_step_options_are_config_errors() -> None:
-    with pytest.raises(ConfigError, match="'retries'.*fairness_key, limit, retry, timeout"):
+    with pytest.raises(ConfigError, match=r"'retries'.*fairness_key, limit, retry, timeout"):
         FuseeDurability(model_options={"retries": 3})
-    with pytest.raises(ConfigError, match="fusee.Retry"):
+    with pytest.raises(ConfigError, match=r"fusee\.Retry"):
         FuseeDurability(tool_options={"retry": 3})
 
 
@@ -292,3 +291,139 @@ async def test_streamed_text_goes_live_to_the_token_stream(engine: fusee.Engine)
         "streamer__function_toolset__<agent>.call_tool:ping",
         "streamer__model.request_stream",
     ]
+
+
+# -- several toolsets, one an MCP server over stdio --------------------------------------
+
+MCP_SERVER = Path(__file__).resolve().parents[1] / "fakes" / "mcp_server.py"
+
+
+def mcp_turns(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    CALLS["model"] += 1
+    done = tool_results(messages)
+    if not done:
+        return ModelResponse(parts=[ToolCallPart("stock", {"item": "bolt"}, tool_call_id="m1")])
+    if len(done) == 1:
+        return ModelResponse(parts=[ToolCallPart("ping", {}, tool_call_id="m2")])
+    return ModelResponse(parts=[TextPart(" | ".join(str(p.content) for p in done))])
+
+
+def mcp_agent(log: Path) -> Agent[None, str]:
+    warehouse = MCPToolset(
+        PythonStdioTransport(MCP_SERVER, env={"FAKE_MCP_LOG": str(log)}), id="warehouse"
+    )
+    return Agent(
+        FunctionModel(mcp_turns),
+        name="stocker",
+        toolsets=[warehouse, FunctionToolset([ping], id="billing")],
+        capabilities=[FuseeDurability()],
+    )
+
+
+MCP_AGENTS: dict[str, Agent[None, str]] = {}
+
+
+@fusee.workflow("pyd_mcp")
+async def mcp_wf(ctx: fusee.Context, key: str) -> str:
+    return (await run(ctx, lambda: MCP_AGENTS[key].run("stock?"))).output
+
+
+@pytest.mark.parametrize("always_replay", [False, True])
+async def test_an_mcp_server_over_stdio_beside_a_function_toolset(
+    engine: fusee.Engine, tmp_path: Path, always_replay: bool
+) -> None:
+    log = tmp_path / "mcp.log"
+    MCP_AGENTS[str(always_replay)] = mcp_agent(log)
+    async with engine.worker(config=WorkerConfig(always_replay=always_replay)):
+        r = await engine.start("pyd_mcp", f"m-{always_replay}", str(always_replay))
+        with anyio.fail_after(30):
+            assert await r.result() == "bolt: 7 in stock | pong"
+        names = step_names(await r.journal())
+    assert names == [
+        "stocker__mcp_server__warehouse.get_tools",
+        "stocker__model.request",
+        "stocker__mcp_server__warehouse.call_tool",
+        "stocker__model.request",
+        "stocker__function_toolset__billing.call_tool:ping",
+        "stocker__model.request",
+    ], names
+    assert log.read_text() == "stock bolt\n"  # the server got one call, replays or not
+    assert CALLS["model"] == 3
+
+
+# -- approvals: a completion wait with a callback URL ----------------------------------
+
+ASKED: dict[str, list[tuple[str, str]]] = collections.defaultdict(list)
+
+
+def approval_turns(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    CALLS["model"] += 1
+    done = tool_results(messages)
+    if not done:
+        return ModelResponse(
+            parts=[ToolCallPart("refund", {"order": "A1", "amount": 40}, tool_call_id="r1")]
+        )
+    return ModelResponse(parts=[TextPart(f"refund: {done[0].content}")])
+
+
+def ask(cb: Any, call: ToolCallPart) -> None:
+    ASKED[call.tool_call_id].append((cb.token, call.tool_name))
+
+
+approver = Agent(
+    FunctionModel(approval_turns),
+    name="approver",
+    tools=[Tool(refund, requires_approval=True)],
+    capabilities=[FuseeDurability(approve=ask)],
+)
+
+
+@fusee.workflow("pyd_approval")
+async def approval_wf(ctx: fusee.Context) -> str:
+    return (await run(ctx, lambda: approver.run("refund A1"))).output
+
+
+@pytest.mark.parametrize(
+    ("answer", "output"),
+    [
+        (True, "refund: refunded 40"),
+        (
+            {"approved": False, "reason": "over the limit"},
+            "refund: the call was not approved, so it did not run: over the limit",
+        ),
+    ],
+)
+async def test_an_approval_parks_the_run_until_its_callback_url_is_answered(
+    engine: fusee.Engine,
+    nats_server: Any,
+    namespace: str,
+    tmp_path: Path,
+    answer: Any,
+    output: str,
+) -> None:
+    ASKED.clear()
+    with api_server(nats_server.url, namespace, tmp_path) as api:
+        base = (await api.wait_for("api.serving", timeout=20))["url"]
+        async with engine.worker():
+            r = await engine.start("pyd_approval", "ap", None)
+
+            async def parked() -> bool:
+                j = await r.journal()
+                return any(isinstance(x, WaitStarted) and x.wait == "completion" for _, x in j)
+
+            await wait_until(parked, timeout=20, what="the approval wait")
+            token = await wait_until(lambda: ASKED["r1"], timeout=10, what="the ask")
+            assert not EFFECTS  # nothing ran before a person answered
+            async with httpx.AsyncClient(timeout=20) as client:
+                got = await client.post(f"{base}/v1/completions/{token[0][0]}", json=answer)
+            assert got.status_code == 200, got.text
+            with anyio.fail_after(20):
+                assert await r.result() == output
+            names = step_names(await r.journal())
+    assert ASKED["r1"] == [(token[0][0], "refund")]  # asked once, also across the replay
+    ran = [t for t, _ in EFFECTS]
+    assert ran == (["refund"] if answer is True else [])
+    assert names[:2] == ["approver__model.request", "ask/approver__approve:refund"]
+    assert names[-1] == "approver__model.request"
+    assert ("approver__function_toolset__<agent>.call_tool:refund" in names) == (answer is True)
+    assert CALLS["model"] == 2

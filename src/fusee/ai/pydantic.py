@@ -275,10 +275,10 @@ def _tool_body(body: Callable[[], Awaitable[object]], call_id: str | None) -> Ca
 def _streamed_body(
     ctx: Context, stream_name: str, body: Callable[[], Awaitable[object]]
 ) -> Callable[..., Any]:
-    stream = token_stream(ctx, stream_name)
-
     async def attempt() -> object:
-        writer = await stream.open()
+        # opened by the attempt: a replay that returns the journaled response never
+        # touches the stream
+        writer = await token_stream(ctx, stream_name).open()
         try:
             state = writer.state
             if state.chunks or state.ended:
@@ -428,7 +428,9 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
 
         def settings(_: RunContext[AgentDepsT]) -> ModelSettings:
             # Resolved in the workflow, carried into the step with the request.
-            return ModelSettings(max_retries=retries) if self.in_durable_context else ModelSettings()
+            return (
+                ModelSettings(max_retries=retries) if self.in_durable_context else ModelSettings()
+            )
 
         return settings
 
@@ -524,4 +526,3 @@ async def _write_text(
         if text:
             await writer.write(text)
         yield event
-
