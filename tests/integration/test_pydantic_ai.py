@@ -37,6 +37,7 @@ from fusee.actors.worker import WorkerConfig
 from fusee.ai.pydantic import FuseeDurability, run, tool_key
 from fusee.errors import ConfigError
 from fusee.runtime.records import StepCompleted, WaitStarted
+from tests.helpers import split_attempts
 from tests.workers.procs import api_server, wait_until
 
 CALLS: collections.Counter[str] = collections.Counter()  # model requests per run
@@ -427,3 +428,95 @@ async def test_an_approval_parks_the_run_until_its_callback_url_is_answered(
     assert names[-1] == "approver__model.request"
     assert ("approver__function_toolset__<agent>.call_tool:refund" in names) == (answer is True)
     assert CALLS["model"] == 2
+
+
+async def stream_cut_once(messages: list[ModelMessage], info: AgentInfo) -> Any:
+    CALLS["model"] += 1
+    yield "first "
+    yield "try "
+    if CALLS["model"] == 1:
+        raise ConnectionError("the stream was cut")
+    yield "done"
+
+
+cut_streamer = Agent(
+    FunctionModel(stream_function=stream_cut_once),
+    name="cut",
+    capabilities=[
+        FuseeDurability(model_options={"retry": fusee.Retry(attempts=3, initial=0.01, max=0.01)})
+    ],
+)
+
+
+@fusee.workflow("pyd_stream_cut")
+async def stream_cut_wf(ctx: fusee.Context) -> str:
+    async def go() -> str:
+        async with cut_streamer.run_stream("hi") as result:
+            return await result.get_output()
+
+    return await run(ctx, go)
+
+
+async def test_a_retried_streamed_request_writes_a_reset_marker(engine: fusee.Engine) -> None:
+    async with engine.worker():
+        r = await engine.start("pyd_stream_cut", "cut", None)
+        with anyio.fail_after(20):
+            assert await r.result() == "first try done"
+        events = [e async for e in r.stream_events("cut__model.request_stream/0")]
+    attempts = split_attempts(events)
+    texts = ["".join(e.text for e in a if e.kind == "token") for a in attempts]
+    assert texts == ["first try ", "first try done"]  # the cut attempt, then the retry
+    assert attempts[1][0].kind == "attempt"
+    assert [e.kind for e in events][-1] == "end"
+    assert CALLS["model"] == 2
+
+
+HANDLED: list[str] = []
+
+
+async def handle(ctx: RunContext[None], events: Any) -> None:
+    async for event in events:
+        HANDLED.append(type(event).__name__)
+
+
+handled = Agent(
+    FunctionModel(stream_function=stream_two),
+    name="handled",
+    tools=[ping],
+    capabilities=[FuseeDurability(event_stream_handler=handle)],
+)
+
+
+@fusee.workflow("pyd_handled")
+async def handled_wf(ctx: fusee.Context) -> str:
+    async def go() -> str:
+        # iter, as a UI would drive it; the handler makes its requests streamed ones
+        async with handled.iter("hi") as agent_run:
+            async for _ in agent_run:
+                pass
+        assert agent_run.result is not None
+        return agent_run.result.output
+
+    return await run(ctx, go)
+
+
+async def test_an_event_stream_handler_and_iter(engine: fusee.Engine) -> None:
+    HANDLED.clear()
+    async with engine.worker():
+        r = await engine.start("pyd_handled", "h", None)
+        with anyio.fail_after(20):
+            assert await r.result() == "hello streamed world"
+        names = step_names(await r.journal())
+        text = "".join([t async for t in r.stream("handled__model.request_stream/1")])
+    assert text == "hello streamed world"
+    assert names == [
+        "handled__model.request_stream",
+        "handled__event_stream_handler",
+        "handled__function_toolset__<agent>.call_tool:ping",
+        "handled__event_stream_handler",
+        "handled__model.request_stream",
+    ], names
+    # the model's events live, inside the model step; the tool's in steps of their own
+    assert "PartDeltaEvent" in HANDLED
+    assert "FunctionToolCallEvent" in HANDLED
+    assert "FunctionToolResultEvent" in HANDLED

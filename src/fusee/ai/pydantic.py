@@ -41,6 +41,7 @@ from typing import Any, ClassVar, TypeVar, cast
 from weakref import WeakKeyDictionary
 
 import anyio
+import msgspec
 from pydantic_ai import Agent
 from pydantic_ai.agent import EventStreamHandler
 from pydantic_ai.durable_exec import (
@@ -281,6 +282,11 @@ def _streamed_body(
         writer = await token_stream(ctx, stream_name).open()
         try:
             state = writer.state
+            if state.ended and not state.broken and state.final:
+                # The model finished in an attempt whose step was not journaled (its
+                # worker died between the end marker and the commit): the response
+                # stored with the marker is the result, the model is not asked again.
+                return msgspec.json.decode(state.final)
             if state.chunks or state.ended:
                 # An earlier attempt wrote text (its worker died, or it failed): Pydantic
                 # AI's models cannot continue it, so readers drop it at this marker.
@@ -290,7 +296,9 @@ def _streamed_body(
                 payload = await body()
             finally:
                 _WRITER.reset(token)
-            await writer.end()
+            # the response (Pydantic AI's JSON) rides on the end marker (left out when
+            # it is over a message's size: a death before the commit then asks again)
+            await writer.end(msgspec.json.encode(payload))
             return payload
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_ON_FAILURE):
