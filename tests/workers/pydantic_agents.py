@@ -5,8 +5,10 @@ OpenAI Chat model over the real ``openai`` client against the test's fake server
 
 The tools are a payment service that dedupes on the idempotency key (``tool_key()``):
 one file per key in ``deps["store"]``, and one line per execution in ``deps["effects"]``.
-``deps["kill_at"]`` (``<tool>:before`` / ``<tool>:after`` its side effect) makes the
-worker running it SIGKILL itself there, once per run (``deps["killed"]`` marks it).
+``deps["kill_at"]`` (``<tool>:before`` / ``<tool>:after`` its side effect, or
+``model:refund``: right after the model response that asks for the refund reached the
+workflow, its step journaled) makes the worker running it SIGKILL itself there, once
+per run (``deps["killed"]`` marks it).
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
@@ -66,6 +71,23 @@ def refund(ctx: RunContext[dict[str, Any]], order: str, amount: int) -> str:
     return f"refunded {amount} on {order}"
 
 
+class KillAfterModel(AbstractCapability[dict[str, Any]]):
+    """The ``model:<tool>`` kill point: in the workflow, after a model response asking
+    for ``<tool>`` came back from its step."""
+
+    async def after_model_request(
+        self,
+        ctx: RunContext[dict[str, Any]],
+        *,
+        request_context: ModelRequestContext,
+        response: ModelResponse,
+    ) -> ModelResponse:
+        for part in response.parts:
+            if isinstance(part, ToolCallPart):
+                _hook(ctx.deps, f"model:{part.tool_name}")
+        return response
+
+
 FAST = fusee.Retry(attempts=2, initial=0.05, max=0.1, on_exhausted="pause")
 
 support = Agent(
@@ -73,7 +95,7 @@ support = Agent(
     name="support",
     deps_type=dict,
     tools=[lookup_order, refund],
-    capabilities=[FuseeDurability(model_options={"retry": FAST})],
+    capabilities=[KillAfterModel(), FuseeDurability(model_options={"retry": FAST})],
 )
 
 
