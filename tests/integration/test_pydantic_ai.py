@@ -8,6 +8,7 @@ and an upgrade that changes them strands runs in flight.
 from __future__ import annotations
 
 import collections
+import re
 from pathlib import Path
 from typing import Any
 
@@ -520,3 +521,34 @@ async def test_an_event_stream_handler_and_iter(engine: fusee.Engine) -> None:
     assert "PartDeltaEvent" in HANDLED
     assert "FunctionToolCallEvent" in HANDLED
     assert "FunctionToolResultEvent" in HANDLED
+
+
+unasked = Agent(
+    FunctionModel(approval_turns),
+    name="unasked",
+    tools=[Tool(refund, requires_approval=True)],
+    capabilities=[FuseeDurability()],
+)
+
+
+@fusee.workflow("pyd_unasked")
+async def unasked_wf(ctx: fusee.Context) -> str:
+    return (await run(ctx, lambda: unasked.run("refund A1"))).output
+
+
+async def test_an_approval_without_approve_logs_its_url(
+    engine: fusee.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="fusee")
+    async with engine.worker():
+        r = await engine.start("pyd_unasked", "un", None)
+
+        def logged() -> str | None:
+            found = [m for m in caplog.messages if "ai.approval_needed" in m]
+            match = re.search(r"token='([^']+)'", found[0]) if found else None
+            return match.group(1) if match else None
+
+        token = await wait_until(logged, timeout=20, what="the logged approval")
+        assert await engine.complete(token, True)
+        with anyio.fail_after(20):
+            assert await r.result() == "refund: refunded 40"

@@ -79,6 +79,7 @@ from fusee.actors.context import Context, token_stream
 from fusee.actors.ports import TokenWriterPort
 from fusee.actors.steps import StepInfo, in_step
 from fusee.errors import ConfigError, ControlFlow, FuseeError, NotEncodable, Timeout
+from fusee.logs import get_logger
 from fusee.runtime.completions import Completion
 from fusee.runtime.retry import Retry
 
@@ -92,6 +93,8 @@ StepOptions = dict[str, Any]
 
 STEP_OPTIONS = frozenset({"retry", "timeout", "limit", "fairness_key"})
 """The keys a :data:`StepOptions` dict may hold."""
+
+log = get_logger()
 
 FLUSH_ON_FAILURE = 2.0  # seconds a failed streamed attempt waits for its tokens to be stored
 
@@ -338,7 +341,8 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         sdk_retries: the model client's own retries inside one step attempt (default 0:
             the step's retry policy retries); ``None`` leaves the client's setting.
         approve: ``approve(cb)`` or ``approve(cb, call)`` puts an approval's callback URL
-            (``cb.url``) in front of someone; it runs once, as a step.
+            (``cb.url``) in front of someone; it runs once, as a step. Without it the
+            worker logs the URL (``ai.approval_needed``, a warning).
         approve_timeout: how long an approval may take (``None``: forever); after it the
             call is denied.
 
@@ -479,12 +483,17 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
 
     async def _approval(self, fctx: Context, call: ToolCallPart) -> ToolApproved | ToolDenied:
         approve = self._approve
-        ask = None
-        if approve is not None:
-            two = _takes_call(approve)
+        two = approve is not None and _takes_call(approve)
 
-            def ask(cb: Completion) -> Any:
-                return approve(cb, call) if two else approve(cb)
+        def ask(cb: Completion) -> Any:
+            if approve is None:
+                # nobody was named to ask: the worker's log says where to answer
+                log.warning(
+                    "ai.approval_needed", tool=call.tool_name, tool_call_id=call.tool_call_id,
+                    url=cb.url, token=cb.token,
+                )  # fmt: skip
+                return None
+            return approve(cb, call) if two else approve(cb)
 
         name = f"{self.name}__approve:{call.tool_name}"
         try:
