@@ -44,6 +44,7 @@ import anyio
 import msgspec
 from pydantic_ai import Agent
 from pydantic_ai.agent import EventStreamHandler
+from pydantic_ai.capabilities.abstract import WrapRunHandler
 from pydantic_ai.durable_exec import (
     JSON_CODEC,
     BaseDurabilityCapability,
@@ -64,6 +65,7 @@ from pydantic_ai.messages import (
     ToolCallPart,
 )
 from pydantic_ai.models import Model
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import (
     AgentDepsT,
@@ -74,6 +76,12 @@ from pydantic_ai.tools import (
     ToolDenied,
 )
 from pydantic_ai.toolsets import ToolsetTool
+
+try:  # Pydantic AI >= 2.68: keeps the telemetry of replayed steps out of traces
+    from pydantic_ai.durable_exec import record_durable_unit, replay_scope
+except ImportError:  # pragma: no cover - the floor version: replays are traced again
+    record_durable_unit = None  # type: ignore[assignment]
+    replay_scope = None  # type: ignore[assignment]
 
 from fusee.actors.context import Context, token_stream
 from fusee.actors.ports import TokenWriterPort
@@ -246,16 +254,28 @@ class _Backend(JournalCallableOperationBackend[StepOptions]):
         if ctx is None:  # the base routes here only inside the workflow
             raise FuseeError(f"Pydantic AI step {name!r} outside fusee.ai.pydantic.run")
         options = dict(config or {})
+        ran = False
+
+        async def counted() -> object:
+            nonlocal ran
+            ran = True
+            return await body()
+
         if isinstance(operation_id, ToolsetCallToolId):
-            call_id = _tool_call_id(cache_key)
-            return await ctx.step(name, _tool_body(body, call_id), **options)
-        if isinstance(operation_id, ModelRequestId) and operation_id.streaming:
+            fn = _tool_body(counted, _tool_call_id(cache_key))
+        elif isinstance(operation_id, ModelRequestId) and operation_id.streaming:
             counters = _counters(ctx).streams
             n = counters.get(name, 0)
             counters[name] = n + 1
             stream_name = f"{self._owner.stream_prefix or name}/{n}"
-            return await ctx.step(name, _streamed_body(ctx, stream_name, body), **options)
-        return await ctx.step(name, body, **options)
+            fn = _streamed_body(ctx, stream_name, counted)
+        else:
+            fn = counted
+        result = await ctx.step(name, fn, **options)
+        if record_durable_unit is not None:
+            # a step replayed from the journal: its spans and metrics were reported
+            record_durable_unit(executed=ran)
+        return result
 
 
 def _tool_call_id(cache_key: tuple[object, ...]) -> str | None:
@@ -421,6 +441,14 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
                 resolve_tool=_tool_options(self._tool_options),
             ),
         )
+
+    async def wrap_run(
+        self, ctx: RunContext[AgentDepsT], *, handler: WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        if replay_scope is None or not self.in_durable_context:
+            return await super().wrap_run(ctx, handler=handler)
+        with replay_scope():
+            return await super().wrap_run(ctx, handler=handler)
 
     def get_default_run_id(self) -> str | None:
         ctx = _durable_ctx()
