@@ -552,3 +552,8 @@ async def test_an_approval_without_approve_logs_its_url(
         assert await engine.complete(token, True)
         with anyio.fail_after(20):
             assert await r.result() == "refund: refunded 40"
+
+
+async def test_run_checks_its_context() -> None:
+    with pytest.raises(fusee.InvalidArgument, match="ctx is a NoneType"):
+        await run(None, lambda: support.run("x"))  # type: ignore[arg-type]

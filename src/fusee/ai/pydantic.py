@@ -4,7 +4,7 @@
 API (``pydantic_ai.durable_exec``: ``BaseDurabilityCapability`` with a
 ``JournalCallableOperationBackend``). Inside :func:`run`, each model request and each
 tool call of the agent is one ``ctx.step``, named by Pydantic AI's journal convention
-(``support__model.request``, ``support__function_toolset__support.call_tool:refund``,
+(``support__model.request``, ``support__function_toolset__<agent>.call_tool:refund``,
 ``support__mcp_server__<id>.call_tool``); a replay returns the journaled results and
 never asks the model again. Outside :func:`run` the same agent is an ordinary agent.
 
@@ -86,7 +86,14 @@ except ImportError:  # pragma: no cover - the floor version: replays are traced 
 from fusee.actors.context import Context, token_stream
 from fusee.actors.ports import TokenWriterPort
 from fusee.actors.steps import StepInfo, in_step
-from fusee.errors import ConfigError, ControlFlow, FuseeError, NotEncodable, Timeout
+from fusee.errors import (
+    ConfigError,
+    ControlFlow,
+    FuseeError,
+    InvalidArgument,
+    NotEncodable,
+    Timeout,
+)
 from fusee.logs import get_logger
 from fusee.runtime.completions import Completion
 from fusee.runtime.retry import Retry
@@ -157,12 +164,18 @@ async def run(ctx: Context, fn: Callable[[], Awaitable[T]]) -> T:
     :class:`FuseeDurability` are its steps. Outside ``run`` those agents are ordinary.
 
     Raises:
+        InvalidArgument: ``ctx`` is not a workflow's (or an object handler's) context.
         FuseeError: ``fn`` is not callable, or ``run`` was called inside a step's
             function (a step cannot take steps).
 
     Example:
         ``result = await run(ctx, lambda: agent.run(question))``
     """
+    if not isinstance(ctx, Context):
+        raise InvalidArgument(
+            f"fusee.ai.pydantic.run: ctx is a {type(ctx).__name__}, not the fusee.Context "
+            f"a workflow gets"
+        )
     if not callable(fn):
         raise FuseeError(f"fusee.ai.pydantic.run: {fn!r} is not callable")
     step = in_step()
