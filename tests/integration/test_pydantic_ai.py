@@ -31,6 +31,8 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.toolsets import FunctionToolset
 
 import fusee
@@ -38,6 +40,8 @@ from fusee.actors.worker import WorkerConfig
 from fusee.ai.pydantic import FuseeDurability, run, tool_key
 from fusee.errors import ConfigError
 from fusee.runtime.records import StepCompleted, WaitStarted
+from tests.fakes.agent_openai import AgentFake
+from tests.fakes.openai_server import Reply, tokenize
 from tests.helpers import split_attempts
 from tests.workers.procs import api_server, wait_until
 
@@ -557,3 +561,45 @@ async def test_an_approval_without_approve_logs_its_url(
 async def test_run_checks_its_context() -> None:
     with pytest.raises(fusee.InvalidArgument, match="ctx is a NoneType"):
         await run(None, lambda: support.run("x"))  # type: ignore[arg-type]
+
+
+# -- the real openai client, streaming (SSE) through Pydantic AI's OpenAI model ----------
+
+SSE_TEXT = "Refunds take three days, and yours is on its way."
+SSE_AGENTS: dict[str, Agent[None, str]] = {}
+
+
+@fusee.workflow("pyd_sse")
+async def sse_wf(ctx: fusee.Context, key: str) -> str:
+    async def go() -> str:
+        async with SSE_AGENTS[key].run_stream("how long?") as result:
+            return await result.get_output()
+
+    return await run(ctx, go)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_the_openai_client_streams_to_the_token_stream(
+    engine: fusee.Engine, api: str
+) -> None:
+    with AgentFake(lambda key, turn: Reply(SSE_TEXT), delay=0.0) as fake:
+        provider = OpenAIProvider(base_url=fake.base_url, api_key="test")
+        model_cls = OpenAIChatModel if api == "chat" else OpenAIResponsesModel
+        SSE_AGENTS[api] = Agent(
+            model_cls("fake-gpt", provider=provider),
+            name="sse",
+            capabilities=[FuseeDurability()],
+        )
+        async with engine.worker():
+            r = await engine.start("pyd_sse", f"sse-{api}", api)
+            with anyio.fail_after(20):
+                assert await r.result() == SSE_TEXT
+            events = [e async for e in r.stream_events("sse__model.request_stream/0")]
+        assert [r.path for r in fake.snapshot()] == [
+            "/v1/chat/completions" if api == "chat" else "/v1/responses"
+        ]
+        assert all(r.body.get("stream") for r in fake.snapshot())
+    tokens = [e.text for e in events if e.kind == "token"]
+    assert "".join(tokens) == SSE_TEXT
+    assert tokens == tokenize(SSE_TEXT)  # as the server sent them, one message each
+    assert events[-1].kind == "end"
