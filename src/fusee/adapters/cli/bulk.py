@@ -129,6 +129,10 @@ class _Bar:
             TimeElapsedColumn(),
             console=err,
             transient=False,
+            # a dry run's lines print above the bar on a terminal, and stay on stdout
+            # when it is a pipe or a file
+            redirect_stdout=sys.stdout.isatty(),
+            redirect_stderr=False,
         )
         self.progress.__enter__()
         self.task = self.progress.add_task("", total=self.total)
