@@ -153,7 +153,7 @@ async def test_exit_codes(served: tuple[str, ...], engine: fusee.Engine) -> None
         assert done.returncode == 3, (args, done.stderr)  # not found
         assert done.stderr.startswith("error: no run 'no-such-run'"), done.stderr
         assert _error(await cli(*args, "--json", *served))["code"] == "not_found"
-    for args in (
+    bad_input: list[tuple[str, ...]] = [
         ("runs", "show", "bad\tid"),
         ("runs", "start", "cc_echo", "--input", "{nope"),
         ("runs", "start", "cc_echo", "--input", "@/no/such/file"),
@@ -161,10 +161,11 @@ async def test_exit_codes(served: tuple[str, ...], engine: fusee.Engine) -> None
         ("runs", "signal", waiting.run_id, "go", "{nope"),
         ("runs", "bulk", "cancel", "--status", "sleeping"),
         ("runs", "journal", "x", "--limit", "0"),
-    ):
-        done = await cli(*args, *served)
-        assert done.returncode == 2, (args, done.stderr)  # bad input, nothing sent
-        assert done.stderr.startswith("error: "), (args, done.stderr)
+    ]
+    for bad in bad_input:
+        done = await cli(*bad, *served)
+        assert done.returncode == 2, (bad, done.stderr)  # bad input, nothing sent
+        assert done.stderr.startswith("error: "), (bad, done.stderr)
     usage = await cli("runs", "show", "--no-such-flag", *served)
     assert usage.returncode == 2
     assert "No such option" in usage.stderr

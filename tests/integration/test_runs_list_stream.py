@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee.adapters.cli.runs import runs_list
 from fusee.adapters.cli.options import GlobalOptions
+from fusee.adapters.cli.runs import runs_list
 from fusee.runtime.index import RunInfo, encode_info
 from tests.helpers import run_cli
 
