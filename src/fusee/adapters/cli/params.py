@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import anyio
 import typer
 
+from fusee.adapters.cli.commands import single, stoppable
 from fusee.adapters.cli.errors import CliError, tell
 from fusee.adapters.cli.loader import LoadError
 from fusee.adapters.cli.options import (
@@ -151,7 +152,10 @@ def _resolve(ctx: typer.Context, given: dict[str, Any], *, serving: bool) -> Glo
 
     flag = pick("nats")
     nats = flag or os.environ.get("FUSEE_NATS_URL") or None
-    log_format: LogFormat = pick("log_format") or ("console" if sys.stderr.isatty() else "json")
+    as_json = bool(given.get("fusee_json") or root.get("fusee_json"))
+    # --json: the logs on stderr are JSON lines too, unless --log-format says otherwise
+    terminal = sys.stderr.isatty() and not as_json
+    log_format: LogFormat = pick("log_format") or ("console" if terminal else "json")
     creds = {field: pick(field, env) for field, _, env, _ in CREDENTIALS}
     return GlobalOptions(
         nats=nats,
@@ -160,14 +164,12 @@ def _resolve(ctx: typer.Context, given: dict[str, Any], *, serving: bool) -> Glo
         store=pick("store") or DEFAULT_STORE,
         log_format=log_format,
         log_level=pick("log_level") or ("info" if serving else "warning"),
-        as_json=bool(given.get("fusee_json") or root.get("fusee_json")),
+        as_json=as_json,
         **creds,
     )
 
 
 def _run(body: Callable[[], Awaitable[int]], opts: GlobalOptions) -> int:
-    from fusee.adapters.cli.commands import single
-
     try:
         try:
             return anyio.run(body)
@@ -188,8 +190,6 @@ def fusee_command(*, serving: bool = False) -> Callable[[Command], Callable[...,
     (exit 130/143, its embedded server stopped); a serving one stops its own way."""
 
     def decorate(fn: Command) -> Callable[..., None]:
-        from fusee.adapters.cli.commands import stoppable
-
         hints = typing.get_type_hints(fn, include_extras=True)
         own = [
             p.replace(annotation=hints.get(p.name, p.annotation))

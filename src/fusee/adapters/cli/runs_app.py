@@ -9,6 +9,7 @@ import typer
 
 from fusee.adapters.cli import runs
 from fusee.adapters.cli.bulk import runs_bulk
+from fusee.adapters.cli.errors import CliError, Exit
 from fusee.adapters.cli.options import GlobalOptions
 from fusee.adapters.cli.params import fusee_command
 from fusee.adapters.cli.watch import runs_watch
@@ -169,6 +170,8 @@ async def _show(
     """
     if watch:
         return await runs_watch(opts, runs.check_run_id(run_id), streams=streams or [])
+    if streams:
+        raise CliError("--stream shows a stream with --watch only", Exit.USAGE)
     return await runs.runs_show(opts, run_id, as_json=opts.as_json)
 
 
