@@ -264,18 +264,25 @@ def console(*, stderr: bool = False, file: TextIO | None = None) -> Console:
     )
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[str]], **columns: Any) -> Table:
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    right: Collection[int] = (),
+    min_widths: Sequence[int] = (),
+    show_header: bool = True,
+) -> Table:
     """A borderless rich table of plain text (``--json`` is for machines; this is for
-    eyes): two spaces between columns, numbers right-aligned where ``right`` says."""
+    eyes): two spaces between columns, the columns ``right`` right-aligned (numbers),
+    column ``c`` at least ``min_widths[c]`` wide."""
     from rich.table import Table
 
-    right: Collection[int] = columns.get("right", ())
-    widths: Sequence[int] = columns.get("min_widths", ())
+    widths = min_widths
     out = Table(
         box=None,
         pad_edge=False,
         show_edge=False,
-        show_header=columns.get("show_header", True),
+        show_header=show_header,
         header_style="bold",
         padding=(0, 2, 0, 0),
     )
