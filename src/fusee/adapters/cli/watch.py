@@ -160,6 +160,7 @@ class _View:
 
 
 async def runs_watch(opts: GlobalOptions, run_id: str, *, streams: Sequence[str]) -> int:
+    streams = list(dict.fromkeys(streams))  # (a stream named twice is followed once)
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         run = engine.run(run_id)
         info = await run.describe()  # an unknown run: not found, at once
