@@ -434,3 +434,30 @@ async def test_a_state_too_large_is_one_line_naming_it(served: tuple[str, ...]) 
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, done.stderr
     assert "bytes" in lines[0]
+
+
+async def test_send_cancel_and_clear_print_json(
+    served: tuple[str, ...], engine: fusee.Engine
+) -> None:
+    key = _key("json")
+    obj = engine.object("counter", key)
+    await obj.call("add", {"client": "c", "n": 1})
+    sent = await cli("objects", "send", "counter", key, "approve", "{}", "--json", *served)
+    assert sent.returncode == 0, sent.stderr
+    out = json.loads(sent.stdout)
+    assert (out["object_type"], out["key"]) == ("counter", key)
+    await wait_running(engine, key, out["seq"])
+    cancel = await cli("objects", "cancel", "counter", key, "--reason", "r", "--json", *served)
+    assert json.loads(cancel.stdout) == {
+        "object_type": "counter",
+        "key": key,
+        "seq": out["seq"],
+        "reason": "r",
+    }
+    with pytest.raises(fusee.HandlerCancelled):
+        await obj.result(out["seq"], timeout="15s")
+    cleared = await cli("objects", "clear", "counter", key, "--json", *served)
+    assert json.loads(cleared.stdout) == {"object_type": "counter", "key": key, "state": {}}
+    nothing = await cli("objects", "cancel", "counter", key, "--json", *served)
+    assert nothing.returncode == 1
+    assert json.loads(nothing.stderr)["error"]["code"] == "nothing_to_cancel"

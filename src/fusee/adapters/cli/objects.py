@@ -461,11 +461,14 @@ async def objects_cancel(
         if seq is None:
             seq = await head_of_queue(live)
             if seq is None:
-                raise CliError(f"{_where(obj)} runs nothing and has nothing queued to cancel")
+                raise CliError(
+                    f"{_where(obj)} runs nothing and has nothing queued to cancel",
+                    name="nothing_to_cancel",
+                )
         try:
             await live.cancel(seq, reason)
         except NothingToCancel as exc:
-            raise CliError(str(exc)) from None
+            raise CliError(str(exc), name="nothing_to_cancel") from None
     if opts.as_json:
         _out(
             json_text(
