@@ -116,6 +116,7 @@ async def test_model_calls_and_tools_are_steps_and_parallel_calls_keep_their_pos
     ended = [r.name for _, r in await run_.journal() if isinstance(r, StepCompleted)]
     assert ended[3:5] == ["tool:lookup_order", "tool:refund"]
     assert len(model.calls) == 3  # never asked again for a journaled response
+    print("EFFECTS", EFFECTS)
     keys = dict(EFFECTS)
     assert sorted(keys) == ["lookup:o-1", "lookup:o-2", "refund:o-1"]
     assert re.fullmatch("[0-9a-f]{32}-c2", keys["refund:o-1"])

@@ -65,7 +65,7 @@ except ImportError as e:  # pragma: no cover - the extra is missing
 
 import anyio
 
-from fusee.actors.context import Context, token_stream
+from fusee.actors.context import Context, concurrent_calls, token_stream
 from fusee.actors.steps import StepInfo, in_step
 from fusee.ai.errors import TruncatedStream
 from fusee.ai.model_call import FLUSH_ON_FAILURE
@@ -338,7 +338,9 @@ class _DurableInvoker:
             finally:
                 _TOOL_KEY.reset(token)
 
-        return await bound.ctx.step(f"tool:{self._name}", call, **self._options)
+        # the SDK runs a turn's calls as tasks of its own: their commits take turns
+        with concurrent_calls(bound.ctx):
+            return await bound.ctx.step(f"tool:{self._name}", call, **self._options)
 
 
 def _durable_guardrail(guardrail: Any) -> Any:
@@ -358,7 +360,8 @@ def _durable_guardrail(guardrail: Any) -> Any:
             out = fn(context, agent, value)
             plain: GuardrailFunctionOutput = await out if inspect.isawaitable(out) else out
             return plain
-        payload = await bound.ctx.step(f"guardrail:{name}", call)
+        with concurrent_calls(bound.ctx):  # output guardrails run at once, as tasks
+            payload = await bound.ctx.step(f"guardrail:{name}", call)
         return GuardrailFunctionOutput(
             output_info=payload["info"], tripwire_triggered=payload["tripped"]
         )
