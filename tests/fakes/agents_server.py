@@ -41,6 +41,10 @@ class AgentsFake(FakeOpenAI):
         self.down = threading.Event()
         self.down_from = 0
 
+    def __enter__(self) -> AgentsFake:
+        self.start()
+        return self
+
     def turn(self, body: dict[str, Any]) -> int:
         """The turn a request is for: the first whose calls it has not answered."""
         done = answered(body)
