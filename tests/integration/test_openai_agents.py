@@ -116,7 +116,6 @@ async def test_model_calls_and_tools_are_steps_and_parallel_calls_keep_their_pos
     ended = [r.name for _, r in await run_.journal() if isinstance(r, StepCompleted)]
     assert ended[3:5] == ["tool:lookup_order", "tool:refund"]
     assert len(model.calls) == 3  # never asked again for a journaled response
-    print("EFFECTS", EFFECTS)
     keys = dict(EFFECTS)
     assert sorted(keys) == ["lookup:o-1", "lookup:o-2", "refund:o-1"]
     assert re.fullmatch("[0-9a-f]{32}-c2", keys["refund:o-1"])
@@ -300,3 +299,36 @@ async def test_an_approval_is_a_completion_the_run_parks_on(engine: fusee.Engine
     assert isinstance(model, ScriptedModel)
     sent = str(model.calls[-1].input)
     assert "the call was not approved, so it did not run: too much" in sent
+
+
+async def test_tool_use_behaviour_and_an_agent_as_a_tool(engine: fusee.Engine) -> None:
+    """``tool_use_behavior="stop_on_first_tool"`` still ends the run with the tool's
+    result; an agent used as a tool is one step, its own model call inside it."""
+    EFFECTS.clear()
+    stop_model = ScriptedModel([[function_call("lookup_order", {"order": "o-5"}, call_id="s1")]])
+    AGENTS["t1"] = support_agent(stop_model, tool_use_behavior="stop_on_first_tool")
+    expert_model = ScriptedModel([[assistant_message("o-7 is late")]])
+    expert = Agent(name="expert", model=expert_model)
+    outer_model = ScriptedModel(
+        [
+            [function_call("ask_expert", {"input": "o-7?"}, call_id="e1")],
+            [assistant_message("The expert says o-7 is late.")],
+        ]
+    )
+    AGENTS["t2"] = Agent(
+        name="desk",
+        tools=[expert.as_tool(tool_name="ask_expert", tool_description="Ask the expert.")],
+        model=outer_model,
+    )
+    async with engine.worker():
+        stop = await engine.start("oa_support", "t1", "where is o-5")
+        assert await stop.result(timeout=20) == "o-5: shipped"
+        nested = await engine.start("oa_support", "t2", "o-7?")
+        assert await nested.result(timeout=20) == "The expert says o-7 is late."
+    assert [n for n, _ in await completed(engine, "t1")] == ["model", "tool:lookup_order"]
+    assert await completed(engine, "t2") == [
+        ("model", (await completed(engine, "t2"))[0][1]),
+        ("tool:ask_expert", "o-7 is late"),
+        ("model", (await completed(engine, "t2"))[2][1]),
+    ]
+    assert (len(stop_model.calls), len(expert_model.calls), len(outer_model.calls)) == (1, 1, 2)

@@ -82,12 +82,16 @@ _EVENTS_ITEM: TypeAdapter[TResponseStreamEvent] = TypeAdapter(TResponseStreamEve
 _STEP_OPTIONS = frozenset({"retry", "timeout", "limit", "fairness_key"})
 
 # Tools that run on the provider's side, inside the model's request (so inside its step).
-_HOSTED = (
-    agents_tool.FileSearchTool,
-    agents_tool.WebSearchTool,
-    agents_tool.CodeInterpreterTool,
-    agents_tool.ImageGenerationTool,
-    agents_tool.ToolSearchTool,
+_HOSTED = tuple(
+    getattr(agents_tool, name)
+    for name in (
+        "FileSearchTool",
+        "WebSearchTool",
+        "CodeInterpreterTool",
+        "ImageGenerationTool",
+        "ToolSearchTool",  # newer SDKs only
+    )
+    if hasattr(agents_tool, name)
 )
 REFUSED_TOOLS = (
     "ComputerTool",
@@ -457,7 +461,7 @@ def _check(agent: Agent[Any]) -> None:
             f"{where}: mcp_servers {names} list and call their tools outside any step; "
             f"wrap the calls you need in function tools (or use a HostedMCPTool)"
         )
-    if agent.model_settings.retry is not None:
+    if getattr(agent.model_settings, "retry", None) is not None:
         raise ConfigError(
             f"{where}: model_settings.retry is the runner's retry, which waits in memory "
             f"between attempts; use model_options={{'retry': fusee.Retry(...)}} (durable waits)"
@@ -509,7 +513,7 @@ def _prepare(
         config = RunConfig(tracing_disabled=True)
     elif isinstance(config, Mapping):
         config = RunConfig(**config)
-    if config.model_settings is not None and config.model_settings.retry is not None:
+    if getattr(config.model_settings, "retry", None) is not None:
         raise ConfigError(
             "fusee.ai.openai.run: run_config.model_settings.retry waits in memory between "
             "attempts; use model_options={'retry': fusee.Retry(...)}"
