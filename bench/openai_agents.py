@@ -105,8 +105,8 @@ async def main(repeats: int, w1_steps: int) -> None:
                             continue
                         if kind.startswith("plain"):
                             n = TURNS if kind == "plain" else 1
-                            out = await Runner.run(make_agent(n), "go", max_turns=n + 2)
-                            assert out.final_output == "done"
+                            plain_run = await Runner.run(make_agent(n), "go", max_turns=n + 2)
+                            assert plain_run.final_output == "done"
                         else:
                             n = TURNS if kind == "turn" else 1
                             r_ = await engine.start(agent, f"{kind}-{r}", n)
