@@ -107,8 +107,7 @@ async def test_a_model_that_is_down_pauses_the_run_and_bulk_resume_finishes_it(
         await wait_until(paused, timeout=30, what="the pause")
         pause = [r for _, r in await run.journal() if isinstance(r, RunPaused)]
         assert [(p.step, p.attempts) for p in pause] == [("model", 2)]
-        # the SDK client's own retries (2 by default) are off inside the step: one
-        # request an attempt
+        # one request an attempt (the client's own retries are off), the waits durable
         assert fake.turns() == [0, 1, 1]
 
         fake.down.clear()

@@ -61,8 +61,8 @@ async def refund(ctx: RunContextWrapper[dict[str, Any]], order: str, amount: int
 
 
 def support_agent(arg: dict[str, Any]) -> Agent[dict[str, Any]]:
-    # the client's own retries are left on (2): fusee turns them off inside its steps
-    client = AsyncOpenAI(base_url=arg["base_url"], api_key="test")
+    # the client's own retries off (as docs/openai-agents.md says): the step retries
+    client = AsyncOpenAI(base_url=arg["base_url"], api_key="test", max_retries=0)
     model: Any
     if arg.get("api") == "responses":
         model = OpenAIResponsesModel(model="fake-gpt", openai_client=client)

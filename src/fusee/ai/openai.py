@@ -27,10 +27,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import inspect
-import json
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextvars import ContextVar
@@ -55,7 +53,7 @@ try:
     from agents import (
         tool as agents_tool,
     )
-    from agents.items import ModelResponse, ToolApprovalItem, TResponseStreamEvent
+    from agents.items import ModelResponse, TResponseStreamEvent
     from pydantic import TypeAdapter
     from pydantic_core import to_jsonable_python
 except ImportError as e:  # pragma: no cover - the extra is missing
@@ -63,20 +61,17 @@ except ImportError as e:  # pragma: no cover - the extra is missing
         "fusee.ai.openai needs the OpenAI Agents SDK: pip install 'fusee[openai-agents]'"
     ) from e
 
-import anyio
 
-from fusee.actors.context import Context, concurrent_calls, token_stream
+from fusee.actors.context import Context, concurrent_calls
 from fusee.actors.steps import StepInfo, in_step
-from fusee.ai.errors import TruncatedStream
-from fusee.ai.model_call import FLUSH_ON_FAILURE
-from fusee.errors import ConfigError, FuseeError
-from fusee.runtime.completions import Completion
+from fusee.ai._agents_approval import decide
+from fusee.ai._agents_stream import streamed_events
+from fusee.errors import ConfigError
 
 __all__ = ("run", "run_streamed", "durable_agent", "bind", "idempotency_key", "REFUSED_TOOLS")
 
 _MODEL_RESPONSE: TypeAdapter[ModelResponse] = TypeAdapter(ModelResponse)
 _EVENTS: TypeAdapter[list[TResponseStreamEvent]] = TypeAdapter(list[TResponseStreamEvent])
-_EVENTS_ITEM: TypeAdapter[TResponseStreamEvent] = TypeAdapter(TResponseStreamEvent)
 
 # What a step's options may hold (ctx.step's keyword arguments).
 _STEP_OPTIONS = frozenset({"retry", "timeout", "limit", "fairness_key"})
@@ -222,16 +217,13 @@ def _tool_options(options: Any) -> Callable[[str], dict[str, Any] | None]:
 # -- the model ------------------------------------------------------------------------
 
 
-def _no_sdk_retries(model: Model) -> Model:
-    """``model`` with its OpenAI client's own retries off: the step's policy retries,
-    with durable waits (the client's would wait inside one attempt)."""
-    client = getattr(model, "_client", None)
-    with_options = getattr(client, "with_options", None)
-    if client is None or getattr(client, "max_retries", 0) == 0 or not callable(with_options):
-        return model
-    quiet = copy.copy(model)
-    quiet._client = with_options(max_retries=0)  # type: ignore[attr-defined]
-    return quiet
+def _default_model(name: str | None) -> Model:
+    """A model given by name, from the SDK's default provider with an OpenAI client
+    whose own retries are off: the step's policy retries, with durable waits (the
+    client's would wait inside one attempt)."""
+    from openai import AsyncOpenAI
+
+    return MultiProvider(openai_client=AsyncOpenAI(max_retries=0)).get_model(name)
 
 
 class DurableModel(Model):
@@ -239,13 +231,13 @@ class DurableModel(Model):
     the bound run; an ordinary model outside one."""
 
     def __init__(self, inner: Model | str | None, options: Mapping[str, Any] | None = None):
-        self._inner = inner if not isinstance(inner, Model) else _no_sdk_retries(inner)
+        self._inner = inner
         self._options = _step_options(options, "model_options")
 
     @property
     def inner(self) -> Model:
         if not isinstance(self._inner, Model):  # a name: the SDK's default provider's
-            self._inner = _no_sdk_retries(MultiProvider().get_model(self._inner))
+            self._inner = _default_model(self._inner)
         return self._inner
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
@@ -272,7 +264,7 @@ class DurableModel(Model):
                 yield event
             return
         name = f"model-{next(bound.streams)}"
-        payload = await _streamed_events(
+        payload = await streamed_events(
             bound.ctx, name, lambda: self.inner.stream_response(*args, **kwargs), self._options
         )
         for event in _EVENTS.validate_python(payload):
@@ -564,7 +556,7 @@ async def run(
         while result.interruptions:
             state = result.to_state()
             for item in result.interruptions:
-                await _decide(ctx, state, item, approve, approve_timeout)
+                await decide(ctx, state, item, approve, approve_timeout)
             result = await Runner.run(durable, state, **kwargs)
     return result
 
@@ -591,95 +583,3 @@ def run_streamed(
     durable, kwargs = _prepare(ctx, agent, model_options, tool_options, runner_kwargs)
     with bind(ctx):  # the runner's task copies the context as it is made
         return Runner.run_streamed(durable, input, **kwargs)
-
-
-async def _decide(
-    ctx: Context,
-    state: Any,
-    item: ToolApprovalItem,
-    approve: Callable[..., Any] | None,
-    timeout: str | float | None,
-) -> None:
-    """Wait for a person's answer to ``item`` and give it to the run's state."""
-    raw = item.raw_item
-    call_id = getattr(raw, "call_id", None) or (raw.get("call_id") if isinstance(raw, dict) else "")
-    ask: Callable[[Completion], Any] | None = None
-    if approve is not None:
-        ask = _ask(approve, item)
-    answer = await ctx.await_completion(
-        f"approve:{item.tool_name}:{call_id}", ask=ask, timeout=timeout
-    )
-    if answer is True or (isinstance(answer, Mapping) and answer.get("approved") is True):
-        state.approve(item)
-        return
-    reason = answer.get("reason") if isinstance(answer, Mapping) else None
-    message = f"the call was not approved, so it did not run{': ' + reason if reason else ''}"
-    state.reject(item, rejection_message=message)
-
-
-def _ask(approve: Callable[..., Any], item: ToolApprovalItem) -> Callable[[Completion], Any]:
-    try:
-        params = [
-            p
-            for p in inspect.signature(approve).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
-        ]
-    except (TypeError, ValueError):
-        params = []
-    if len(params) >= 2:
-        return lambda cb: approve(cb, item)
-    return approve
-
-
-# -- a streamed model step --------------------------------------------------------------
-
-
-async def _streamed_events(
-    ctx: Context,
-    name: str,
-    stream: Callable[[], AsyncIterator[TResponseStreamEvent]],
-    options: dict[str, Any],
-) -> Any:
-    """The step ``name``: the model's stream events, journaled as one list, its text
-    deltas written to the token stream ``name`` as they come.
-
-    An attempt whose stream ends without ``response.completed`` (a cut SSE stream ends
-    quietly in the openai client) raises ``TruncatedStream`` and is retried. The events
-    are the end marker's payload, so a worker that died between the marker and the
-    commit leaves a result the next attempt takes without asking the model again."""
-    tokens = token_stream(ctx, name)
-
-    async def attempt() -> Any:
-        writer = await tokens.open()
-        try:
-            state = writer.state
-            if state.ended and not state.broken and state.final:
-                return json.loads(state.final)
-            if state.chunks:  # the Agents SDK's models cannot continue a prefix
-                await writer.restart()
-            events: list[Any] = []
-            completed = False
-            async for event in stream():
-                events.append(_EVENTS_ITEM.dump_python(event, mode="json", by_alias=True))
-                kind = getattr(event, "type", "")
-                if kind == "response.output_text.delta":
-                    await writer.write(str(event.delta))  # type: ignore[union-attr]
-                completed = completed or kind == "response.completed"
-            if not completed:
-                raise TruncatedStream(f"model step {name!r}: the stream ended without its response")
-            await writer.end(json.dumps(events, separators=(",", ":")).encode())
-            return events
-        except BaseException:
-            # Let what was sent be stored before a retry reads the stream back.
-            with (
-                anyio.CancelScope(shield=True),
-                anyio.move_on_after(FLUSH_ON_FAILURE),
-                contextlib.suppress(FuseeError),
-            ):
-                await writer.flush()
-            raise
-        finally:
-            with anyio.CancelScope(shield=True):
-                await writer.close()
-
-    return await ctx.step(name, attempt, **options)
