@@ -127,3 +127,28 @@ async def test_a_model_that_is_down_pauses_the_run_and_bulk_resume_finishes_it(
         ("lookup:o-2", "c3"): 1,
     }
     assert await step_names(run) == STEPS
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_run_streamed_over_the_real_client_streams_each_model_call(
+    engine: fusee.Engine, worker_procs: Any, tmp_path: Path, api: str
+) -> None:
+    workers = worker_procs()
+    workers.module = MODULE
+    await workers.start()
+    with AgentsFake(SCRIPT, delay=0) as fake:
+        arg = agent_arg(tmp_path, fake, api)
+        run = await engine.start("oa-streamed", f"streamed-{api}", arg)
+        text = "".join([t async for t in engine.run(run.run_id).stream("model-2")])
+        assert await run.result(timeout=30) == [FINAL, True]
+        assert all(r.body.get("stream") for r in fake.snapshot())
+        assert fake.turns() == [0, 1, 2]
+    assert text == FINAL
+    assert await step_names(run) == [
+        "model-0",
+        "tool:lookup_order",
+        "model-1",
+        "tool:refund",
+        "tool:lookup_order",
+        "model-2",
+    ]

@@ -26,7 +26,7 @@ from agents import (
 from openai import AsyncOpenAI
 
 import fusee
-from fusee.ai.openai import idempotency_key, run
+from fusee.ai.openai import idempotency_key, run, run_streamed
 from tests.workers.agents import apply_once, hook
 from tests.workers.effects import record
 
@@ -78,3 +78,12 @@ async def support(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
     options = {"retry": PAUSE if arg.get("pause") else FAST}
     result = await run(ctx, support_agent(arg), arg["question"], model_options=options, context=arg)
     return result.final_output
+
+
+@fusee.workflow("oa-streamed")
+async def streamed(ctx: fusee.Context, arg: dict[str, Any]) -> Any:
+    result = run_streamed(
+        ctx, support_agent(arg), arg["question"], model_options={"retry": FAST}, context=arg
+    )
+    deltas = [e async for e in result.stream_events() if e.type == "raw_response_event"]
+    return [result.final_output, len(deltas) > 0]
