@@ -33,6 +33,7 @@ bench: $(VENV)
 	$(PY) -m bench.minimums
 	$(PY) -m bench.agent_loop
 	$(PY) -m bench.pydantic_ai
+	$(PY) -m bench.openai_agents
 
 venv: $(VENV)
 
