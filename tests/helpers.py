@@ -144,3 +144,29 @@ async def forge_last(engine: fusee.Engine, run: fusee.Run, kind: type, msg_id: s
     await engine.store.append(
         run.eid, kind_of(forged), encode_record(forged), fence=last.seq, msg_id=msg_id
     )
+
+
+def assert_http_error(response: Any, status: int, code: str) -> dict[str, Any]:
+    """The HTTP API's one error shape (``{"error": {"code", "message", "request_id"}}``,
+    ``X-Request-ID`` the same as the body's); returns the ``error`` object."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"}, body
+    error: dict[str, Any] = body["error"]
+    assert (
+        {"code", "message", "request_id"}
+        <= set(error)
+        <= {
+            "code",
+            "message",
+            "request_id",
+            "handler",
+            "error_type",
+        }
+    ), body
+    assert error["code"] == code, body
+    assert error["message"]
+    assert error["request_id"] == response.headers["x-request-id"], (body, response.headers)
+    assert "Traceback" not in response.text
+    return error

@@ -41,7 +41,7 @@ class Engine(Protocol):
     def run(self, run_id: str) -> _Handle: ...
 
 
-__all__ = ("iter_runs", "bulk", "PAGE", "CONCURRENCY", "Action", "OnRun")
+__all__ = ("iter_runs", "runs_page", "stages", "bulk", "PAGE", "CONCURRENCY", "Action", "OnRun")
 
 PAGE = 500  # index entries read per page (one batched Direct Get)
 CONCURRENCY = 32  # resumes or cancels in flight at once
@@ -102,9 +102,13 @@ async def _listed(
     wanted = [f.status] if f.status is not None else list(ENDED_STATUSES)
     for status in wanted:
         async for found in store.listed_pages(status, f.workflow, page=page):
-            yield [i for _, raw, _ in found if (i := info_or_none(raw)) and matches(i, f)]
+            yield _listed_of(f, found)
     async for old in store.legacy_pages(page=page):
         yield [i for _, raw in old if (i := info_or_none(raw)) and matches(i, f)]
+
+
+def _listed_of(f: RunFilter, found: list[tuple[str, bytes, int]]) -> list[RunInfo]:
+    return [i for _, raw, _ in found if (i := info_or_none(raw)) and matches(i, f)]
 
 
 async def _paused(
@@ -112,14 +116,19 @@ async def _paused(
 ) -> AsyncIterator[list[RunInfo]]:
     """Paused runs: their listing entries, each checked against the run's entry and
     marker (a listing stays when the run resumes: the marker it gets back says so)."""
-    store = engine.store
+    async for found in engine.store.listed_pages("paused", f.workflow, page=page):
+        yield await _paused_of(engine, f, found, prune)
+
+
+async def _paused_of(
+    engine: Engine, f: RunFilter, found: list[tuple[str, bytes, int]], prune: bool
+) -> list[RunInfo]:
     pf = msgspec.structs.replace(f, status="paused")
-    async for found in store.listed_pages("paused", f.workflow, page=page):
-        candidates = [
-            (eid, i, seq) for eid, raw, seq in found if (i := info_or_none(raw)) and matches(i, pf)
-        ]
-        checked = await _gather(candidates, lambda c: _still_paused(engine, *c, prune), CONCURRENCY)
-        yield [i for i in checked if i is not None]
+    candidates = [
+        (eid, i, seq) for eid, raw, seq in found if (i := info_or_none(raw)) and matches(i, pf)
+    ]
+    checked = await _gather(candidates, lambda c: _still_paused(engine, *c, prune), CONCURRENCY)
+    return [i for i in checked if i is not None]
 
 
 async def _active(
@@ -128,43 +137,47 @@ async def _active(
     """Runs that have not ended or paused: their active markers (each holds the run's
     workflow and start time), with the bucket's entry of each (``waiting``, a note);
     without one, ``running`` while the partition's owner answers, else ``pending``."""
+    async for found in engine.store.marker_pages(page=page):
+        yield await _active_of(engine, f, found)
+
+
+async def _active_of(engine: Engine, f: RunFilter, found: list[tuple[str, bytes]]) -> list[RunInfo]:
     store = engine.store
     pre = None if f.id_prefix is None else escape(f.id_prefix)
-    async for found in store.marker_pages(page=page):
-        marked: dict[str, RunInfo] = {}
-        for eid, raw in found:
-            if pre is not None and not eid.startswith(pre):
-                continue
-            info = info_or_none(raw)
-            if info is None or not matches(info, msgspec.structs.replace(f, status=None)):
-                continue
-            marked[eid] = info
-        entries = dict(
-            zip(
-                marked,
-                await _gather(list(marked), lambda e: _entry(engine, e), CONCURRENCY),
-                strict=True,
-            )
+    marked: dict[str, RunInfo] = {}
+    for eid, raw in found:
+        if pre is not None and not eid.startswith(pre):
+            continue
+        info = info_or_none(raw)
+        if info is None or not matches(info, msgspec.structs.replace(f, status=None)):
+            continue
+        marked[eid] = info
+    entries = dict(
+        zip(
+            marked,
+            await _gather(list(marked), lambda e: _entry(engine, e), CONCURRENCY),
+            strict=True,
         )
-        unindexed = []
-        out = []
-        for eid, info in marked.items():
-            entry = entries.get(eid)
-            if entry is not None and entry.ended:
-                continue  # it ended: listed with the ended runs (its marker lingers a second)
-            if entry is not None and entry.status != "paused":
-                info = entry  # waiting, or a note on why nobody runs it
-            else:
-                # no entry, or a pause it was resumed from (its marker is back)
-                info.status = "pending"
-                unindexed.append(info)
-            out.append(info)
-        if unindexed:
-            live = await store.live_partitions({i.partition for i in unindexed})
-            for info in unindexed:
-                if info.partition in live:
-                    info.status = "running"
-        yield [i for i in out if matches(i, f)]
+    )
+    unindexed = []
+    out = []
+    for eid, info in marked.items():
+        entry = entries.get(eid)
+        if entry is not None and entry.ended:
+            continue  # it ended: listed with the ended runs (its marker lingers a second)
+        if entry is not None and entry.status != "paused":
+            info = entry  # waiting, or a note on why nobody runs it
+        else:
+            # no entry, or a pause it was resumed from (its marker is back)
+            info.status = "pending"
+            unindexed.append(info)
+        out.append(info)
+    if unindexed:
+        live = await store.live_partitions({i.partition for i in unindexed})
+        for info in unindexed:
+            if info.partition in live:
+                info.status = "running"
+    return [i for i in out if matches(i, f)]
 
 
 async def iter_runs(
@@ -196,6 +209,51 @@ async def iter_runs(
                 seen.update(i.run_id for i in found)
             if found:
                 yield found
+
+
+def stages(f: RunFilter) -> list[tuple[str, str | None]]:
+    """Where :func:`runs_page` reads, in order: ``(source, status)`` (``status`` for the
+    ended runs' listings, one stage each)."""
+    out: list[tuple[str, str | None]] = []
+    for source in sources(f):
+        if source == "listed":
+            wanted = [f.status] if f.status is not None else list(ENDED_STATUSES)
+            out += [("listed", status) for status in wanted]
+        else:
+            out.append((source, None))
+    return out
+
+
+async def runs_page(
+    engine: Engine, f: RunFilter, *, stage: int = 0, start: int = 1, page: int = 100
+) -> tuple[list[RunInfo], tuple[int, int] | None]:
+    """One page of the runs the filter matches, for a reader that pages across calls
+    (the HTTP API's cursor): the matches among at most ``page`` index entries read from
+    stream sequence ``start`` of stage ``stage`` of :func:`stages`, and where the next
+    page starts (``(stage, start)``; None: nothing more). A page can hold fewer than
+    ``page`` runs (or none) and still have a next one. Nothing is remembered between
+    pages: a run that ends or pauses between two calls can be met again in a later
+    stage (the pass of :func:`iter_runs` keeps a set; a cursor cannot), and the final
+    entries of a fusee before listings (``legacy_pages``) are not read."""
+    plan = stages(f)
+    store = engine.store
+    while stage < len(plan):
+        source, status = plan[stage]
+        if source == "active":
+            markers, after = await store.marker_page(start=start, page=page)
+            found = await _active_of(engine, f, markers)
+        elif source == "paused":
+            listed, after = await store.listed_page("paused", f.workflow, start=start, page=page)
+            found = await _paused_of(engine, f, listed, True)
+        else:
+            listed, after = await store.listed_page(status, f.workflow, start=start, page=page)
+            found = _listed_of(f, listed)
+        if after is not None:
+            return found, (stage, after)
+        stage, start = stage + 1, 1
+        if found:
+            return found, ((stage, start) if stage < len(plan) else None)
+    return [], None
 
 
 async def bulk(

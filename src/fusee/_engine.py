@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 import msgspec
 
-from fusee._bulk import CONCURRENCY, PAGE, OnRun, bulk, iter_runs
+from fusee._bulk import CONCURRENCY, PAGE, OnRun, bulk, iter_runs, runs_page
 from fusee._client import Answered, Client, Replies, enter_client, leave_client
 from fusee._limits import LimitInfo, get_limit, list_limits, set_limit, update_limit
 from fusee._objects import ObjectKey, ObjectType
@@ -453,7 +453,7 @@ class Engine:
             await self._append_copies(eid, history, reused, 0)
 
         now = time.time()
-        if await start_or_attach(
+        created = await start_or_attach(
             self.store,
             run_id,
             record,
@@ -461,9 +461,12 @@ class Engine:
             attach=attach,
             # (a run of its own: its marker rides its first record)
             before_active=copy if from_run is not None else None,
-        ):
+        )
+        if created:
             log.debug("run.submitted", run_id=run_id, workflow=name)
-        return Run(self, run_id, exists=True)
+        run = Run(self, run_id, exists=True)
+        run.created = created
+        return run
 
     async def _reusable(self, name: str, from_run: str, upto: int | None) -> list[AnyRecord]:
         """The records of ended run ``from_run`` that a new run of ``name`` reuses."""
@@ -764,6 +767,30 @@ class Engine:
         f = self._filter(status, workflow, since, until, id_prefix)
         async for found in iter_runs(self, f, page=page):
             yield found
+
+    async def runs_page(
+        self,
+        *,
+        status: str | None = None,
+        workflow: str | None = None,
+        since: TimeLike | None = None,
+        until: TimeLike | None = None,
+        id_prefix: str | None = None,
+        after: tuple[int, int] | None = None,
+        page: int = 100,
+    ) -> tuple[list[RunInfo], tuple[int, int] | None]:
+        """One page of :meth:`runs` for a reader that pages across calls (the HTTP API's
+        ``GET /v1/runs`` cursor): the runs the filter matches among at most ``page``
+        index entries read from position ``after`` (None: the start), and the position
+        of the next page (None: none). A page can hold fewer runs than ``page``, or
+        none, and still have a next one; each call reads one page of the index.
+
+        Raises:
+            ConfigError: an unknown status, a bad time, ``until`` not after ``since``.
+        """
+        f = self._filter(status, workflow, since, until, id_prefix)
+        stage, start = after if after is not None else (0, 1)
+        return await runs_page(self, f, stage=stage, start=start, page=page)
 
     async def count_paused(self, *, workflow: str | None = None) -> int | None:
         """How many paused runs of ``workflow`` (None: of all) the index lists, counted

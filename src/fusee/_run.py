@@ -57,6 +57,9 @@ class Run:
         # The run was seen to exist (started by this handle's engine, or its journal
         # read): a signal or cancel need not ask again, since a journal is never deleted.
         self._exists = exists
+        # Set by ``Engine.start``: True when that start made the run, False when the run
+        # was there already (same workflow and input); None on a handle of ``run()``.
+        self.created: bool | None = None
         self._first: bytes | None = None  # the journal's first record, as last read
         self._last = 0  # the journal's last sequence, as last read
         self.partition = partition_of(run_id, engine.partitions)

@@ -98,7 +98,7 @@ async def _by_program(engine: fusee.Engine) -> None:
         assert await engine.run("by-program").result(timeout=15) is True
         r = await client.post(url, json=False)
         assert r.status_code == 409
-        assert r.json()["error"]["type"] == "InvalidToken"
+        assert r.json()["error"]["code"] == "invalid_token"
         shown = (await client.get(url)).json()
         assert (shown["status"], shown["value"]) == ("completed", True)
         # a token changed anywhere, even in bits that decode the same, names nothing
@@ -108,7 +108,7 @@ async def _by_program(engine: fusee.Engine) -> None:
         for bad in (spare, url + "x", f"{url.rsplit('/', 1)[0]}/nope"):
             r = await client.post(bad, json=True)
             assert r.status_code == 404, (bad, r.text)
-            assert r.json()["error"]["type"] == "InvalidToken"
+            assert r.json()["error"]["code"] == "invalid_token"
         r = await client.post(url, content=b"{not json")
         assert r.status_code in (400, 409)
 

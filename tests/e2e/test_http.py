@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 import fusee
+from tests.helpers import assert_http_error
 from tests.helpers import cli_cmd as _cmd
 from tests.helpers import cli_env as _env
 from tests.helpers import run_cli as _cli
@@ -188,17 +189,9 @@ async def _running(engine: fusee.Engine, run_id: str) -> None:
             await anyio.sleep(0.05)
 
 
-def assert_error(response: httpx.Response, status: int, type_: str) -> str:
+def assert_error(response: httpx.Response, status: int, code: str) -> str:
     """The one error shape; returns the message."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"error"}, body
-    assert set(body["error"]) == {"type", "message", "status"}, body
-    assert (body["error"]["type"], body["error"]["status"]) == (type_, status), body
-    assert body["error"]["message"]
-    assert "Traceback" not in response.text
-    message: str = body["error"]["message"]
+    message: str = assert_http_error(response, status, code)["message"]
     return message
 
 
@@ -225,13 +218,13 @@ async def test_result_of_completed_failed_unknown_and_invalid_runs(
     }
 
     r = await client.get("/v1/runs/no-such-run/result")
-    message = assert_error(r, 404, "RunNotFound")
+    message = assert_error(r, 404, "run_not_found")
     assert message == f"no run 'no-such-run' in namespace '{api.namespace}'"
 
     r = await client.get("/v1/runs/bad%09id/result")
-    assert "invalid run ID" in assert_error(r, 400, "InvalidId")
+    assert "invalid run ID" in assert_error(r, 400, "invalid_id")
     r = await client.get(f"/v1/runs/{'x' * 300}/result")
-    assert_error(r, 400, "InvalidId")
+    assert_error(r, 400, "invalid_id")
 
 
 async def test_result_of_a_run_still_going_with_and_without_timeout(
@@ -287,7 +280,7 @@ async def test_result_rejects_a_bad_timeout(
     run = _rid("echo")
     await engine.start("http-echo", run, "t")
     r = await client.get(f"/v1/runs/{run}/result", params={"timeout": timeout})
-    message = assert_error(r, 400, "InvalidArgument")
+    message = assert_error(r, 400, "invalid_argument")
     assert "timeout" in message
     assert says in message
 
@@ -309,7 +302,7 @@ async def test_describe(client: httpx.AsyncClient, engine: fusee.Engine) -> None
     r = await client.get(f"/v1/runs/{path}/result", params={"timeout": 0})
     assert r.json()["result"] == {"echo": "A"}
     # written as it is, it is not that run's path: the error says how to write it
-    message = assert_error(await client.get(f"/v1/runs/{run}"), 404, "NotFound")
+    message = assert_error(await client.get(f"/v1/runs/{run}"), 404, "not_found")
     assert "%2F" in message
 
     failed = _rid("fail")
@@ -323,7 +316,7 @@ async def test_describe(client: httpx.AsyncClient, engine: fusee.Engine) -> None
         "no good: y",
         "boom",
     )
-    assert_error(await client.get("/v1/runs/nope"), 404, "RunNotFound")
+    assert_error(await client.get("/v1/runs/nope"), 404, "run_not_found")
 
 
 # -- the API itself -----------------------------------------------------------------------
@@ -351,7 +344,7 @@ async def test_resume_a_paused_run(
     assert await engine.run(run_id).result(timeout="15s") == "fixed"
     r = await client.post(f"/v1/runs/{run_id}/resume")
     assert r.status_code == 409
-    assert r.json()["error"]["type"] == "NotPausedError"
+    assert r.json()["error"]["code"] == "not_paused_error"
     assert (await client.post("/v1/runs/nope-never/resume")).status_code == 404
 
 
@@ -362,23 +355,31 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
     assert doc["openapi"].startswith("3.1")
     assert set(doc["paths"]) == {
         "/healthz",
-        "/openapi.json",
+        "/v1/runs",
         "/v1/runs/{run_id}",
+        "/v1/runs/{run_id}/journal",
         "/v1/runs/{run_id}/result",
         "/v1/runs/{run_id}/resume",
+        "/v1/runs/{run_id}/cancel",
+        "/v1/runs/{run_id}/signals/{name}",
         "/v1/runs/{run_id}/streams/{name}",
         "/v1/runs/bulk/resume",
         "/v1/runs/bulk/cancel",
-        "/v1/objects/{type}",
-        "/v1/objects/{type}/{key}",
-        "/v1/objects/{type}/{key}/state",
-        "/v1/objects/{type}/{key}/call/{handler}",
-        "/v1/objects/{type}/{key}/send/{handler}",
-        "/v1/objects/{type}/{key}/cancel",
+        "/v1/objects/{object_type}",
+        "/v1/objects/{object_type}/{key}",
+        "/v1/objects/{object_type}/{key}/state",
+        "/v1/objects/{object_type}/{key}/call/{handler}",
+        "/v1/objects/{object_type}/{key}/send/{handler}",
+        "/v1/objects/{object_type}/{key}/cancel",
         "/v1/completions/{token}",
         "/v1/limits",
         "/v1/limits/{name}",
     }
+    # generated from the routes' types: the bearer scheme, and the routes exempt from it
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    assert doc["security"] == [{"bearer": []}]
+    assert doc["paths"]["/healthz"]["get"]["security"] == [{}]
+    assert doc["paths"]["/v1/completions/{token}"]["post"]["security"] == [{}]
     completions = doc["paths"]["/v1/completions/{token}"]
     assert {"200", "400", "404", "409", "413"} <= set(completions["post"]["responses"])
     for path, item in doc["paths"].items():
@@ -392,7 +393,9 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
     stream = doc["paths"]["/v1/runs/{run_id}/streams/{name}"]["get"]
     assert {"from", "Last-Event-ID"} <= {p["name"] for p in stream["parameters"]}
     assert "text/event-stream" in stream["responses"]["200"]["content"]
-    assert "Error" in doc["components"]["schemas"]
+    error = doc["components"]["schemas"]["ErrorDetail"]
+    assert {"code", "message"} <= set(error["required"])
+    assert "request_id" in error["properties"]
 
 
 async def test_healthz(client: httpx.AsyncClient, api: Api) -> None:
@@ -401,12 +404,12 @@ async def test_healthz(client: httpx.AsyncClient, api: Api) -> None:
 
 
 async def test_errors_have_one_shape(client: httpx.AsyncClient) -> None:
-    assert "GET /nope" in assert_error(await client.get("/nope"), 404, "NotFound")
-    assert_error(await client.get("/v1"), 404, "NotFound")
+    assert "GET /nope" in assert_error(await client.get("/nope"), 404, "not_found")
+    assert_error(await client.get("/v1"), 404, "not_found")
     r = await client.post("/healthz")
-    assert "GET" in assert_error(r, 405, "MethodNotAllowed")
+    assert "GET" in assert_error(r, 405, "method_not_allowed")
     r = await client.delete("/v1/runs/x/result")
-    assert_error(r, 405, "MethodNotAllowed")
+    assert_error(r, 405, "method_not_allowed")
 
 
 # -- token streams (SSE) ------------------------------------------------------------------
@@ -527,18 +530,18 @@ async def test_sse_bad_input(client: httpx.AsyncClient, engine: fusee.Engine) ->
     await engine.run(run).result(timeout="15s")
     url = f"/v1/runs/{run}/streams/reply"
 
-    assert_error(await client.get("/v1/runs/nope/streams/reply", headers=SSE), 404, "RunNotFound")
-    message = assert_error(await client.get(url, headers=SSE), 404, "StreamNotFound")
+    assert_error(await client.get("/v1/runs/nope/streams/reply", headers=SSE), 404, "run_not_found")
+    message = assert_error(await client.get(url, headers=SSE), 404, "stream_not_found")
     assert "reply" in message
     for value, says in (("-1", "must not be negative"), ("abc", "integer"), ("1.5", "integer")):
         r = await client.get(url, params={"from": value}, headers=SSE)
-        assert says in assert_error(r, 400, "InvalidArgument")
+        assert says in assert_error(r, 400, "invalid_argument")
     r = await client.get(url, headers={**SSE, "Last-Event-ID": "x"})
-    assert "Last-Event-ID" in assert_error(r, 400, "InvalidArgument")
+    assert "Last-Event-ID" in assert_error(r, 400, "invalid_argument")
     r = await client.get(url, headers={"Accept": "application/json"})
-    assert_error(r, 406, "NotAcceptable")
+    assert_error(r, 406, "not_acceptable")
     r = await client.get("/v1/runs/bad%09id/streams/reply", headers=SSE)
-    assert_error(r, 400, "InvalidId")
+    assert_error(r, 400, "invalid_id")
 
 
 async def test_sse_huge_offset_waits_with_keepalives_and_honours_disconnect(
@@ -662,7 +665,7 @@ async def test_dev_serves_the_api_with_api_port(spawn: Any, tmp_path: Path) -> N
     await anyio.to_thread.run_sync(dev.wait_for, "dev.serving")
     async with httpx.AsyncClient(base_url=serving["url"], timeout=20.0) as c:
         assert (await c.get("/healthz")).json()["namespace"] == "fusee"
-        assert_error(await c.get("/v1/runs/none/result"), 404, "RunNotFound")
+        assert_error(await c.get("/v1/runs/none/result"), 404, "run_not_found")
     dev.proc.send_signal(2)  # SIGINT, as Ctrl-C
     assert await anyio.to_thread.run_sync(lambda: dev.proc.wait(timeout=15)) == 0, dev.text()
 
@@ -688,7 +691,7 @@ async def test_a_bug_is_a_500_without_its_traceback() -> None:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
         r = await c.get("/v1/runs/r1")
-    message = assert_error(r, 500, "InternalError")
+    message = assert_error(r, 500, "internal_error")
     assert "secret" not in r.text
     assert "http.internal_error" in message
 
@@ -705,9 +708,9 @@ async def test_every_id_addresses_itself(client: httpx.AsyncClient, engine: fuse
         r = await client.get(f"/v1/runs/{quote(run, safe='')}/result")
         assert r.json()["result"] == {"echo": "Z"}
     # unescaped, "amb/result-…" is the result of run "amb" (there is none)
-    message = assert_error(await client.get(f"/v1/runs/amb/result-{tail}"), 404, "NotFound")
+    message = assert_error(await client.get(f"/v1/runs/amb/result-{tail}"), 404, "not_found")
     assert "%2F" in message
-    assert_error(await client.get("/v1/runs/amb/result"), 404, "RunNotFound")
+    assert_error(await client.get("/v1/runs/amb/result"), 404, "run_not_found")
 
 
 @pytest.mark.parametrize(
@@ -719,7 +722,7 @@ async def test_every_id_addresses_itself(client: httpx.AsyncClient, engine: fuse
     ],
 )
 async def test_run_routes_refuse_object_ids(client: httpx.AsyncClient, path: str) -> None:
-    message = assert_error(await client.get(path), 400, "InvalidId")
+    message = assert_error(await client.get(path), 400, "invalid_id")
     assert "reserved for objects" in message
 
 
@@ -740,12 +743,12 @@ async def test_bodies_over_the_limit_are_refused_unread(
 ) -> None:
     big = b'{"text": "' + b"x" * (2 << 20) + b'"}'  # 2 MB: more than one NATS message
     r = await client.post("/v1/objects/counter/k/call/add", content=big)
-    message = assert_error(r, 413, "PayloadTooLarge")
+    message = assert_error(r, 413, "payload_too_large")
     assert "1,048,576 bytes" in message
     assert "--max-body" in message
     patch = b'{"set": {"notes": "' + b"y" * (1200 << 10) + b'"}}'
     assert_error(
-        await client.patch("/v1/objects/counter/k/state", content=patch), 413, "PayloadTooLarge"
+        await client.patch("/v1/objects/counter/k/state", content=patch), 413, "payload_too_large"
     )
 
     # 100 MB announced: refused on its headers, the connection closed
@@ -758,15 +761,54 @@ async def test_bodies_over_the_limit_are_refused_unread(
     headers = {"content-length": str(100 << 20), "content-type": "application/json"}
     try:
         r = await client.patch("/v1/objects/counter/k/state", content=chunks(100), headers=headers)
-        assert_error(r, 413, "PayloadTooLarge")
+        assert_error(r, 413, "payload_too_large")
     except (httpx.WriteError, httpx.ReadError):
         pass  # the server answered and closed while the client was still sending
     # sent in chunks with no length: counted as it comes, refused past the limit
     try:
         r = await client.patch("/v1/objects/counter/k/state", content=chunks(5))
-        assert_error(r, 413, "PayloadTooLarge")
+        assert_error(r, 413, "payload_too_large")
     except (httpx.WriteError, httpx.ReadError):
         pass
     assert _rss_mib(api.api.proc.pid) - before < 20  # it never held the bodies
     # and the API still answers
     assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_the_request_id_is_in_the_api_log(client: httpx.AsyncClient, api: Api) -> None:
+    """Each log line the API writes while serving a request names its ID (bound into
+    structlog's context), as the response's ``X-Request-ID`` does."""
+    r = await client.get("/v1/runs/none-such", headers={"X-Request-ID": "trace-log-1"})
+    assert r.headers["x-request-id"] == "trace-log-1"
+
+    def logged() -> Any:
+        return [e for e in api.api.events("http.request") if e.get("request_id") == "trace-log-1"]
+
+    [line] = await wait_until(logged, timeout=10, what="the request's log line")
+    assert (line["method"], line["path"], line["status"]) == ("GET", "/v1/runs/none-such", 404)
+
+
+async def test_the_app_takes_middleware_that_sees_the_route() -> None:
+    """The hook for authentication: ``create_app(middleware=[...])`` runs once a route
+    matched, with its template, and answers with the one error shape."""
+    from fusee.adapters.http import create_app
+    from fusee.adapters.http.errors import send_error
+
+    seen: list[tuple[str, str]] = []
+
+    def refuse(app: Any) -> Any:
+        async def middleware(scope: Any, receive: Any, send: Any) -> None:
+            seen.append((scope["method"], scope["path_template"]))
+            await send_error(scope, send, 401, "unauthorized", "no token")
+
+        return middleware
+
+    class FakeEngine:
+        namespace = "fake"
+
+    app = create_app(FakeEngine(), middleware=[refuse])  # type: ignore[arg-type]
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
+        r = await c.post("/v1/runs/a%2Fb/signals/go", headers={"X-Request-ID": "t-1"})
+    assert assert_http_error(r, 401, "unauthorized")["request_id"] == "t-1"
+    assert seen == [("POST", "/v1/runs/{run_id}/signals/{name}")]

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 import fusee
+from tests.helpers import assert_http_error
 from tests.workers.procs import HERE, served_api
 from tests.workers.procs import ServedApi as Api
 
@@ -34,18 +35,9 @@ def _key(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
 
 
-def assert_error(response: httpx.Response, status: int, type_: str) -> dict[str, Any]:
+def assert_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     """The one error shape; returns its ``error`` object."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    body = response.json()
-    assert set(body) == {"error"}, body
-    assert {"type", "message", "status"} <= set(body["error"]), body
-    assert (body["error"]["type"], body["error"]["status"]) == (type_, status), body
-    assert body["error"]["message"]
-    assert "Traceback" not in response.text
-    error: dict[str, Any] = body["error"]
-    return error
+    return assert_http_error(response, status, code)
 
 
 async def wait_running(engine: fusee.Engine, key: str, seq: int) -> None:
@@ -106,7 +98,7 @@ async def test_keys_that_look_like_routes_address_themselves(client: httpx.Async
     assert shown["state"]["count"] == 1
     assert (await client.get(f"/v1/objects/counter/{base}/state")).json() == {}
     # a type is one segment too, and may not hold a slash
-    assert_error(await client.get("/v1/objects/a%2Fb/k"), 400, "InvalidId")
+    assert_error(await client.get("/v1/objects/a%2Fb/k"), 400, "invalid_id")
 
 
 async def test_send_shows_the_queue_and_cancel_takes_an_invocation_off(
@@ -139,10 +131,10 @@ async def test_send_shows_the_queue_and_cancel_takes_an_invocation_off(
     assert await obj.state() == {}  # neither changed anything
 
     r = await client.post(f"/v1/objects/counter/{key}/cancel")
-    assert "nothing queued" in assert_error(r, 409, "NothingToCancel")["message"]
-    for body in ({"seq": 0}, {"seq": "1"}, {"reason": 3}, {"what": 1}, [1]):
+    assert "nothing queued" in assert_error(r, 409, "nothing_to_cancel")["message"]
+    for body in ({"seq": 0}, {"seq": -1}, {"reason": 3}, {"what": 1}, [1]):
         r = await client.post(f"/v1/objects/counter/{key}/cancel", json=body)
-        assert_error(r, 400, "InvalidArgument")
+        assert_error(r, 400, "invalid_argument")
 
 
 # -- editing ----------------------------------------------------------------------------
@@ -172,14 +164,14 @@ async def test_patch_and_delete_the_state(client: httpx.AsyncClient, engine: fus
     ("body", "says"),
     [
         (b'{"set": {"a": 1}', "not valid JSON"),
-        (b"[1, 2]", "must be a JSON object"),
-        (b'{"set": [1]}', "'set' must be a JSON object"),
-        (b'{"delete": "count"}', "'delete' must be a list"),
+        (b"[1, 2]", "the body: Expected `object`, got `array`"),
+        (b'{"set": [1]}', "the body's field 'set': Expected `object | null`"),
+        (b'{"delete": "count"}', "the body's field 'delete': Expected `array | null`"),
         (b'{"state": {"a": 1}, "set": {"b": 2}}', "send it without"),
-        (b'{"clear": "yes"}', "'clear' must be true or false"),
-        (b'{"sett": {"a": 1}}', "unknown edit field"),
-        (b"{}", "an edit needs"),
-        (b"", "must be a JSON object"),
+        (b'{"clear": "yes"}', "the body's field 'clear': Expected `bool`"),
+        (b'{"sett": {"a": 1}}', "unknown field `sett`"),
+        (b"{}", "nothing to edit"),
+        (b"", "the body: missing"),
     ],
 )
 async def test_a_bad_edit_is_400_and_changes_nothing(
@@ -189,7 +181,7 @@ async def test_a_bad_edit_is_400_and_changes_nothing(
     await client.post(f"/v1/objects/counter/{key}/call/add", json={"client": "h", "n": 1})
     before = await engine.object("counter", key).show()
     r = await client.patch(f"/v1/objects/counter/{key}/state", content=body)
-    assert says in assert_error(r, 400, "InvalidArgument")["message"]
+    assert says in assert_error(r, 400, "invalid_argument")["message"]
     after = await engine.object("counter", key).show()
     assert after.state == before.state == {"count": 1, "seen": ["h:1"]}
     assert after.last == before.last  # nothing ran
@@ -206,11 +198,11 @@ async def test_a_failing_handler_unknown_handler_and_timeout(
     await client.post(f"/v1/objects/counter/{key}/call/add", json={"client": "h", "n": 1})
 
     r = await client.post(f"/v1/objects/counter/{key}/call/fail", json={"message": "boom"})
-    error = assert_error(r, 500, "HandlerFailed")
+    error = assert_error(r, 500, "handler_failed")
     assert error == {
-        "type": "HandlerFailed",
+        "code": "handler_failed",
         "message": "boom",
-        "status": 500,
+        "request_id": r.headers["x-request-id"],
         "error_type": "ValueError",
         "handler": "fail",
     }
@@ -218,12 +210,12 @@ async def test_a_failing_handler_unknown_handler_and_timeout(
     assert r.json() == {"count": 1, "seen": ["h:1"]}  # the failed handler changed nothing
 
     r = await client.post(f"/v1/objects/counter/{key}/call/nosuch")
-    error = assert_error(r, 404, "UnknownHandler")
+    error = assert_error(r, 404, "unknown_handler")
     assert "no handler 'nosuch'" in error["message"]
 
     started = time.monotonic()
     r = await client.post(f"/v1/objects/counter/{key}/call/approve?timeout=300ms", json={})
-    assert "stays queued or running" in assert_error(r, 504, "Timeout")["message"]
+    assert "stays queued or running" in assert_error(r, 504, "timeout")["message"]
     assert time.monotonic() - started < 5
     # the invocation went on: cancel it, and the call of it answers 409
     shown = (await client.get(f"/v1/objects/counter/{key}")).json()
@@ -239,7 +231,7 @@ async def test_a_failing_handler_unknown_handler_and_timeout(
         await client.post(f"/v1/objects/counter/{key}/cancel", json={"seq": pending})
         await wait_running(engine, key, pending + 2)  # the second approve (after the cancel)
         await client.post(f"/v1/objects/counter/{key}/cancel", json={"reason": "stop"})
-    error = assert_error(answers[0], 409, "HandlerCancelled")
+    error = assert_error(answers[0], 409, "handler_cancelled")
     assert (error["message"], error["error_type"]) == ("stop", "fusee.Cancelled")
 
 
@@ -259,27 +251,27 @@ async def test_idempotency_key_runs_a_call_once(client: httpx.AsyncClient) -> No
 async def test_bad_names_and_bodies(client: httpx.AsyncClient) -> None:
     key = _key("bad")
     r = await client.get("/v1/objects/bad%09type/k/state")
-    assert "invalid object type" in assert_error(r, 400, "InvalidId")["message"]
+    assert "invalid object type" in assert_error(r, 400, "invalid_id")["message"]
     r = await client.get("/v1/objects/counter/a%01b")
-    assert_error(r, 400, "InvalidId")
+    assert_error(r, 400, "invalid_id")
     r = await client.get("/v1/objects/%40counter")
-    assert_error(r, 400, "InvalidId")
+    assert_error(r, 400, "invalid_id")
     r = await client.post(f"/v1/objects/counter/{key}/call/add", content=b"{nope")
-    assert "the input is not valid JSON" in assert_error(r, 400, "InvalidArgument")["message"]
+    assert "the body is not valid JSON" in assert_error(r, 400, "invalid_argument")["message"]
     deep = b"[" * 10_000 + b"]" * 10_000
     r = await client.post(f"/v1/objects/counter/{key}/call/add", content=deep)
-    assert "the input nests too deeply" in assert_error(r, 400, "InvalidArgument")["message"]
+    assert "the body nests too deeply" in assert_error(r, 400, "invalid_argument")["message"]
     r = await client.post(f"/v1/objects/counter/{key}/call/add", json={"b": "x" * 2_000_000})
-    assert "is 2,000,008 bytes" in assert_error(r, 413, "PayloadTooLarge")["message"]
+    assert "is 2,000,008 bytes" in assert_error(r, 413, "payload_too_large")["message"]
     # under the body limit, over what one message holds with its envelope: a clear 400
     r = await client.post(f"/v1/objects/counter/{key}/call/add", json={"b": "x" * 1_040_000})
-    assert "bytes as JSON" in assert_error(r, 400, "NotEncodable")["message"]
+    assert "bytes as JSON" in assert_error(r, 400, "not_encodable")["message"]
     r = await client.post(f"/v1/objects/counter/{key}/call/add?timeout=10m", json={})
-    assert_error(r, 400, "InvalidArgument")
+    assert_error(r, 400, "invalid_argument")
     r = await client.post(f"/v1/objects/counter/{key}/call/add", headers={"Idempotency-Key": ""})
-    assert_error(r, 400, "InvalidId")
+    assert_error(r, 400, "invalid_id")
     r = await client.put(f"/v1/objects/counter/{key}/state")
-    allowed = assert_error(r, 405, "MethodNotAllowed")["message"].split("allowed: ", 1)[1]
+    allowed = assert_error(r, 405, "method_not_allowed")["message"].split("allowed: ", 1)[1]
     assert {"GET", "PATCH", "DELETE"} <= set(allowed.rstrip(")").split(", "))
     r = await client.get(f"/v1/objects/counter/{key}/state")
     assert r.json() == {}  # none of the above ran anything
@@ -288,21 +280,21 @@ async def test_bad_names_and_bodies(client: httpx.AsyncClient) -> None:
 async def test_openapi_documents_the_object_routes(client: httpx.AsyncClient) -> None:
     doc = (await client.get("/openapi.json")).json()
     paths = doc["paths"]
-    assert set(paths["/v1/objects/{type}/{key}/state"]) == {"get", "patch", "delete"}
+    assert set(paths["/v1/objects/{object_type}/{key}/state"]) == {"get", "patch", "delete"}
     for path in (
-        "/v1/objects/{type}",
-        "/v1/objects/{type}/{key}",
-        "/v1/objects/{type}/{key}/state",
-        "/v1/objects/{type}/{key}/call/{handler}",
-        "/v1/objects/{type}/{key}/send/{handler}",
-        "/v1/objects/{type}/{key}/cancel",
+        "/v1/objects/{object_type}",
+        "/v1/objects/{object_type}/{key}",
+        "/v1/objects/{object_type}/{key}/state",
+        "/v1/objects/{object_type}/{key}/call/{handler}",
+        "/v1/objects/{object_type}/{key}/send/{handler}",
+        "/v1/objects/{object_type}/{key}/cancel",
     ):
         assert path in paths
         for op in paths[path].values():
             assert op["responses"], path
             declared = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
             assert declared == set(path.replace("}", "{").split("{")[1::2]), path
-    call = paths["/v1/objects/{type}/{key}/call/{handler}"]["post"]
+    call = paths["/v1/objects/{object_type}/{key}/call/{handler}"]["post"]
     assert {"200", "404", "409", "500", "504"} <= set(call["responses"])
     schemas = doc["components"]["schemas"]
     for name in ("ObjectInfo", "ObjectEdit", "ObjectKeys", "CallResult"):

@@ -236,7 +236,7 @@ async def _serve_api(
     max_body: int = 1 << 20,
     task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    # Imported here: the HTTP stack (starlette, uvicorn) loads only for commands that serve it.
+    # Imported here: the HTTP stack (litestar, uvicorn) loads only for commands that serve it.
     from fusee.adapters.http.server import serve_api
 
     try:

@@ -1,6 +1,7 @@
 """The HTTP API: an ASGI app on an engine (``create_app``) and a way to serve it (``serve_api``).
 
-Reference: ``docs/reference/http-api.md``; the OpenAPI document is ``GET /openapi.json``.
+Reference: ``docs/reference/http-api.md``; the OpenAPI document, generated from the routes, is
+``GET /openapi.json``.
 """
 
 from fusee.adapters.http.app import create_app as create_app

@@ -1,43 +1,75 @@
 """The HTTP API as an ASGI app: ``create_app(engine)``.
 
-Starlette, because it is small, typed, and built on anyio like fusee: a streaming
-response can own its reader in a task group and be cancelled by a client disconnect.
-Bodies are encoded with msgspec. See ``docs/reference/http-api.md``.
+Litestar: its route handlers are typed functions whose msgspec Structs are the bodies,
+and the OpenAPI document (``GET /openapi.json``) is generated from them, so it cannot
+drift from what the routes take and answer. Around the router, plain ASGI layers
+(outermost first): the request's ID, routing on the raw path (IDs hold ``%2F``), the
+last resort for bugs, the body limit. The caller's middleware (``middleware=``, e.g.
+the auth middleware) runs inside the router, once a route matched, with
+``scope["path_template"]`` naming it. See ``docs/reference/http-api.md``.
 """
 
 from __future__ import annotations
 
-from starlette.applications import Starlette
-from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from collections.abc import Sequence
+from typing import Any
 
-from fusee import Engine
+from litestar import Litestar, Request, Response
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme, Tag
+from litestar.types import Middleware
+
+from fusee import Engine, __version__
 from fusee.adapters.http.errors import (
-    HTTP_TYPES,
+    HTTP_CODES,
     ApiError,
-    TrackedSend,
-    error_response,
+    ErrorBody,
+    code_of,
+    error_body,
+    request_id_of,
     status_of,
 )
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
-from fusee.adapters.http.paths import RawPath
+from fusee.adapters.http.middleware import LastResort, RequestId
+from fusee.adapters.http.models import FIELD_SCHEMAS, STRUCTS
+from fusee.adapters.http.paths import DecodedParams, RawPath
 from fusee.adapters.http.routes import bulk, completions, limits, meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
 
-__all__ = ("create_app", "api_state_of")
+__all__ = ("create_app", "api_state_of", "FuseeApi")
 
 log = get_logger()
 
+AnyRequest = Request[Any, Any, Any]
+
+
+class FuseeApi:
+    """The API's ASGI app: the router (``litestar``) inside its ASGI layers."""
+
+    def __init__(self, litestar: Litestar, outer: Any) -> None:
+        self.litestar = litestar
+        self._outer = outer
+
+    @property
+    def state(self) -> ApiState:
+        state: ApiState = self.litestar.state.fusee
+        return state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._outer(scope, receive, send)
+
 
 def create_app(
-    engine: Engine, *, keepalive: float = 15.0, max_body: int = DEFAULT_MAX_BODY
-) -> Starlette:
+    engine: Engine,
+    *,
+    keepalive: float = 15.0,
+    max_body: int = DEFAULT_MAX_BODY,
+    middleware: Sequence[Middleware] = (),
+) -> FuseeApi:
     """The HTTP API on ``engine``, as an ASGI app (serve it with uvicorn).
 
     The app uses the engine and does not close it: whoever connected it closes it.
@@ -46,89 +78,165 @@ def create_app(
         engine: a connected engine; every request reads its namespace.
         keepalive: seconds between keep-alive comments of an idle event stream.
         max_body: the largest request body taken, in bytes (larger: ``413``, unread).
+        middleware: ASGI middleware run once a route matched, outermost first (Litestar's
+            ``middleware``: a factory ``app -> app`` or ``DefineMiddleware(cls, ...)``);
+            the place of ``AuthMiddleware``. It sees ``scope["path_template"]``
+            (``/v1/runs/{run_id}``) and answers errors with
+            :func:`fusee.adapters.http.errors.send_error`.
 
     Example:
         ``uvicorn.run(create_app(await fusee.connect()))``
     """
-    routes: list[BaseRoute] = [
-        *meta.routes,
-        *streams.routes,
-        *bulk.routes,
-        *runs.routes,
-        *objects.routes,
-        *completions.routes,
-        *limits.routes,
+    handlers = [
+        *meta.handlers,
+        *bulk.handlers,
+        *runs.handlers,
+        *streams.handlers,
+        *objects.handlers,
+        *completions.handlers,
+        *limits.handlers,
     ]
-    app = Starlette(
-        routes=routes,
-        middleware=[
-            Middleware(RawPath),
-            Middleware(_LastResort),
-            Middleware(BodyLimit, max_body=max_body),  # inside: its refusal is no bug
-        ],
+    app = Litestar(
+        route_handlers=handlers,
+        middleware=[DecodedParams, *middleware],
         exception_handlers={
             HTTPException: _http_error,
             ApiError: _api_error,
             FuseeError: _fusee_error,
+            RecursionError: _too_deep,
+            Exception: _internal_error,
         },
+        openapi_config=OpenAPIConfig(
+            title="fusee HTTP API",
+            version=__version__,
+            description="Runs, keyed objects and limits of a fusee namespace over HTTP. Every "
+            'error is `{"error": {"code", "message", "request_id"}}`, every response has '
+            "`X-Request-ID`.",
+            # no HTML viewers (they load scripts from CDNs): the document, served at
+            # /openapi.json by routes/meta.py (Litestar's own router, which must be
+            # somewhere, is under /openapi/: its catch-all would answer unknown paths)
+            path="/openapi",
+            render_plugins=[JsonRenderPlugin()],
+            components=Components(
+                security_schemes={
+                    "bearer": SecurityScheme(
+                        type="http",
+                        scheme="bearer",
+                        description="An API token (`fusee tokens create --scope read|write|admin`).",
+                    )
+                }
+            ),
+            security=[{"bearer": []}],
+            tags=[Tag(name="fusee")],
+            create_examples=False,
+        ),
+        request_max_body_size=None,  # the BodyLimit layer has it, before anything is read
+        debug=False,
+        logging_config=None,
     )
     app.state.fusee = ApiState(engine=engine, keepalive=keepalive)
-    return app
+    _finish_document(app)
+    outer = RequestId(RawPath(LastResort(BodyLimit(app, max_body=max_body))))
+    return FuseeApi(app, outer)
 
 
-def api_state_of(app: Starlette) -> ApiState:
+def api_state_of(app: FuseeApi) -> ApiState:
     """The state of an app made by :func:`create_app` (its engine, its open streams)."""
-    state: ApiState = app.state.fusee
-    return state
+    return app.state
 
 
-async def _http_error(request: Request, exc: Exception) -> Response:
+def _error(
+    request: AnyRequest, status: int, body: ErrorBody, headers: dict[str, str] | None = None
+) -> Response[ErrorBody]:
+    body.error.request_id = request_id_of(request.scope)
+    return Response(body, status_code=status, headers=headers, media_type="application/json")
+
+
+def _http_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
     assert isinstance(exc, HTTPException)
     status = exc.status_code
-    if status == 404:
+    headers = dict(exc.headers or {})
+    if isinstance(exc, NotFoundException) or status == 404:
         message = (
             f"no such endpoint: {request.method} {request.scope.get('path', request.url.path)}"
             " (an ID is one path segment: write its '/' as %2F)"
         )
     elif status == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
+        allowed = headers.get("allow", headers.get("Allow", ""))
         message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed})"
+    elif isinstance(exc, ValidationException):
+        message = _validation_message(exc)
     else:
-        message = exc.detail
-    return error_response(status, HTTP_TYPES.get(status, "Error"), message, exc.headers)
+        message = str(exc.detail)
+    code = HTTP_CODES.get(status, "error")
+    if status == 400:
+        code = "invalid_argument"
+        if not isinstance(exc, ValidationException):  # the body could not be decoded
+            message = f"the body is not valid JSON: {message}"
+    return _error(request, status, error_body(code, message), headers)
 
 
-async def _api_error(request: Request, exc: Exception) -> Response:
+def _validation_message(exc: ValidationException) -> str:
+    """The framework's validation failure, as one sentence naming what is wrong."""
+    parts = []
+    for item in exc.extra if isinstance(exc.extra, list) else []:
+        if not isinstance(item, dict):
+            continue
+        key, source = item.get("key"), item.get("source")
+        message = str(item.get("message", "invalid"))
+        if message == f"'{key}'":  # a KeyError's text: nothing was sent
+            message = "missing"
+        if source == "body":
+            named = "the body" if key in (None, "data") else f"the body's field {key!r}"
+        else:
+            named = f"{getattr(source, 'value', source)} parameter {key!r}"
+        parts.append(f"{named}: {message}")
+    return "; ".join(parts) or str(exc.detail)
+
+
+def _api_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.type, exc.message)
+    body = error_body(exc.code, exc.message, handler=exc.handler, error_type=exc.error_type)
+    return _error(request, exc.status, body)
 
 
-async def _fusee_error(request: Request, exc: Exception) -> Response:
+def _fusee_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
     status = status_of(exc)
     if status >= 500:
         log.warning("http.error", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
-    return error_response(status, type(exc).__name__, str(exc))
+    return _error(request, status, error_body(code_of(exc), str(exc)))
 
 
-class _LastResort:
-    """Any other exception: log it with its traceback, answer a 500 without it."""
+def _too_deep(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
+    """A body nested deeper than the decoder can follow (``[[[[...]]]]``)."""
+    return _error(
+        request, 400, error_body("invalid_argument", "the body nests too deeply to be read")
+    )
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        tracked = TrackedSend(send)
-        try:
-            await self.app(scope, receive, tracked)
-        except Exception:  # the server's boundary: a bug becomes a 500, logged once
-            log.exception("http.internal_error", method=scope["method"], path=scope["path"])
-            if not tracked.started:
-                response = error_response(
-                    500,
-                    "InternalError",
-                    "internal error; the server logged it as http.internal_error",
-                )
-                await response(scope, receive, send)
+def _internal_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
+    """Any other exception (a bug): logged with its traceback, answered without it."""
+    log.error(
+        "http.internal_error",
+        method=request.method,
+        path=request.url.path,
+        exc_info=(type(exc), exc, exc.__traceback__),
+    )
+    message = "internal error; the server logged it as http.internal_error"
+    return _error(request, 500, error_body("internal_error", message))
+
+
+def _finish_document(app: Litestar) -> None:
+    """What the generator leaves out, from the bodies' own definitions: a Struct that
+    refuses unknown fields (``forbid_unknown_fields``) says so
+    (``additionalProperties: false``), and the fields of ``FIELD_SCHEMAS`` get
+    their ranges."""
+    schemas = app.openapi_schema.components.schemas or {}
+    for name, schema in schemas.items():
+        config = getattr(STRUCTS.get(name), "__struct_config__", None)
+        if config is not None and config.forbid_unknown_fields:
+            schema.additional_properties = False
+        for field, documented in FIELD_SCHEMAS.get(name, {}).items():
+            properties = dict(schema.properties or {})
+            properties[field] = documented  # type: ignore[assignment]
+            schema.properties = properties

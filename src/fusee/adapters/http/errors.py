@@ -1,72 +1,111 @@
 """One JSON shape for every error the HTTP API returns, and which status each error gets.
 
-    {"error": {"type": "RunNotFound", "message": "no run 'r1' in namespace 'fusee'", "status": 404}}
+    {"error": {"code": "run_not_found", "message": "no run 'r1' in namespace 'fusee'",
+               "request_id": "5f0c..."}}
 
-``type`` is stable: a fusee error's class name (``RunNotFound``, ``InvalidId``...), or
-one of the HTTP names below for errors that are not fusee's (``NotFound`` for an
-unknown route). Clients branch on ``type``; ``message`` is for people.
+``code`` is stable snake case: a fusee error's class name (``RunNotFound`` is
+``run_not_found``, ``InvalidId`` is ``invalid_id``), or one of the HTTP codes below for
+errors that are not fusee's (``not_found`` for an unknown route). Clients branch on
+``code``; ``message`` is for people; ``request_id`` is the response's ``X-Request-ID``
+(also in the API's log lines). An object handler's failure adds ``handler`` and the
+handler's own ``error_type``.
+
+These are plain ASGI helpers (no framework types), so middleware that answers before
+the framework does (the body limit, the request ID, the auth middleware) sends the same
+shape: :func:`send_error`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
 import msgspec
-from starlette.responses import Response
-from starlette.types import Message, Send
 
 __all__ = (
     "ApiError",
     "ErrorBody",
     "ErrorDetail",
-    "error_response",
-    "error_body",
-    "status_of",
-    "HTTP_TYPES",
+    "HTTP_CODES",
     "TrackedSend",
+    "code_of",
+    "error_body",
+    "error_bytes",
+    "request_id_of",
+    "send_error",
+    "status_of",
 )
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
 
-class ErrorDetail(msgspec.Struct, kw_only=True):
-    type: str
+# where the request-ID middleware keeps the request's ID in the ASGI scope
+REQUEST_ID_KEY = "fusee.request_id"
+
+
+class ErrorDetail(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The error: a stable ``code``, a ``message`` for people, the ``request_id``."""
+
+    code: str
     message: str
-    status: int
-    # an object handler's failure (HandlerFailed...): the handler and its own error type
-    error_type: str | msgspec.UnsetType = msgspec.UNSET
+    request_id: str = ""
+    # an object handler's failure (handler_failed...): the handler and its own error type
     handler: str | msgspec.UnsetType = msgspec.UNSET
+    error_type: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class ErrorBody(msgspec.Struct, kw_only=True):
+    """Every error response's body."""
+
     error: ErrorDetail
 
 
 class ApiError(Exception):
-    """An error of the HTTP layer itself (a bad header, an unsupported ``Accept``)."""
+    """An error of the HTTP layer itself (a bad header, an unsupported ``Accept``), or
+    one a route answers with a code of its own (``handler_failed``)."""
 
-    def __init__(self, status: int, message: str, type_: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        *,
+        handler: str | None = None,
+        error_type: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
-        self.type = type_ or HTTP_TYPES.get(status, "Error")
+        self.code = code or HTTP_CODES.get(status, "error")
+        self.handler = handler
+        self.error_type = error_type
 
 
-# The ``type`` of errors that are not a fusee exception, by status code.
-HTTP_TYPES: dict[int, str] = {
-    400: "BadRequest",
-    404: "NotFound",
-    409: "Conflict",
-    405: "MethodNotAllowed",
-    406: "NotAcceptable",
-    500: "InternalError",
-    501: "NotImplemented",
-    503: "ServiceUnavailable",
-    504: "Timeout",
+# The ``code`` of errors that are not a fusee exception, by status.
+HTTP_CODES: dict[int, str] = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    409: "conflict",
+    413: "payload_too_large",
+    415: "unsupported_media_type",
+    499: "client_closed",
+    500: "internal_error",
+    501: "not_implemented",
+    503: "service_unavailable",
+    504: "timeout",
 }
 
 # fusee errors by class name, looked up along the MRO: names, not classes, so an error
-# class that another module adds later (``StreamNotFound``) maps without an import here.
+# class that another module adds later maps without an import here.
 _STATUS_BY_NAME: dict[str, int] = {
+    "Unauthorized": 401,
+    "Forbidden": 403,
     "RunNotFound": 404,
     "StreamNotFound": 404,
     "UnknownLimit": 404,
@@ -82,6 +121,19 @@ _STATUS_BY_NAME: dict[str, int] = {
     "StorageFull": 503,
 }
 
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def code_of(exc: BaseException) -> str:
+    """A fusee error's stable code: its class name in snake case.
+
+    Example:
+        >>> from fusee.errors import RunNotFound, NotPausedError
+        >>> code_of(RunNotFound("x")), code_of(NotPausedError("r", "running", "m"))
+        ('run_not_found', 'not_paused_error')
+    """
+    return _CAMEL.sub("_", type(exc).__name__).lower()
+
 
 def status_of(exc: BaseException) -> int:
     """The HTTP status for a fusee error: its class's, or its nearest base class's; 500 if none."""
@@ -92,34 +144,47 @@ def status_of(exc: BaseException) -> int:
     return 500
 
 
-def error_response(
-    status: int,
-    type_: str,
+def request_id_of(scope: Mapping[str, Any]) -> str:
+    """The request's ID (``X-Request-ID``), as the request-ID middleware set it."""
+    return str(scope.get(REQUEST_ID_KEY, ""))
+
+
+def error_body(
+    code: str,
     message: str,
-    headers: Mapping[str, str] | None = None,
+    request_id: str = "",
     *,
     handler: str | None = None,
     error_type: str | None = None,
-) -> Response:
-    """The JSON error response: ``{"error": {"type", "message", "status"}}``; an object
-    handler's failure adds ``handler`` and the handler's own ``error_type``."""
-    detail = ErrorDetail(type=type_, message=message, status=status)
+) -> ErrorBody:
+    detail = ErrorDetail(code=code, message=message, request_id=request_id)
     if handler is not None:
         detail.handler = handler
     if error_type is not None:
         detail.error_type = error_type
-    body = ErrorBody(error=detail)
-    return Response(
-        msgspec.json.encode(body),
-        status_code=status,
-        media_type="application/json",
-        headers=headers,
-    )
+    return ErrorBody(error=detail)
 
 
-def error_body(status: int, type_: str, message: str) -> dict[str, Any]:
-    """The same shape as a plain dict (for an SSE ``error`` event)."""
-    return {"error": {"type": type_, "message": message, "status": status}}
+def error_bytes(code: str, message: str, request_id: str = "") -> bytes:
+    """The error body as JSON bytes (an SSE ``error`` event's data too)."""
+    return msgspec.json.encode(error_body(code, message, request_id))
+
+
+async def send_error(
+    scope: Scope,
+    send: Send,
+    status: int,
+    code: str,
+    message: str,
+    *,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer the request with the error shape (from any ASGI middleware)."""
+    body = error_bytes(code, message, request_id_of(scope))
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 class TrackedSend:

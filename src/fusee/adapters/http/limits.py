@@ -10,9 +10,9 @@ stored anyway.
 
 from __future__ import annotations
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from typing import Any
 
-from fusee.adapters.http.errors import TrackedSend, error_response
+from fusee.adapters.http.errors import TrackedSend, send_error
 
 __all__ = ("BodyLimit", "DEFAULT_MAX_BODY", "parse_size")
 
@@ -45,18 +45,18 @@ def parse_size(text: str, what: str) -> int:
     return int(size)
 
 
-class _TooLarge(Exception):
+class _TooLarge(BaseException):
     pass
 
 
 class BodyLimit:
-    """Refuse request bodies over ``max_body`` bytes with ``413 PayloadTooLarge``."""
+    """Refuse request bodies over ``max_body`` bytes with ``413 payload_too_large``."""
 
-    def __init__(self, app: ASGIApp, max_body: int = DEFAULT_MAX_BODY) -> None:
+    def __init__(self, app: Any, max_body: int = DEFAULT_MAX_BODY) -> None:
         self.app = app
         self.max_body = max_body
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -72,7 +72,7 @@ class BodyLimit:
             return
         seen = 0
 
-        async def counted() -> Message:
+        async def counted() -> Any:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
@@ -89,15 +89,15 @@ class BodyLimit:
                 await self._refuse(scope, receive, send, None, close=True)
 
     async def _refuse(
-        self, scope: Scope, receive: Receive, send: Send, size: int | None, *, close: bool
+        self, scope: Any, receive: Any, send: Any, size: int | None, *, close: bool
     ) -> None:
         told = f"{size:,} bytes" if size is not None else "more"
-        response = error_response(
+        await send_error(
+            scope,
+            send,
             413,
-            "PayloadTooLarge",
+            "payload_too_large",
             f"the request body is {told}; this API takes at most {self.max_body:,} bytes "
             f"(fusee api --max-body)",
+            headers={"Connection": "close"} if close else None,
         )
-        if close:
-            response.headers["Connection"] = "close"
-        await response(scope, receive, send)

@@ -24,10 +24,14 @@ import anyio
 import msgspec
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
 
-from fusee.adapters.http.errors import error_body, error_response, status_of
+from fusee.adapters.http.errors import (
+    code_of,
+    error_body,
+    request_id_of,
+    send_error,
+    status_of,
+)
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
 
@@ -118,7 +122,7 @@ class _Failed:
 _Item = TokenEventLike | _Failed
 
 
-class TokenEventStream(Response):
+class TokenEventStream:
     """The ASGI response for ``GET /v1/runs/{id}/streams/{name}``.
 
     Args:
@@ -140,9 +144,6 @@ class TokenEventStream(Response):
         keepalive: float,
         context: dict[str, Any],
     ) -> None:
-        # Not Response.__init__: this response writes its own start and body messages.
-        self.status_code = 200
-        self.background = None
         self.open_events = open_events
         self.next_index = offset
         self.attempt: int | None = None
@@ -153,13 +154,13 @@ class TokenEventStream(Response):
         self._started = False
         self._completed = False
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         items, inbox = anyio.create_memory_object_stream[_Item](0)
         async with anyio.create_task_group() as tg:
             with self.registry.track(tg.cancel_scope):
                 await tg.start(self._watch_client, receive, tg.cancel_scope)
                 tg.start_soon(self._read, items)
-                await self._write(inbox, send)
+                await self._write(inbox, scope, send)
                 tg.cancel_scope.cancel()
         if self._started and not self._completed:
             # cut short by a server shutdown (or a gone client): end the body cleanly, so
@@ -169,7 +170,7 @@ class TokenEventStream(Response):
 
     async def _watch_client(
         self,
-        receive: Receive,
+        receive: Any,
         scope: anyio.CancelScope,
         *,
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -204,12 +205,11 @@ class TokenEventStream(Response):
                 return _EOS
         return None
 
-    async def _write(self, inbox: MemoryObjectReceiveStream[_Item], send: Send) -> None:
+    async def _write(self, inbox: MemoryObjectReceiveStream[_Item], scope: Any, send: Any) -> None:
         item = await self._next(inbox, self.grace)
         if isinstance(item, _Failed):
             exc = item.error
-            response = error_response(status_of(exc), type(exc).__name__, str(exc))
-            await response({"type": "http"}, _no_receive, send)
+            await send_error(scope, send, status_of(exc), code_of(exc), str(exc))
             self._completed = True
             return
         await send(
@@ -235,7 +235,8 @@ class TokenEventStream(Response):
                 break
             if isinstance(item, _Failed):
                 exc = item.error
-                body += frame("error", error_body(status_of(exc), type(exc).__name__, str(exc)))
+                data = error_body(code_of(exc), str(exc), request_id_of(scope))
+                body += frame("error", data)
                 break
             if item is None:
                 body += comment("keep-alive") if not body else b""
@@ -259,7 +260,3 @@ class _EndOfStream:
 
 _EOS = _EndOfStream()
 _Next = TokenEventLike | _Failed | _EndOfStream | None
-
-
-async def _no_receive() -> Any:  # pragma: no cover - a Response that is sent never receives
-    raise RuntimeError("not used")

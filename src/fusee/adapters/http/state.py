@@ -1,14 +1,14 @@
-"""What every route reads from the app: the engine, settings, open streams; and JSON out."""
+"""What every route reads from the app: the engine, settings, open streams; JSON bodies."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
-from starlette.requests import Request
-from starlette.responses import Response
+from litestar import Request
 
 from fusee import Engine
 from fusee.adapters.http.errors import ApiError
@@ -16,9 +16,10 @@ from fusee.adapters.http.sse import StreamRegistry
 from fusee.errors import InvalidArgument
 from fusee.logs import get_logger
 
-__all__ = ("ApiState", "api_state", "json_body", "json_response", "until_disconnect")
+__all__ = ("ApiState", "api_state", "json_body", "until_disconnect")
 
 log = get_logger()
+T = TypeVar("T")
 
 
 @dataclass
@@ -37,15 +38,12 @@ class ApiState:
     streams: StreamRegistry = field(default_factory=StreamRegistry)
 
 
-def api_state(request: Request) -> ApiState:
+def api_state(request: Request[Any, Any, Any]) -> ApiState:
     state: ApiState = request.app.state.fusee
     return state
 
 
-_encoder = msgspec.json.Encoder()
-
-
-async def json_body(request: Request, what: str) -> Any:
+async def json_body(request: Request[Any, Any, Any], what: str) -> Any:
     """The request body as JSON; an empty body is ``None``.
 
     Raises:
@@ -63,14 +61,7 @@ async def json_body(request: Request, what: str) -> Any:
         raise InvalidArgument(f"{what} nests too deeply to be read") from None
 
 
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    """``data`` (msgspec Structs included) as an ``application/json`` response."""
-    return Response(
-        _encoder.encode(data), status_code=status, media_type="application/json", headers=headers
-    )
-
-
-async def until_disconnect(request: Request, wait: Any) -> Any:
+async def until_disconnect(request: Request[Any, Any, Any], wait: Callable[[], Awaitable[T]]) -> T:
     """Await ``wait()``, but give up as soon as the client goes away.
 
     A long poll (``/result?timeout=5m``) otherwise holds a journal consumer for a client
@@ -79,7 +70,7 @@ async def until_disconnect(request: Request, wait: Any) -> Any:
     Raises:
         ApiError: the client disconnected (no one reads the response).
     """
-    result: list[Any] = []
+    result: list[T] = []
     try:
         async with anyio.create_task_group() as tg:
 
@@ -101,5 +92,5 @@ async def until_disconnect(request: Request, wait: Any) -> Any:
         raise
     if not result:
         log.debug("http.client_gone", method=request.method, path=request.url.path)
-        raise ApiError(499, "the client closed the connection", "ClientClosed")
+        raise ApiError(499, "the client closed the connection", "client_closed")
     return result[0]

@@ -1168,12 +1168,33 @@ class NatsStore:
             async for found in direct_pages(
                 self.nc, self.layout.stream, self.layout.listings(status, workflow), 1, page
             ):
-                out = []
-                for msg in found:
-                    named = self.layout.parse_listing(msg.subject)
-                    if msg.data and named is not None and msg.headers.get(KIND) == LISTED_KIND:
-                        out.append((named[2], msg.data, msg.seq))
-                yield out
+                yield self._listing_entries(found)
+
+    def _listing_entries(self, found: list[StoredMsg]) -> list[tuple[str, bytes, int]]:
+        out = []
+        for msg in found:
+            named = self.layout.parse_listing(msg.subject)
+            if msg.data and named is not None and msg.headers.get(KIND) == LISTED_KIND:
+                out.append((named[2], msg.data, msg.seq))
+        return out
+
+    async def listed_page(
+        self, status: str | None, workflow: str | None, *, start: int, page: int
+    ) -> tuple[list[tuple[str, bytes, int]], int | None]:
+        """One page of :meth:`listed_pages` from stream sequence ``start``, and where the
+        next page starts (None: this was the last): for a reader that pages across
+        requests (the HTTP API's cursor)."""
+        subject = self.layout.listings(status, workflow)
+        found, after = await self._one_page(subject, start, page, "listing the run index")
+        return self._listing_entries(found), after
+
+    async def _one_page(
+        self, subject: str, start: int, page: int, what: str
+    ) -> tuple[list[StoredMsg], int | None]:
+        with lost_on_transient(what):
+            async for found in direct_pages(self.nc, self.layout.stream, subject, start, page):
+                return found, (found[-1].seq + 1 if len(found) >= page else None)
+        return [], None
 
     async def count_listed(self, status: str, workflow: str | None) -> int:
         """How many runs the listing entries of ``status`` and ``workflow`` (None: any)
@@ -1426,12 +1447,25 @@ class NatsStore:
             async for found in direct_pages(
                 self.nc, self.layout.stream, self.layout.markers, 1, page
             ):
-                yield [
-                    (named[1], msg.data)
-                    for msg in found
-                    if msg.headers.get(KIND) == MARKER_KIND
-                    and (named := self.layout.parse_marker(msg.subject))
-                ]
+                yield self._marker_entries(found)
+
+    def _marker_entries(self, found: list[StoredMsg]) -> list[tuple[str, bytes]]:
+        return [
+            (named[1], msg.data)
+            for msg in found
+            if msg.headers.get(KIND) == MARKER_KIND
+            and (named := self.layout.parse_marker(msg.subject))
+        ]
+
+    async def marker_page(
+        self, *, start: int, page: int
+    ) -> tuple[list[tuple[str, bytes]], int | None]:
+        """One page of :meth:`marker_pages` from stream sequence ``start``, and where the
+        next starts (None: this was the last)."""
+        found, after = await self._one_page(
+            self.layout.markers, start, page, "reading the active markers"
+        )
+        return self._marker_entries(found), after
 
     async def has_run_marker(self, partition: int, eid: str) -> bool:
         """Whether the run has an active marker in the journal stream (one read)."""

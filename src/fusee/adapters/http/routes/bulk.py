@@ -6,75 +6,63 @@ resumed or cancelled are skipped."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Annotated, Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from litestar import Request, post
+from litestar.params import Body
 
-from fusee.adapters.http.state import api_state, json_body, json_response
-from fusee.errors import InvalidArgument
+from fusee import BulkSummary
+from fusee.adapters.http.models import BulkCancel, BulkResume
+from fusee.adapters.http.schemas import errors
+from fusee.adapters.http.state import api_state
 
-__all__ = ("routes", "FILTERS")
+__all__ = ("handlers",)
 
-FILTERS = ("status", "workflow", "since", "until", "id_prefix")
-
-
-def _body(body: Any, *, cancel: bool) -> dict[str, Any]:
-    allowed = {*FILTERS, "dry_run", *(("reason",) if cancel else ())}
-    if body is None:
-        body = {}
-    if not isinstance(body, dict) or set(body) - allowed:
-        raise InvalidArgument(
-            f"the body must be an object with only {', '.join(sorted(allowed))} (all optional)"
-        )
-    for name in (*FILTERS, "reason"):
-        value = body.get(name)
-        if value is not None and not isinstance(value, str):
-            raise InvalidArgument(f"{name}={value!r}: must be a string")
-    if not isinstance(body.get("dry_run", False), bool):
-        raise InvalidArgument(f"dry_run={body['dry_run']!r}: must be true or false")
-    return body
+_BAD = errors(
+    e400="`config_error`: an unknown status, a status the action cannot act on, a bad "
+    "time, `until` not after `since`; `bad_request`: a body of another shape."
+)
 
 
-class _Filters(TypedDict):
-    status: str | None
-    workflow: str | None
-    since: str | None
-    until: str | None
-    id_prefix: str | None
-
-
-def _filters(body: dict[str, Any]) -> _Filters:
-    return _Filters(
-        status=body.get("status"),
-        workflow=body.get("workflow"),
-        since=body.get("since"),
-        until=body.get("until"),
-        id_prefix=body.get("id_prefix"),
+@post(
+    "/v1/runs/bulk/resume",
+    status_code=200,
+    summary="Resume every paused run the filters match",
+    responses=_BAD,
+)
+async def bulk_resume(
+    request: Request[Any, Any, Any], data: Annotated[BulkResume | None, Body()] = None
+) -> BulkSummary:
+    body = data or BulkResume()
+    return await api_state(request).engine.bulk_resume(
+        status=body.status,
+        workflow=body.workflow,
+        since=body.since,
+        until=body.until,
+        id_prefix=body.id_prefix,
+        dry_run=body.dry_run,
     )
 
 
-async def bulk_resume(request: Request) -> Response:
-    body = _body(await json_body(request, "the filters"), cancel=False)
-    engine = api_state(request).engine
-    summary = await engine.bulk_resume(**_filters(body), dry_run=body.get("dry_run", False))
-    return json_response(summary)
-
-
-async def bulk_cancel(request: Request) -> Response:
-    body = _body(await json_body(request, "the filters"), cancel=True)
-    engine = api_state(request).engine
-    summary = await engine.bulk_cancel(
-        **_filters(body),
-        dry_run=body.get("dry_run", False),
-        reason=body.get("reason") or "cancelled in bulk over HTTP",
+@post(
+    "/v1/runs/bulk/cancel",
+    status_code=200,
+    summary="Cancel every run not ended that the filters match",
+    responses=_BAD,
+)
+async def bulk_cancel(
+    request: Request[Any, Any, Any], data: Annotated[BulkCancel | None, Body()] = None
+) -> BulkSummary:
+    body = data or BulkCancel()
+    return await api_state(request).engine.bulk_cancel(
+        status=body.status,
+        workflow=body.workflow,
+        since=body.since,
+        until=body.until,
+        id_prefix=body.id_prefix,
+        dry_run=body.dry_run,
+        reason=body.reason or "cancelled in bulk over HTTP",
     )
-    return json_response(summary)
 
 
-routes: list[BaseRoute] = [
-    # before the runs' routes: "bulk" is no run ID here
-    Route("/v1/runs/bulk/resume", bulk_resume, methods=["POST"], name="runs_bulk_resume"),
-    Route("/v1/runs/bulk/cancel", bulk_cancel, methods=["POST"], name="runs_bulk_cancel"),
-]
+handlers = [bulk_resume, bulk_cancel]

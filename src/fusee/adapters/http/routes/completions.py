@@ -14,40 +14,70 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import msgspec
-from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
-from starlette.routing import BaseRoute, Route
+from litestar import MediaType, Request, Response, get, post
+from litestar.openapi import ResponseSpec
 
 from fusee import CompletionInfo
-from fusee.adapters.http.errors import error_response
-from fusee.adapters.http.state import api_state, json_body, json_response
+from fusee.adapters.http.errors import ApiError
+from fusee.adapters.http.models import Completed
+from fusee.adapters.http.schemas import Token, errors
+from fusee.adapters.http.state import api_state, json_body
 from fusee.errors import InvalidArgument, InvalidToken
 
-__all__ = ("routes",)
+__all__ = ("handlers",)
 
 FORM = "application/x-www-form-urlencoded"
+AnyRequest = Request[Any, Any, Any]
+_UNKNOWN = "`invalid_token`: the token names no wait (malformed, forged, unknown run)."
+_SPENT = "`invalid_token`: the wait is over (expired, or answered with another value)."
+_PAGE = ResponseSpec(
+    data_container=str,
+    media_type="text/html",
+    description="For a browser (`Accept: text/html`).",
+    generate_examples=False,
+)
 
 
-def _wants_html(request: Request) -> bool:
+def _wants_html(request: AnyRequest) -> bool:
     accept = request.headers.get("accept", "")
     return "text/html" in accept and "application/json" not in accept
 
 
-async def show(request: Request) -> Response:
-    """``GET /v1/completions/{token}``: what the wait asks, and whether it still waits."""
+@get(
+    "/v1/completions/{token:str}",
+    summary="What a completion wait asks for (the callback URL)",
+    security=[{}],
+    responses=errors(e404=_UNKNOWN, e409=_SPENT),
+)
+async def show(request: AnyRequest, token: Token) -> Response[CompletionInfo]:
+    """What the wait asks, and whether it still waits (an HTML page for a browser)."""
     try:
-        info = await api_state(request).engine.completion(request.path_params["token"])
+        info = await api_state(request).engine.completion(token)
     except InvalidToken as exc:
-        return _refused(exc)
+        raise _refused(exc) from None
     if _wants_html(request):
-        return HTMLResponse(_page(info, request.url.path))
-    return json_response(info)
+        return Response(_page(info, request.url.path), media_type=MediaType.HTML)  # type: ignore[arg-type]
+    return Response(info)
 
 
-async def complete(request: Request) -> Response:
-    """``POST /v1/completions/{token}``: complete the wait with the body's value."""
+@post(
+    "/v1/completions/{token:str}",
+    status_code=200,
+    summary="Complete a wait: approve, reject, or answer with any JSON value",
+    description="The body is the value the wait returns: any JSON (`true`, `false`, "
+    '`{"approved": false, "reason": "..."}`), or the page\'s form '
+    "(`application/x-www-form-urlencoded`: `approved=true|false`, `reason`), answered "
+    "with the page again. Authenticated by its signed token alone.",
+    security=[{}],
+    responses=errors(
+        e400="`invalid_argument`: the body is missing, not JSON, or the form is not.",
+        e404=_UNKNOWN,
+        e409=_SPENT,
+    ),
+)
+async def complete(request: AnyRequest, token: Token) -> Response[Completed]:
+    """Complete the wait with the body's value."""
     engine = api_state(request).engine
-    token = request.path_params["token"]
     form = request.headers.get("content-type", "").split(";")[0].strip() == FORM
     if form:
         value = _form_value(await request.body())
@@ -58,19 +88,19 @@ async def complete(request: Request) -> Response:
     try:
         stored = await engine.complete(token, value)
     except InvalidToken as exc:
-        return _refused(exc)
+        raise _refused(exc) from None
     if form:  # a person clicked a button: show the page again, now answered
         info = await engine.completion(token)
         if info.status == "waiting":  # stored, not taken by the run yet: it will be
             info.status, info.value = "completed", value
-        return HTMLResponse(_page(info, request.url.path))
-    return json_response({"completed": True, "stored": stored, "value": value})
+        return Response(_page(info, request.url.path), media_type=MediaType.HTML)  # type: ignore[arg-type]
+    return Response(Completed(completed=True, stored=stored, value=value))
 
 
-def _refused(exc: InvalidToken) -> Response:
+def _refused(exc: InvalidToken) -> ApiError:
     """A spent token (expired, used with another value): 409; any other: 404, since the
     URL names no wait (a forged one is told apart only in the message)."""
-    return error_response(409 if exc.spent else 404, "InvalidToken", str(exc))
+    return ApiError(409 if exc.spent else 404, str(exc), "invalid_token")
 
 
 def _form_value(data: bytes) -> Any:
@@ -107,7 +137,4 @@ def _page(info: CompletionInfo, action: str) -> str:
 """
 
 
-routes: list[BaseRoute] = [
-    Route("/v1/completions/{token:id}", show, methods=["GET"], name="completion_show"),
-    Route("/v1/completions/{token:id}", complete, methods=["POST"], name="completion_complete"),
-]
+handlers = [show, complete]

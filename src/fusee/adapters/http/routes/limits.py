@@ -4,52 +4,50 @@ limits set`` show and do (``Engine.limits``, ``Engine.get_limit``,
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any
+from typing import Annotated, Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+import msgspec
+from litestar import Request, get, put
+from litestar.params import Body
 
 from fusee import LimitInfo
-from fusee.adapters.http.state import api_state, json_body, json_response
-from fusee.errors import InvalidArgument
+from fusee.adapters.http.models import LimitChange, Limits
+from fusee.adapters.http.schemas import BAD_ID, Name, errors
+from fusee.adapters.http.state import api_state
 
-__all__ = ("routes",)
+__all__ = ("handlers",)
 
-
-def _json(info: LimitInfo) -> dict[str, Any]:
-    return dataclasses.asdict(info)
-
-
-async def list_limits(request: Request) -> Response:
-    """``GET /v1/limits``: every limit, sorted by name."""
-    infos = await api_state(request).engine.limits()
-    return json_response({"limits": [_json(i) for i in infos]})
+AnyRequest = Request[Any, Any, Any]
 
 
-async def limit(request: Request) -> Response:
-    """``GET /v1/limits/{name}``: one limit (``404 UnknownLimit`` for a name never
-    set); ``PUT``: change the fields given (``{"per_second", "burst", "concurrent"}``,
-    each optional, ``null`` removes it), the others keep their value; answers the limit."""
-    engine = api_state(request).engine
-    name = request.path_params["name"]
-    if request.method == "GET":
-        return json_response(_json(await engine.get_limit(name)))
-    body = await json_body(request, "the limit")
-    if not isinstance(body, dict):
-        raise InvalidArgument(
-            "the body must be a JSON object with any of per_second, burst, concurrent "
-            '(e.g. {"per_second": 20})'
-        )
-    for count in ("burst", "concurrent"):
-        value = body.get(count)
-        if isinstance(value, float) and value.is_integer():
-            body[count] = int(value)  # JSON's 5.0 is the integer 5
-    return json_response(_json(await engine.update_limit(name, **body)))
+@get("/v1/limits", summary="Every limit, with its holders and waiters")
+async def list_limits(request: AnyRequest) -> Limits:
+    return Limits(limits=await api_state(request).engine.limits())
 
 
-routes: list[BaseRoute] = [
-    Route("/v1/limits", list_limits, methods=["GET"], name="limits"),
-    Route("/v1/limits/{name:id}", limit, methods=["GET", "PUT"], name="limit"),
-]
+@get(
+    "/v1/limits/{name:str}",
+    summary="A limit",
+    responses=errors(e400=BAD_ID, e404="`unknown_limit`: no limit of this name was set."),
+)
+async def get_limit(request: AnyRequest, name: Name) -> LimitInfo:
+    return await api_state(request).engine.get_limit(name)
+
+
+@put(
+    "/v1/limits/{name:str}",
+    summary="Set or change a limit (`fusee limits set`)",
+    description="The fields given change (`null` removes one), the others keep their value.",
+    responses=errors(
+        e400="`invalid_id` (the name), or `invalid_argument`: a rate or count that is not "
+        "positive, a burst without a rate, nothing to set on a new limit; nothing was stored."
+    ),
+)
+async def put_limit(
+    request: AnyRequest, name: Name, data: Annotated[LimitChange, Body()]
+) -> LimitInfo:
+    changes = {k: v for k, v in msgspec.structs.asdict(data).items() if v is not msgspec.UNSET}
+    return await api_state(request).engine.update_limit(name, **changes)
+
+
+handlers = [list_limits, get_limit, put_limit]

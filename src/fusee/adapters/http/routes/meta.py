@@ -2,31 +2,36 @@
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from typing import Any
 
-from fusee.adapters.http.errors import error_response
-from fusee.adapters.http.openapi import openapi_document
-from fusee.adapters.http.state import api_state, json_response
+from litestar import Request, Response, get
 
-__all__ = ("routes",)
+from fusee.adapters.http.errors import ApiError
+from fusee.adapters.http.models import Health
+from fusee.adapters.http.schemas import errors
+from fusee.adapters.http.state import api_state
+
+__all__ = ("handlers",)
 
 
-async def healthz(request: Request) -> Response:
-    """``200 {"status": "ok"}`` while the engine's NATS connection is up, else ``503``."""
+@get(
+    "/healthz",
+    summary="Liveness and readiness",
+    security=[{}],
+    responses=errors(e503="`service_unavailable`: the NATS connection is down (reconnecting)."),
+)
+async def healthz(request: Request[Any, Any, Any]) -> Health:
+    """``200`` while the engine's NATS connection is up, else ``503``."""
     engine = api_state(request).engine
     if not engine.store.nc.is_connected:
-        return error_response(503, "ServiceUnavailable", "not connected to NATS (reconnecting)")
-    return json_response({"status": "ok", "namespace": engine.namespace})
+        raise ApiError(503, "not connected to NATS (reconnecting)")
+    return Health(status="ok", namespace=engine.namespace)
 
 
-async def openapi(request: Request) -> Response:
-    """The OpenAPI 3.1 document of this API."""
-    return json_response(openapi_document(request.app.routes))
+@get("/openapi.json", include_in_schema=False, summary="This document")
+async def document(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    """The OpenAPI 3.1 document, generated from the routes' own types."""
+    return Response(request.app.openapi_schema.to_schema())
 
 
-routes: list[BaseRoute] = [
-    Route("/healthz", healthz, methods=["GET"], name="healthz"),
-    Route("/openapi.json", openapi, methods=["GET"], name="openapi"),
-]
+handlers = [healthz, document]

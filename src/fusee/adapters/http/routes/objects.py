@@ -1,178 +1,259 @@
-"""``/v1/objects/{type:id}/{key}``: keyed objects' state and queue, and calls to their handlers.
+"""``/v1/objects/{type}/{key}``: keyed objects' state and queue, and calls to their handlers.
 
 The API knows object types by name only, so every handler is invoked as an exclusive
 invocation through the key's inbox (the worker runs it). A handler's failure is the
-call's failure: ``500 HandlerFailed`` (``409 HandlerCancelled``, ``404 UnknownHandler``)
-with the handler's own ``error_type`` and ``message`` in the error body.
+call's failure: ``500 handler_failed`` (``409 handler_cancelled``, ``404
+unknown_handler``) with the handler's own ``error_type`` and ``handler`` in the error body.
 """
 
 from __future__ import annotations
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+from typing import Annotated, Any
 
-from fusee import ObjectKey
-from fusee.adapters.http.errors import ApiError, error_response
+from litestar import Request, delete, get, patch, post
+from litestar.params import Body, HeaderParameter
+
+from fusee import ObjectInfo, ObjectKey
+from fusee.adapters.http.errors import ApiError
+from fusee.adapters.http.models import (
+    CallResult,
+    CancelQueued,
+    ObjectCancel,
+    ObjectEdit,
+    ObjectKeys,
+    ObjectKeyState,
+    Queued,
+)
 from fusee.adapters.http.params import parse_wait
-from fusee.adapters.http.state import api_state, json_body, json_response, until_disconnect
+from fusee.adapters.http.schemas import ID_SCHEMA, Key, Name, ObjectTypeName, Wait, errors
+from fusee.adapters.http.state import api_state, until_disconnect
 from fusee.errors import HandlerCancelled, HandlerFailed, InvalidArgument, Timeout
 from fusee.runtime.ids import validate_id, validate_name
 
-__all__ = ("routes",)
+__all__ = ("handlers",)
 
 UNKNOWN_HANDLER = "fusee.UnknownHandler"  # the error_type of a handler the type lacks
+AnyRequest = Request[Any, Any, Any]
+
+_BAD = (
+    "`invalid_id`: the type, key or handler name cannot exist; or `invalid_argument`: a "
+    "bad body, `timeout` or `Idempotency-Key`."
+)
+_TIMEOUT = "`timeout`: the invocation did not end within `timeout`; it stays queued or running."
+
+IdempotencyKey = Annotated[
+    str | None,
+    HeaderParameter(
+        name="Idempotency-Key",
+        description="A retried request with the same key (within 2 minutes) does not run "
+        "the handler again: it gets the first invocation's outcome.",
+        schema_extra=ID_SCHEMA,
+    ),
+]
+
+# something to do: a whole state alone, or a key to set, one to delete, a clear
+_EDIT_RULES: dict[str, Any] = {
+    "anyOf": [
+        {"required": ["state"], "maxProperties": 1, "properties": {"state": {"type": "object"}}},
+        {
+            "required": ["set"],
+            "not": {"required": ["state"]},
+            "properties": {"set": {"type": "object", "minProperties": 1}},
+        },
+        {
+            "required": ["delete"],
+            "not": {"required": ["state"]},
+            "properties": {"delete": {"type": "array", "minItems": 1}},
+        },
+        {
+            "required": ["clear"],
+            "not": {"required": ["state"]},
+            "properties": {"clear": {"const": True}},
+        },
+    ]
+}
 
 
-def _object(request: Request) -> ObjectKey:
-    params = request.path_params
-    return api_state(request).engine.object(params["type"], params["key"])
+def _object(request: AnyRequest, object_type: str, key: str) -> ObjectKey:
+    return api_state(request).engine.object(object_type, key)
 
 
-def _timed_out(obj: ObjectKey, what: str, wait: float) -> Response:
-    return error_response(
+def _timed_out(obj: ObjectKey, what: str, wait: float) -> ApiError:
+    return ApiError(
         504,
-        "Timeout",
         f"{obj.object_type}/{obj.key}: {what} did not end within {wait:g}s; it stays queued "
-        "or running (GET /v1/objects/{type:id}/{key} shows the queue)",
+        "or running (GET /v1/objects/{type}/{key} shows the queue)",
+        "timeout",
     )
 
 
-async def list_keys(request: Request) -> Response:
-    """``GET /v1/objects/{type:id}``: every key with state, and its state, sorted by key."""
-    engine = api_state(request).engine
-    keys = await engine.list_objects(request.path_params["type"])
-    return json_response({"keys": [{"key": key, "state": state} for key, state in keys]})
+@get(
+    "/v1/objects/{object_type:str}",
+    summary="The keys of an object type that have state",
+    responses=errors(e400=_BAD),
+)
+async def list_keys(request: AnyRequest, object_type: ObjectTypeName) -> ObjectKeys:
+    keys = await api_state(request).engine.list_objects(object_type)
+    return ObjectKeys(keys=[ObjectKeyState(key=k, state=s) for k, s in keys])
 
 
-async def show(request: Request) -> Response:
-    """``GET /v1/objects/{type:id}/{key}``: the state, the running and waiting invocations,
-    and the last one that ended (``ObjectKey.show()``)."""
-    return json_response(await _object(request).show())
+@get(
+    "/v1/objects/{object_type:str}/{key:str}",
+    summary="An object's state and queue",
+    responses=errors(e400=_BAD),
+)
+async def show(request: AnyRequest, object_type: ObjectTypeName, key: Key) -> ObjectInfo:
+    return await _object(request, object_type, key).show()
 
 
-async def state(request: Request) -> Response:
-    """``/v1/objects/{type:id}/{key}/state``: ``GET`` reads it, ``PATCH`` edits it,
-    ``DELETE`` clears it."""
-    if request.method == "PATCH":
-        return await _patch_state(request)
-    if request.method == "DELETE":
-        return await _clear_state(request)
-    # GET: the state (``{}`` for a key never used)
-    return json_response(await _object(request).state())
+@get(
+    "/v1/objects/{object_type:str}/{key:str}/state",
+    summary="An object's state (`{}` for a key never used)",
+    responses=errors(e400=_BAD),
+)
+async def get_state(request: AnyRequest, object_type: ObjectTypeName, key: Key) -> dict[str, Any]:
+    return await _object(request, object_type, key).state()
 
 
-_EDIT_FIELDS = frozenset({"set", "delete", "clear", "state"})
-
-
-async def _patch_state(request: Request) -> Response:
-    """``PATCH /v1/objects/{type:id}/{key}/state``: ``{"set", "delete", "clear"}`` or
-    ``{"state"}``, applied as one exclusive invocation; answers the new state."""
-    obj = _object(request)
-    wait = parse_wait(request.query_params.get("timeout"))
-    edit = await json_body(request, "the edit")
-    if not isinstance(edit, dict):
+@patch(
+    "/v1/objects/{object_type:str}/{key:str}/state",
+    summary="Change an object's state",
+    description="Applied as one exclusive invocation, in its turn; answers the new state.",
+    responses=errors(e400=_BAD, e504=_TIMEOUT),
+)
+async def patch_state(
+    request: AnyRequest,
+    object_type: ObjectTypeName,
+    key: Key,
+    data: Annotated[ObjectEdit, Body(schema_extra=_EDIT_RULES)],
+    timeout: Wait = None,
+) -> dict[str, Any]:
+    obj = _object(request, object_type, key)
+    wait = parse_wait(timeout)
+    if data.state is not None and (data.set or data.delete or data.clear):
+        raise InvalidArgument("'state' replaces the whole state: send it without set/delete/clear")
+    if data.state is None and not (data.set or data.delete or data.clear):
         raise InvalidArgument(
-            'the edit must be a JSON object: {"set": {...}, "delete": [...], "clear": true} '
+            'nothing to edit: send {"set": {...}}, {"delete": [...]}, {"clear": true} '
             'or {"state": {...}}'
         )
-    unknown = set(edit) - _EDIT_FIELDS
-    if unknown:
-        raise InvalidArgument(f"unknown edit field(s) {sorted(unknown)}")
-    if "state" in edit and len(edit) > 1:
-        raise InvalidArgument("'state' replaces the whole state: send it without set/delete/clear")
-    if not isinstance(edit.get("clear", False), bool):
-        raise InvalidArgument(f"'clear' must be true or false, got {edit['clear']!r}")
     try:
-        new_state = await until_disconnect(
+        return await until_disconnect(
             request,
             lambda: obj.edit(
-                set=edit.get("set"),
-                delete=edit.get("delete"),
-                state=edit.get("state"),
-                clear=bool(edit.get("clear", False)),
-                timeout=wait,
+                set=data.set, delete=data.delete, state=data.state, clear=data.clear, timeout=wait
             ),
         )
     except Timeout:
-        return _timed_out(obj, "the edit", wait)
-    return json_response(new_state)
+        raise _timed_out(obj, "the edit", wait) from None
 
 
-async def _clear_state(request: Request) -> Response:
-    """``DELETE /v1/objects/{type:id}/{key}/state``: remove every key (an exclusive
-    invocation, in its turn); answers the new state, ``{}``."""
-    obj = _object(request)
-    wait = parse_wait(request.query_params.get("timeout"))
+@delete(
+    "/v1/objects/{object_type:str}/{key:str}/state",
+    status_code=200,
+    summary="Remove every key of an object's state",
+    responses=errors(e400=_BAD, e504=_TIMEOUT),
+)
+async def clear_state(
+    request: AnyRequest, object_type: ObjectTypeName, key: Key, timeout: Wait = None
+) -> dict[str, Any]:
+    obj = _object(request, object_type, key)
+    wait = parse_wait(timeout)
     try:
         await until_disconnect(request, lambda: obj.clear(timeout=wait))
     except Timeout:
-        return _timed_out(obj, "the clear", wait)
-    return json_response(await obj.state())
+        raise _timed_out(obj, "the clear", wait) from None
+    return await obj.state()
 
 
-def _idempotency_key(request: Request) -> str | None:
-    key = request.headers.get("idempotency-key")
+def _idempotency(key: str | None) -> str | None:
     return None if key is None else validate_id(key, "Idempotency-Key")
 
 
-async def call(request: Request) -> Response:
-    """``POST /v1/objects/{type:id}/{key}/call/{handler:id}``: invoke the handler with the body
-    (JSON; empty: ``null``) and answer ``{"result": ...}`` once it ended."""
-    obj = _object(request)
-    handler = validate_name(request.path_params["handler"], "handler name")
-    wait = parse_wait(request.query_params.get("timeout"))
-    idempotency_key = _idempotency_key(request)
-    arg = await json_body(request, "the input")
+@post(
+    "/v1/objects/{object_type:str}/{key:str}/call/{handler:str}",
+    status_code=200,
+    summary="Invoke a handler and wait for its result",
+    description="The body (any JSON; empty: `null`) is the handler's input.",
+    responses=errors(
+        e400=_BAD,
+        e404="`unknown_handler`: the object type has no such handler.",
+        e409="`handler_cancelled`: the invocation was cancelled.",
+        e500="`handler_failed`: the handler raised; `error_type` and `handler` say which.",
+        e504=_TIMEOUT,
+    ),
+)
+async def call(
+    request: AnyRequest,
+    object_type: ObjectTypeName,
+    key: Key,
+    handler: Name,
+    timeout: Wait = None,
+    idempotency_key: IdempotencyKey = None,
+    data: Annotated[Any, Body()] = None,
+) -> CallResult:
+    obj = _object(request, object_type, key)
+    handler = validate_name(handler, "handler name")
+    wait = parse_wait(timeout)
+    ikey = _idempotency(idempotency_key)
     try:
         result = await until_disconnect(
-            request,
-            lambda: obj.call(handler, arg, idempotency_key=idempotency_key, timeout=wait),
+            request, lambda: obj.call(handler, data, idempotency_key=ikey, timeout=wait)
         )
     except HandlerCancelled as exc:
-        return _handler_error(409, "HandlerCancelled", exc)
+        raise _handler_error(409, "handler_cancelled", exc) from None
     except HandlerFailed as exc:
         if exc.error_type == UNKNOWN_HANDLER:
-            return _handler_error(404, "UnknownHandler", exc)
-        return _handler_error(500, "HandlerFailed", exc)
+            raise _handler_error(404, "unknown_handler", exc) from None
+        raise _handler_error(500, "handler_failed", exc) from None
     except Timeout:
-        return _timed_out(obj, f"{handler!r}", wait)
-    return json_response({"result": result})
+        raise _timed_out(obj, f"{handler!r}", wait) from None
+    return CallResult(result=result)
 
 
-def _handler_error(status: int, type_: str, exc: HandlerFailed) -> Response:
-    return error_response(
-        status, type_, exc.message, handler=exc.handler, error_type=exc.error_type
-    )
+def _handler_error(status: int, code: str, exc: HandlerFailed) -> ApiError:
+    return ApiError(status, exc.message, code, handler=exc.handler, error_type=exc.error_type)
 
 
-async def send(request: Request) -> Response:
-    """``POST /v1/objects/{type:id}/{key}/send/{handler:id}``: queue an invocation; ``202
-    {"seq": n}`` once it is stored (durable)."""
-    obj = _object(request)
-    handler = validate_name(request.path_params["handler"], "handler name")
-    idempotency_key = _idempotency_key(request)
-    arg = await json_body(request, "the input")
-    seq = await obj.send(handler, arg, idempotency_key=idempotency_key)
-    return json_response({"seq": seq}, 202)
+@post(
+    "/v1/objects/{object_type:str}/{key:str}/send/{handler:str}",
+    status_code=202,
+    summary="Queue an invocation without waiting for it",
+    description="`202 {seq}` once it is stored (durable).",
+    responses=errors(e400=_BAD),
+)
+async def send(
+    request: AnyRequest,
+    object_type: ObjectTypeName,
+    key: Key,
+    handler: Name,
+    idempotency_key: IdempotencyKey = None,
+    data: Annotated[Any, Body()] = None,
+) -> Queued:
+    obj = _object(request, object_type, key)
+    handler = validate_name(handler, "handler name")
+    seq = await obj.send(handler, data, idempotency_key=_idempotency(idempotency_key))
+    return Queued(seq=seq)
 
 
-async def cancel(request: Request) -> Response:
-    """``POST /v1/objects/{type:id}/{key}/cancel``: ``{"seq": n, "reason": "..."}``; without
-    ``seq``, the invocation running (else the next to run). ``202 {"seq", "reason"}``."""
-    obj = _object(request)
-    body = await json_body(request, "the cancel")
-    body = {} if body is None else body
-    if not isinstance(body, dict) or set(body) - {"seq", "reason"}:
-        raise InvalidArgument('the body must be {"seq": <int>, "reason": "<text>"} (both optional)')
-    seq = body.get("seq")
-    if isinstance(seq, float) and seq.is_integer():
-        seq = int(seq)  # 43.0 is the integer 43 in JSON (and in the OpenAPI schema)
-    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq < 1):
+@post(
+    "/v1/objects/{object_type:str}/{key:str}/cancel",
+    status_code=202,
+    summary="Cancel an invocation",
+    description="Without `seq`: the invocation running, else the next to run.",
+    responses=errors(e400=_BAD, e409="`nothing_to_cancel`: no `seq` given and nothing is queued."),
+)
+async def cancel(
+    request: AnyRequest,
+    object_type: ObjectTypeName,
+    key: Key,
+    data: Annotated[ObjectCancel | None, Body()] = None,
+) -> CancelQueued:
+    obj = _object(request, object_type, key)
+    body = data or ObjectCancel()
+    seq = body.seq
+    if seq is not None and seq < 1:
         raise InvalidArgument(f"seq={seq!r}: an invocation's number (>= 1), from the queue")
-    reason = body.get("reason", "cancelled over HTTP")
-    if not isinstance(reason, str):
-        raise InvalidArgument(f"reason={reason!r}: must be a string")
     if seq is None:
         # A numbered cancel: one without a target stays in the inbox and could be
         # applied again to a later invocation when the object is re-activated.
@@ -183,34 +264,11 @@ async def cancel(request: Request) -> Response:
             raise ApiError(
                 409,
                 f"{obj.object_type}/{obj.key} runs nothing and has nothing queued to cancel",
-                "NothingToCancel",
+                "nothing_to_cancel",
             )
         seq = heads[0]
-    await obj.cancel(seq, reason)
-    return json_response({"seq": seq, "reason": reason}, 202)
+    await obj.cancel(seq, body.reason)
+    return CancelQueued(seq=seq, reason=body.reason)
 
 
-routes: list[BaseRoute] = [
-    # `:path`: keys may hold slashes ("user/7"); the suffixed routes come first
-    Route(
-        "/v1/objects/{type:id}/{key:id}/call/{handler:id}",
-        call,
-        methods=["POST"],
-        name="object_call",
-    ),
-    Route(
-        "/v1/objects/{type:id}/{key:id}/send/{handler:id}",
-        send,
-        methods=["POST"],
-        name="object_send",
-    ),
-    Route("/v1/objects/{type:id}/{key:id}/cancel", cancel, methods=["POST"], name="object_cancel"),
-    Route(
-        "/v1/objects/{type:id}/{key:id}/state",
-        state,
-        methods=["GET", "PATCH", "DELETE"],
-        name="object_state",
-    ),
-    Route("/v1/objects/{type:id}/{key:id}", show, methods=["GET"], name="object_show"),
-    Route("/v1/objects/{type:id}", list_keys, methods=["GET"], name="object_keys"),
-]
+handlers = [list_keys, show, get_state, patch_state, clear_state, call, send, cancel]

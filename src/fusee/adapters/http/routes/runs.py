@@ -1,43 +1,239 @@
-"""``/v1/runs/{run_id}``: a run's status, and its result (waiting for it)."""
+"""``/v1/runs``: start and list runs; a run's status, journal, result, signals, cancel
+and resume."""
 
 from __future__ import annotations
 
-from typing import Any
+import base64
+import hashlib
+from typing import Annotated, Any
 
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import BaseRoute, Route
+import msgspec
+from litestar import Request, Response, get, post
+from litestar.params import Body, HeaderParameter, Parameter
 
-from fusee import Run
+from fusee import Run, RunInfo
+from fusee.adapters.http.errors import ApiError
+from fusee.adapters.http.models import (
+    CancelRun,
+    JournalPage,
+    JournalRecord,
+    OutcomeError,
+    ResumeRun,
+    RunAccepted,
+    RunOutcome,
+    RunPage,
+    RunWaiting,
+    SignalSent,
+    StartRun,
+)
 from fusee.adapters.http.params import parse_wait
-from fusee.adapters.http.state import api_state, json_body, json_response, until_disconnect
+from fusee.adapters.http.schemas import (
+    BAD_ID,
+    ID_SCHEMA,
+    NAME_SCHEMA,
+    NO_RUN,
+    WHEN,
+    Name,
+    RunId,
+    Wait,
+    also,
+    errors,
+)
+from fusee.adapters.http.state import api_state, until_disconnect
 from fusee.errors import InvalidArgument, RunCancelled, RunFailed, Timeout
+from fusee.runtime.ids import validate_id, validate_name
 
-__all__ = ("routes",)
+__all__ = ("handlers",)
 
+MAX_PAGE = 500
+ENDED = "`run_ended`: the run has ended; nothing was stored."  # signal and cancel
 
-async def describe(request: Request) -> Response:
-    """``GET /v1/runs/{run_id}``: the run's status (``Run.describe()``) as JSON."""
-    run = api_state(request).engine.run(request.path_params["run_id"])
-    return json_response(await run.describe())
-
-
-def _waiting(run_id: str, status: str, reason: str | None) -> Response:
-    body: dict[str, Any] = {"run_id": run_id, "status": status}
-    if reason:
-        body["reason"] = reason
-    return json_response(body, 202)
+AnyRequest = Request[Any, Any, Any]
 
 
-async def result(request: Request) -> Response:
-    """``GET /v1/runs/{run_id}/result?timeout=30s``: wait for the run to end.
+@post(
+    "/v1/runs",
+    status_code=201,
+    summary="Start a run (idempotent by ID)",
+    description="`201` with the run when this request started it; `200` with it when a "
+    "run of this ID exists with the same workflow, input and timeout (a retried start); "
+    "`409 run_exists` when it exists with another.",
+    responses={
+        200: also(RunInfo, "The run existed (a retried start)."),
+        **errors(
+            e400=BAD_ID,
+            e409="`run_exists`: a run of this ID exists with another workflow, input or timeout.",
+        ),
+    },
+)
+async def start_run(request: AnyRequest, data: Annotated[StartRun, Body()]) -> Response[RunInfo]:
+    engine = api_state(request).engine
+    run = await engine.start(data.workflow, data.id, data.input, timeout=data.timeout)
+    return Response(await run.describe(), status_code=201 if run.created else 200)
 
-    ``200`` with the outcome once it ended: ``completed`` with ``result``, or ``failed``
-    or ``cancelled`` with ``error``. ``202`` with the current status if it has not
-    ended when ``timeout`` passes, or at once if it is paused (it will not end by itself).
-    """
-    run = api_state(request).engine.run(request.path_params["run_id"])
-    wait = parse_wait(request.query_params.get("timeout"))
+
+def _fingerprint(filters: tuple[str | None, ...]) -> str:
+    return hashlib.sha256(msgspec.json.encode(filters)).hexdigest()[:12]
+
+
+def _cursor(after: tuple[int, int], filters: tuple[str | None, ...]) -> str:
+    raw = msgspec.json.encode([after[0], after[1], _fingerprint(filters)])
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _after(cursor: str | None, filters: tuple[str | None, ...]) -> tuple[int, int] | None:
+    if cursor is None or cursor == "":
+        return None
+    try:
+        stage, start, print_ = msgspec.json.decode(
+            base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        )
+        ok = isinstance(stage, int) and isinstance(start, int) and stage >= 0 and start >= 1
+    except (ValueError, TypeError, msgspec.DecodeError):
+        ok = False
+    if not ok:
+        raise InvalidArgument(
+            f"cursor={cursor!r}: not a cursor of this API (pass next_cursor as it came)"
+        )
+    if print_ != _fingerprint(filters):
+        raise InvalidArgument(
+            "cursor: made for other filters; send the same filters with each page"
+        )
+    return stage, start
+
+
+@get(
+    "/v1/runs",
+    summary="List runs, filtered, a page at a time",
+    description="Reads one page of the run index per request (never every run). A "
+    "page can hold fewer runs than `limit`, even none, and still have a `next_cursor`: "
+    "follow it until it is null. Runs come grouped by where they are read (the runs "
+    "not ended, the paused, then each ended status), newest first within a page.",
+    responses=errors(
+        e400="`config_error`: an unknown status, a bad time, `until` not after `since`; `invalid_argument`: a bad cursor or limit."
+    ),
+)
+async def list_runs(
+    request: AnyRequest,
+    workflow: Annotated[
+        str | None, Parameter(description="Only runs of this workflow.", schema_extra=NAME_SCHEMA)
+    ] = None,
+    status: Annotated[
+        str | None,
+        Parameter(
+            description="Only runs with this status.",
+            schema_extra={
+                "enum": [
+                    "pending",
+                    "running",
+                    "waiting",
+                    "paused",
+                    "completed",
+                    "failed",
+                    "cancelled",
+                ]
+            },
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        Parameter(
+            description="Only runs started at or after: a duration back from now (`1h`) or an ISO 8601 time.",
+            schema_extra=WHEN,
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        Parameter(description="Only runs started before (as `since`).", schema_extra=WHEN),
+    ] = None,
+    id_prefix: Annotated[
+        str | None,
+        Parameter(description="Only runs whose ID starts with this.", schema_extra=ID_SCHEMA),
+    ] = None,
+    limit: Annotated[
+        int, Parameter(ge=1, le=MAX_PAGE, description="Index entries read for this page.")
+    ] = 100,
+    cursor: Annotated[
+        str | None, Parameter(description="The `next_cursor` of the previous page.")
+    ] = None,
+) -> RunPage:
+    filters = (status, workflow, since, until, id_prefix)
+    after = _after(cursor, filters)
+    engine = api_state(request).engine
+    runs, next_at = await engine.runs_page(
+        status=status,
+        workflow=workflow,
+        since=since,
+        until=until,
+        id_prefix=id_prefix,
+        after=after,
+        page=limit,
+    )
+    return RunPage(runs=runs, next_cursor=_cursor(next_at, filters) if next_at else None)
+
+
+def _run(request: AnyRequest, run_id: str) -> Run:
+    return api_state(request).engine.run(run_id)
+
+
+@get(
+    "/v1/runs/{run_id:str}",
+    summary="A run's status",
+    responses=errors(e400=BAD_ID, e404=NO_RUN),
+)
+async def describe(request: AnyRequest, run_id: RunId) -> RunInfo:
+    return await _run(request, run_id).describe()
+
+
+@get(
+    "/v1/runs/{run_id:str}/journal",
+    summary="A run's journal, a page at a time",
+    description="Records as `{seq, record}`, oldest first, with `seq` above `after`.",
+    responses=errors(e400=BAD_ID, e404=NO_RUN),
+)
+async def journal(
+    request: AnyRequest,
+    run_id: RunId,
+    after: Annotated[int, Parameter(ge=0, description="The last `seq` already read.")] = 0,
+    limit: Annotated[int, Parameter(ge=1, le=1000, description="Records at most.")] = 100,
+) -> JournalPage:
+    run = _run(request, run_id)
+    records = await run.journal()
+    if not records:
+        await run.describe()  # RunNotFound
+    rest = [(seq, r) for seq, r in records if seq > after]
+    page = rest[:limit]
+    out = [JournalRecord(seq=seq, record=_as_json(r)) for seq, r in page]
+    more = len(rest) > limit
+    return JournalPage(records=out, next_after=page[-1][0] if more else None)
+
+
+def _as_json(record: Any) -> dict[str, Any]:
+    """A journal record as JSON (its stored values, ``Raw`` JSON, included as they are)."""
+    value = msgspec.json.decode(msgspec.json.encode(record))
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _waiting(run_id: str, status: Any, reason: str | None) -> Response[RunOutcome | RunWaiting]:
+    return Response(RunWaiting(run_id=run_id, status=status, reason=reason), status_code=202)
+
+
+@get(
+    "/v1/runs/{run_id:str}/result",
+    summary="Wait for a run's outcome",
+    description="`200` with the outcome once it ended: `completed` with `result`, or "
+    "`failed` or `cancelled` with `error`. `202` with the current status if it has not "
+    "ended when `timeout` passes, or at once if it is paused (it will not end by itself).",
+    responses={
+        202: also(RunWaiting, "It has not ended yet (or is paused)."),
+        **errors(e400=BAD_ID, e404=NO_RUN),
+    },
+)
+async def result(
+    request: AnyRequest, run_id: RunId, timeout: Wait = None
+) -> Response[RunOutcome | RunWaiting]:
+    run = _run(request, run_id)
+    wait = parse_wait(timeout)
     info = await run.describe()
     if info.status == "paused":
         return _waiting(run.run_id, info.status, info.reason)
@@ -46,44 +242,91 @@ async def result(request: Request) -> Response:
         info = await run.describe()
         if info.ended:  # it ended just as the wait did
             outcome = await _outcome(request, run, 0)
-    return outcome or _waiting(run.run_id, info.status, info.reason)
+    if outcome is None:
+        return _waiting(run.run_id, info.status, info.reason)
+    return Response(outcome)
 
 
-async def _outcome(request: Request, run: Run, wait: float) -> Response | None:
-    """The run's outcome as a response, or ``None`` if it did not end within ``wait``."""
+async def _outcome(request: AnyRequest, run: Run, wait: float) -> RunOutcome | None:
+    """The run's outcome, or ``None`` if it did not end within ``wait``."""
     try:
         value = await until_disconnect(request, lambda: run.result(timeout=wait))
     except RunCancelled as exc:
-        error = {"type": exc.error_type, "message": exc.reason}
-        return json_response({"run_id": run.run_id, "status": "cancelled", "error": error})
+        error = OutcomeError(type=exc.error_type, message=exc.reason)
+        return RunOutcome(run_id=run.run_id, status="cancelled", error=error)
     except RunFailed as exc:
-        error = {"type": exc.error_type, "message": exc.message}
-        return json_response({"run_id": run.run_id, "status": "failed", "error": error})
+        error = OutcomeError(type=exc.error_type, message=exc.message)
+        return RunOutcome(run_id=run.run_id, status="failed", error=error)
     except Timeout:
         return None
-    return json_response({"run_id": run.run_id, "status": "completed", "result": value})
+    return RunOutcome(run_id=run.run_id, status="completed", result=value)
 
 
-async def resume(request: Request) -> Response:
-    """``POST /v1/runs/{run_id}/resume`` with an optional ``{"force": true}``: resume a
-    paused run (``Run.resume()``); ``202 {"run_id", "status": "resuming"}`` once the
-    resume is stored, ``409 NotPausedError`` when the run is not paused."""
-    run = api_state(request).engine.run(request.path_params["run_id"])
-    body = await json_body(request, "the resume")
-    body = {} if body is None else body
-    if (
-        not isinstance(body, dict)
-        or set(body) - {"force"}
-        or not isinstance(body.get("force", False), bool)
-    ):
-        raise InvalidArgument('the body must be {"force": true|false} (optional)')
-    await run.resume(force=body.get("force", False))
-    return json_response({"run_id": run.run_id, "status": "resuming"}, 202)
+@post(
+    "/v1/runs/{run_id:str}/signals/{name:str}",
+    status_code=202,
+    summary="Send a run a signal",
+    description="The body (any JSON; empty: `null`) is the payload `ctx.wait_for(name)` "
+    "returns. Durable once answered. An `Idempotency-Key` makes a retried send (within 2 "
+    "minutes) store nothing new.",
+    responses=errors(e400=BAD_ID, e404=NO_RUN, e409=ENDED),
+)
+async def signal(
+    request: AnyRequest,
+    run_id: RunId,
+    name: Name,
+    idempotency_key: Annotated[
+        str | None,
+        HeaderParameter(
+            name="Idempotency-Key", description="A key for retries.", schema_extra=ID_SCHEMA
+        ),
+    ] = None,
+    data: Annotated[Any, Body()] = None,
+) -> SignalSent:
+    run = _run(request, run_id)
+    name = validate_name(name, "signal name")
+    key = None if idempotency_key is None else validate_id(idempotency_key, "Idempotency-Key")
+    if not await run.signal(name, data, key=key):
+        raise ApiError(409, f"run {run.run_id!r} has ended: the signal was not stored", "run_ended")
+    return SignalSent(run_id=run.run_id, signal=name)
 
 
-routes: list[BaseRoute] = [
-    Route("/v1/runs/{run_id:id}/resume", resume, methods=["POST"], name="run_resume"),
-    # `:id`: one percent-encoded segment (a run ID's "/" is %2F), so no order matters
-    Route("/v1/runs/{run_id:id}/result", result, methods=["GET"], name="run_result"),
-    Route("/v1/runs/{run_id:id}", describe, methods=["GET"], name="run_describe"),
-]
+@post(
+    "/v1/runs/{run_id:str}/cancel",
+    status_code=202,
+    summary="Cancel a run",
+    description="The run stops at its next step boundary and ends `cancelled` with "
+    "`reason` (after its compensations). Durable once answered.",
+    responses=errors(e400=BAD_ID, e404=NO_RUN, e409=ENDED),
+)
+async def cancel(
+    request: AnyRequest, run_id: RunId, data: Annotated[CancelRun | None, Body()] = None
+) -> RunAccepted:
+    run = _run(request, run_id)
+    body = data or CancelRun()
+    if not await run.cancel(body.reason):
+        raise ApiError(409, f"run {run.run_id!r} has ended: nothing to cancel", "run_ended")
+    return RunAccepted(run_id=run.run_id, status="cancelling")
+
+
+@post(
+    "/v1/runs/{run_id:str}/resume",
+    status_code=202,
+    summary="Resume a paused run",
+    description="`202` once the resume is stored; the run journals `run.resumed` when "
+    "its worker reads it.",
+    responses=errors(
+        e400=BAD_ID,
+        e404=NO_RUN,
+        e409="`not_paused_error`: the run is not paused, or it is paused on a broken journal chain and needs `force`.",
+    ),
+)
+async def resume(
+    request: AnyRequest, run_id: RunId, data: Annotated[ResumeRun | None, Body()] = None
+) -> RunAccepted:
+    run = _run(request, run_id)
+    await run.resume(force=(data or ResumeRun()).force)
+    return RunAccepted(run_id=run.run_id, status="resuming")
+
+
+handlers = [start_run, list_runs, describe, journal, result, signal, cancel, resume]
