@@ -27,6 +27,7 @@ from fusee.actors.object_state import current_state
 from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
+from fusee.adapters.jetstream.credentials import Credentials
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
@@ -83,6 +84,14 @@ async def connect(
     replicas: int = 1,
     token_retention: DurationLike = "7d",
     callback_base_url: str = "http://127.0.0.1:8000",
+    user: str | None = None,
+    password: str | None = None,
+    token: str | None = None,
+    nkey_seed: str | os.PathLike[str] | None = None,
+    creds: str | os.PathLike[str] | None = None,
+    tls_ca: str | os.PathLike[str] | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
 ) -> Engine:
     """Connect to NATS and make sure the namespace's stream and buckets exist.
 
@@ -97,11 +106,41 @@ async def connect(
     ``callback_base_url`` is where completion URLs point
     (``<callback_base_url>/v1/completions/<token>``, see ``ctx.await_completion``).
 
+    NATS credentials (one way at a time; each defaults to its environment variable):
+    ``user`` and ``password`` (``$FUSEE_NATS_USER``, ``$FUSEE_NATS_PASSWORD``), ``token``
+    (``$FUSEE_NATS_TOKEN``), ``nkey_seed`` (a seed file's path or the seed ``"SU..."``,
+    ``$FUSEE_NATS_NKEY``), ``creds`` (a ``.creds`` file, ``$FUSEE_NATS_CREDS``); TLS with
+    any of them: ``tls_ca`` (a CA bundle), ``tls_cert`` and ``tls_key`` (a client
+    certificate and its key; ``$FUSEE_TLS_CA``, ``$FUSEE_TLS_CERT``, ``$FUSEE_TLS_KEY``).
+    The roles a server can give them: ``nats/accounts.conf``.
+
+    Raises:
+        ConfigError: a credential file that does not exist, two ways to authenticate,
+            credentials without a ``url``, or a server that refused the credentials
+            (naming the server and the way, never the secret).
+        ConnectionLost: no NATS server answered at ``url``.
+
     Example:
         ``engine = await fusee.connect()``
     """
     namespace = validate_namespace(namespace)
     url = url or os.environ.get("FUSEE_NATS_URL") or None
+    env = os.environ.get
+    credentials = Credentials.make(
+        user=user or env("FUSEE_NATS_USER") or None,
+        password=password or env("FUSEE_NATS_PASSWORD") or None,
+        token=token or env("FUSEE_NATS_TOKEN") or None,
+        nkey_seed=nkey_seed or env("FUSEE_NATS_NKEY") or None,
+        creds=creds or env("FUSEE_NATS_CREDS") or None,
+        tls_ca=tls_ca or env("FUSEE_TLS_CA") or None,
+        tls_cert=tls_cert or env("FUSEE_TLS_CERT") or None,
+        tls_key=tls_key or env("FUSEE_TLS_KEY") or None,
+    )
+    if url is None and credentials.given:
+        raise ConfigError(
+            f"NATS credentials ({credentials.method}) without a url: the embedded server "
+            "(no url) takes none; pass url= (or set $FUSEE_NATS_URL)"
+        )
     server: EmbeddedServer | None = None
     if url is None:
         url, server = await ensure_server(
@@ -111,7 +150,13 @@ async def connect(
         retention = parse_duration(token_retention, "token_retention")
         if retention <= 0:
             raise InvalidArgument(f"token_retention={token_retention!r}: must be positive")
-        store = await NatsStore.connect(url, namespace, replicas=replicas, tokens_max_age=retention)
+        store = await NatsStore.connect(
+            url,
+            namespace,
+            replicas=replicas,
+            tokens_max_age=retention,
+            credentials=credentials,
+        )
     except BaseException:
         if server is not None:
             server.stop()

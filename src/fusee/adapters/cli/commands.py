@@ -82,7 +82,7 @@ async def open_engine(
     if opts.nats is not None:
         try:
             with anyio.fail_after(connect_timeout):
-                engine = await fusee.connect(opts.nats, namespace=opts.namespace)
+                engine = await fusee.connect(opts.nats, namespace=opts.namespace, **opts.auth())
         except TimeoutError:
             raise CliError(
                 f"cannot reach NATS at {_redact(opts.nats)} "

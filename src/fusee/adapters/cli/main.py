@@ -42,7 +42,13 @@ from fusee.adapters.cli import commands, limits, objects
 from fusee.adapters.cli.bulk import bulk_parser, runs_bulk
 from fusee.adapters.cli.commands import CliError
 from fusee.adapters.cli.loader import LoadError
-from fusee.adapters.cli.options import CURRENT, DEFAULT_NAMESPACE, DEFAULT_STORE, GlobalOptions
+from fusee.adapters.cli.options import (
+    AUTH_FLAGS,
+    CURRENT,
+    DEFAULT_NAMESPACE,
+    DEFAULT_STORE,
+    GlobalOptions,
+)
 from fusee.errors import FuseeError
 from fusee.logs import LEVELS, LogFormat, configure_logging
 from fusee.runtime.index import Status
@@ -69,6 +75,16 @@ def _global_options() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help=f"fusee namespace: its stream and buckets (default: {DEFAULT_NAMESPACE})",
     )
+    for flag, _, env in AUTH_FLAGS:
+        group.add_argument(
+            flag,
+            metavar="PATH"
+            if flag in ("--nats-creds", "--tls-ca", "--tls-cert", "--tls-key")
+            else "VALUE",
+            default=argparse.SUPPRESS,
+            help=f"NATS credentials: {flag.removeprefix('--')} (default: ${env}); see "
+            "docs/reference/nats-permissions.md",
+        )
     group.add_argument(
         "--store",
         metavar="DIR",
@@ -472,6 +488,11 @@ def _options(args: argparse.Namespace) -> GlobalOptions:
         store=getattr(args, "store", DEFAULT_STORE),
         log_format=cast(LogFormat, log_format),
         log_level=getattr(args, "log_level", default_level),
+        nats_auth=tuple(
+            (arg, value)
+            for flag, arg, _ in AUTH_FLAGS
+            if (value := getattr(args, flag.removeprefix("--").replace("-", "_"), None))
+        ),
     )
 
 

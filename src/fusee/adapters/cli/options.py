@@ -8,11 +8,14 @@ import shutil
 import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 from fusee.logs import LogFormat
 
 __all__ = (
     "GlobalOptions",
+    "AUTH_FLAGS",
+    "NatsAuth",
     "CURRENT",
     "DEFAULT_NAMESPACE",
     "DEFAULT_STORE",
@@ -33,6 +36,10 @@ class GlobalOptions:
         nats_flag: ``--nats`` was given (not taken from ``$FUSEE_NATS_URL``).
         namespace: the fusee namespace (stream ``NAMESPACE``, buckets ``namespace_*``).
         store: the embedded server's directory.
+        nats_auth: the NATS credential options given as flags, as ``fusee.connect``'s
+            keyword arguments (``user``, ``password``, ``token``, ``nkey_seed``, ``creds``,
+            ``tls_ca``, ``tls_cert``, ``tls_key``); their environment variables are read
+            by ``fusee.connect`` itself.
     """
 
     nats: str | None = None
@@ -41,6 +48,38 @@ class GlobalOptions:
     store: str = DEFAULT_STORE
     log_format: LogFormat = "console"
     log_level: str = "info"
+    nats_auth: tuple[tuple[str, str], ...] = ()
+
+    def auth(self) -> NatsAuth:
+        """The credential flags as ``fusee.connect``'s keyword arguments."""
+        return cast(NatsAuth, dict(self.nats_auth))
+
+
+class NatsAuth(TypedDict, total=False):
+    """``fusee.connect``'s credential arguments (see ``AUTH_FLAGS``)."""
+
+    user: str
+    password: str
+    token: str
+    nkey_seed: str
+    creds: str
+    tls_ca: str
+    tls_cert: str
+    tls_key: str
+
+
+# The credential flags of every command that connects: (flag, fusee.connect argument,
+# environment variable fusee.connect reads when the flag is not given)
+AUTH_FLAGS = (
+    ("--nats-user", "user", "FUSEE_NATS_USER"),
+    ("--nats-password", "password", "FUSEE_NATS_PASSWORD"),
+    ("--nats-token", "token", "FUSEE_NATS_TOKEN"),
+    ("--nats-nkey", "nkey_seed", "FUSEE_NATS_NKEY"),
+    ("--nats-creds", "creds", "FUSEE_NATS_CREDS"),
+    ("--tls-ca", "tls_ca", "FUSEE_TLS_CA"),
+    ("--tls-cert", "tls_cert", "FUSEE_TLS_CERT"),
+    ("--tls-key", "tls_key", "FUSEE_TLS_KEY"),
+)
 
 
 # Set by the CLI for the command it runs, so code it calls (a dev file's ``main``) can
