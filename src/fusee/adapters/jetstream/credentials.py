@@ -134,10 +134,10 @@ class Credentials:
         elif self.creds is not None:
             out = f"creds file {self.creds}"
         else:
-            out = "no credentials"
+            out = ""
         if self.tls_cert is not None:
-            out += f", TLS client certificate {self.tls_cert}"
-        return out
+            out += f"{', ' if out else ''}TLS client certificate {self.tls_cert}"
+        return out or "no credentials"
 
     def options(self) -> dict[str, Any]:
         """The keyword arguments of ``nats.connect`` for these credentials.

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import secrets
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
@@ -88,6 +89,10 @@ __all__ = (
 )
 
 log = get_logger()
+
+# The longest a first connection may take: nats-py's connect_timeout (2 s) for each
+# of its 4 tries and the waits between them, with room to spare.
+CONNECT_DEADLINE = 10.0
 
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 # How long a client waits for a worker's ping answer before it counts the worker as
@@ -245,36 +250,54 @@ class NatsStore:
             # sees only as a timeout: kept and logged (see ``denied``).
             if not made:
                 errors.append(exc)
+                if isinstance(exc, ssl.SSLCertVerificationError):
+                    fatal.set()  # (nats-py would wait on, see below)
             elif (subject := permission_denied(exc)) is not None:
                 made[0].note_denied(subject, str(exc))
 
         options = creds.options()
         shown = redact(url)
-        try:
-            nc = await nats.connect(
-                url,
-                name=name,
-                # a few tries for the first connection, so a wrong URL fails fast...
-                max_reconnect_attempts=3,
-                reconnect_time_wait=0.2,
-                connect_timeout=2,
-                allow_reconnect=True,
-                reconnected_cb=reconnected,
-                error_cb=on_error,
-                **options,
-            )
-        except (OSError, nats.errors.Error) as exc:
+        fatal = anyio.Event()
+        nc: Client | None = None
+        failed: BaseException | None = None
+
+        async def give_up_on_fatal() -> None:
+            await fatal.wait()
+            tg.cancel_scope.cancel()
+
+        # nats-py 2.16 never returns from a connect whose TLS handshake failed to verify
+        # the server's certificate: that error ends it (and a deadline any other hang)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(give_up_on_fatal)
+            try:
+                with anyio.fail_after(CONNECT_DEADLINE):
+                    nc = await nats.connect(
+                        url,
+                        name=name,
+                        # a few tries for the first connection, so a wrong URL fails fast...
+                        max_reconnect_attempts=3,
+                        reconnect_time_wait=0.2,
+                        connect_timeout=2,
+                        allow_reconnect=True,
+                        reconnected_cb=reconnected,
+                        error_cb=on_error,
+                        **options,
+                    )
+            except (OSError, nats.errors.Error, TimeoutError) as exc:
+                failed = exc
+            tg.cancel_scope.cancel()
+        if nc is None:
             refused = [e for e in errors if "authorization violation" in str(e).lower()]
             if refused:
                 raise ConfigError(
                     f"NATS at {shown} refused the credentials ({creds.method}): "
                     "authorization violation (a wrong user, password, token, key or "
                     "certificate, or one the server does not know)"
-                ) from None
-            last = errors[-1] if errors else exc
+                )
+            last = errors[-1] if errors else failed
             raise ConnectionLost(
                 f"cannot connect to NATS at {shown} ({creds.method}): {last or type(last).__name__}"
-            ) from None
+            )
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
         store = cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
