@@ -27,7 +27,7 @@ from fusee.adapters.jetstream.permissions import accounts_config
 from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.errors import ConfigError, ConnectionLost
 from fusee.runtime.ids import escape
-from tests.helpers import registry_of
+from tests.helpers import cli_env, registry_of, run_cli
 from tests.workers.procs import HERE, Workers, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,6 +230,26 @@ async def test_a_role_that_may_not_create_the_layout_is_told_to_use_the_admin_on
     with pytest.raises(ConfigError, match="connect once with the admin credentials") as err:
         await fusee.connect(accounts_server.url, namespace="other", **ROLE["worker"])
     assert "$js.api.stream.info.other" in str(err.value)
+
+
+async def test_the_cli_takes_the_credential_flags(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    url = accounts_server.url
+    creds = ["--nats-user", "fusee_client", "--nats-password", PASSWORDS["FUSEE_CLIENT_PASS"]]
+    listed = await run_cli("runs", "list", "--json", "--nats", url, *creds)
+    assert listed.returncode == 0, listed.stderr
+    assert isinstance(json.loads(listed.stdout), list)
+    wrong = await run_cli(
+        "runs", "list", "--nats", url, "--nats-user", "fusee_client", "--nats-password", "no"
+    )
+    assert wrong.returncode != 0
+    assert "refused the credentials (user/password (user 'fusee_client'))" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    # the variables, read by fusee.connect itself
+    env = {**cli_env(), "FUSEE_NATS_USER": "fusee_client", "FUSEE_NATS_PASSWORD": "no"}
+    by_env = await run_cli("runs", "list", "--nats", url, env=env)
+    assert "refused the credentials (user/password (user 'fusee_client'))" in by_env.stderr
 
 
 # -- TLS with a client certificate, nkeys ----------------------------------------------
