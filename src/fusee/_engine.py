@@ -106,7 +106,8 @@ async def connect(
     ``callback_base_url`` is where completion URLs point
     (``<callback_base_url>/v1/completions/<token>``, see ``ctx.await_completion``).
 
-    NATS credentials (one way at a time; each defaults to its environment variable):
+    NATS credentials (one way at a time; with a url, each defaults to its environment
+    variable):
     ``user`` and ``password`` (``$FUSEE_NATS_USER``, ``$FUSEE_NATS_PASSWORD``), ``token``
     (``$FUSEE_NATS_TOKEN``), ``nkey_seed`` (a seed file's path or the seed ``"SU..."``,
     ``$FUSEE_NATS_NKEY``), ``creds`` (a ``.creds`` file, ``$FUSEE_NATS_CREDS``); TLS with
@@ -125,7 +126,27 @@ async def connect(
     """
     namespace = validate_namespace(namespace)
     url = url or os.environ.get("FUSEE_NATS_URL") or None
-    env = os.environ.get
+    given = {
+        "user": user,
+        "password": password,
+        "token": token,
+        "nkey_seed": nkey_seed,
+        "creds": creds,
+        "tls_ca": tls_ca,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+    }
+    if url is None and any(v is not None for v in given.values()):
+        named = ", ".join(k for k, v in given.items() if v is not None)
+        raise ConfigError(
+            f"NATS credentials ({named}) without a url: the embedded server (no url) takes "
+            "none; pass url= (or set $FUSEE_NATS_URL)"
+        )
+
+    def env(name: str) -> str | None:
+        # the variables apply to a server named by a url only (the embedded one has no auth)
+        return None if url is None else os.environ.get(name)
+
     credentials = Credentials.make(
         user=user or env("FUSEE_NATS_USER") or None,
         password=password or env("FUSEE_NATS_PASSWORD") or None,
@@ -136,11 +157,6 @@ async def connect(
         tls_cert=tls_cert or env("FUSEE_TLS_CERT") or None,
         tls_key=tls_key or env("FUSEE_TLS_KEY") or None,
     )
-    if url is None and credentials.given:
-        raise ConfigError(
-            f"NATS credentials ({credentials.method}) without a url: the embedded server "
-            "(no url) takes none; pass url= (or set $FUSEE_NATS_URL)"
-        )
     server: EmbeddedServer | None = None
     if url is None:
         url, server = await ensure_server(

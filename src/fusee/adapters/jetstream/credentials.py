@@ -116,13 +116,6 @@ class Credentials:
         )
 
     @property
-    def given(self) -> bool:
-        return any(
-            v is not None
-            for v in (self.user, self.token, self.nkey_seed, self.creds, self.tls_ca, self.tls_cert)
-        )
-
-    @property
     def method(self) -> str:
         """How this authenticates, for messages: ``user/password (user 'w')``, ``token``..."""
         if self.user is not None:
