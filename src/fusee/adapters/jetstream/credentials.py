@@ -191,5 +191,6 @@ def redact(url: str) -> str:
         userinfo, _, host = split.netloc.rpartition("@")
         user, colon, _ = userinfo.partition(":")
         masked = f"{user}:***" if colon else "***"
-        out.append(urlunsplit(split._replace(netloc=f"{masked}@{host}")))
+        netloc = f"{masked}@{host}"
+        out.append(urlunsplit((split.scheme, netloc, split.path, split.query, split.fragment)))
     return ",".join(out)
