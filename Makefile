@@ -32,6 +32,7 @@ bench: $(VENV)
 	$(PY) -m bench.bulk
 	$(PY) -m bench.minimums
 	$(PY) -m bench.agent_loop
+	$(PY) -m bench.pydantic_ai
 
 venv: $(VENV)
 
