@@ -35,7 +35,12 @@ def registry_of(fn: Any, name: str) -> Registry:
 def cli_env() -> dict[str, str]:
     """The environment for a ``fusee`` subprocess: the tests say where NATS is, so
     nothing from the developer's shell may point elsewhere."""
-    return {k: v for k, v in os.environ.items() if k not in ("FUSEE_NATS_URL", "FUSEE_STORE")}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("FUSEE_NATS_URL", "FUSEE_STORE")
+        and not k.startswith(("FUSEE_NATS_", "FUSEE_TLS_"))  # credentials fusee.connect reads
+    }
 
 
 def cli_cmd(*args: str) -> list[str]:

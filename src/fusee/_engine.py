@@ -27,6 +27,7 @@ from fusee.actors.object_state import current_state
 from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
+from fusee.adapters.jetstream.credentials import Credentials
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
@@ -83,6 +84,14 @@ async def connect(
     replicas: int | None = None,
     token_retention: DurationLike = "7d",
     callback_base_url: str = "http://127.0.0.1:8000",
+    user: str | None = None,
+    password: str | None = None,
+    token: str | None = None,
+    nkey_seed: str | os.PathLike[str] | None = None,
+    creds: str | os.PathLike[str] | None = None,
+    tls_ca: str | os.PathLike[str] | None = None,
+    tls_cert: str | os.PathLike[str] | None = None,
+    tls_key: str | os.PathLike[str] | None = None,
 ) -> Engine:
     """Connect to NATS and make sure the namespace's stream and buckets exist.
 
@@ -104,7 +113,20 @@ async def connect(
     ``callback_base_url`` is where completion URLs point
     (``<callback_base_url>/v1/completions/<token>``, see ``ctx.await_completion``).
 
+    NATS credentials (one way at a time; with a url, each defaults to its environment
+    variable):
+    ``user`` and ``password`` (``$FUSEE_NATS_USER``, ``$FUSEE_NATS_PASSWORD``), ``token``
+    (``$FUSEE_NATS_TOKEN``), ``nkey_seed`` (a seed file's path or the seed ``"SU..."``,
+    ``$FUSEE_NATS_NKEY``), ``creds`` (a ``.creds`` file, ``$FUSEE_NATS_CREDS``); TLS with
+    any of them: ``tls_ca`` (a CA bundle), ``tls_cert`` and ``tls_key`` (a client
+    certificate and its key; ``$FUSEE_TLS_CA``, ``$FUSEE_TLS_CERT``, ``$FUSEE_TLS_KEY``).
+    The roles a server can give them: ``nats/accounts.conf``.
+
     Raises:
+        ConfigError: a credential file that does not exist, two ways to authenticate,
+            credentials without a ``url``, or a server that refused the credentials
+            (naming the server and the way, never the secret).
+        ConnectionLost: no NATS server answered at ``url``.
         InvalidArgument: ``url`` is not a URL or a list of them, or one of them is
             empty; ``replicas`` is not 1 to 5.
 
@@ -114,6 +136,37 @@ async def connect(
     namespace = validate_namespace(namespace)
     urls = nats_urls(url or os.environ.get("FUSEE_NATS_URL") or None)
     replicas = _replicas(replicas)
+    given = {
+        "user": user,
+        "password": password,
+        "token": token,
+        "nkey_seed": nkey_seed,
+        "creds": creds,
+        "tls_ca": tls_ca,
+        "tls_cert": tls_cert,
+        "tls_key": tls_key,
+    }
+    if not urls and any(v is not None for v in given.values()):
+        named = ", ".join(k for k, v in given.items() if v is not None)
+        raise ConfigError(
+            f"NATS credentials ({named}) without a url: the embedded server (no url) takes "
+            "none; pass url= (or set $FUSEE_NATS_URL)"
+        )
+
+    def env(name: str) -> str | None:
+        # the variables apply to a server named by a url only (the embedded one has no auth)
+        return os.environ.get(name) if urls else None
+
+    credentials = Credentials.make(
+        user=user or env("FUSEE_NATS_USER") or None,
+        password=password or env("FUSEE_NATS_PASSWORD") or None,
+        token=token or env("FUSEE_NATS_TOKEN") or None,
+        nkey_seed=nkey_seed or env("FUSEE_NATS_NKEY") or None,
+        creds=creds or env("FUSEE_NATS_CREDS") or None,
+        tls_ca=tls_ca or env("FUSEE_TLS_CA") or None,
+        tls_cert=tls_cert or env("FUSEE_TLS_CERT") or None,
+        tls_key=tls_key or env("FUSEE_TLS_KEY") or None,
+    )
     server: EmbeddedServer | None = None
     if not urls:
         embedded, server = await ensure_server(
@@ -125,7 +178,11 @@ async def connect(
         if retention <= 0:
             raise InvalidArgument(f"token_retention={token_retention!r}: must be positive")
         store = await NatsStore.connect(
-            urls, namespace, replicas=replicas, tokens_max_age=retention
+            urls,
+            namespace,
+            replicas=replicas,
+            tokens_max_age=retention,
+            credentials=credentials,
         )
     except BaseException:
         if server is not None:

@@ -70,10 +70,11 @@ async def open_engine(
             ) from None
     else:
         # Shielded: a Ctrl-C here must not leave a started server without its owner.
+        # No credentials: the embedded server has no auth, and fusee.connect refuses
+        # them without a URL (they may come from $FUSEE_NATS_USER and the like, set for
+        # another server).
         with anyio.CancelScope(shield=True):
-            engine = await fusee.connect(
-                namespace=opts.namespace, store_dir=opts.store, **opts.credentials()
-            )
+            engine = await fusee.connect(namespace=opts.namespace, store_dir=opts.store)
     # its block: object keys made without engine= (in a worker's handlers too) use it;
     # it closes the engine on the way out, shielded from a Ctrl-C
     async with engine:

@@ -36,6 +36,7 @@ __all__ = (
     "direct_last",
     "publish_acked",
     "publish_acked_once",
+    "drop_consumer",
 )
 
 T = TypeVar("T")
@@ -404,3 +405,14 @@ async def direct_last(nc: Client, stream: str, subjects: list[str]) -> list[Stor
         some = subjects[i : i + 1000]
         out.extend(await retrying(read, some, what=f"the last messages of {len(some)} subjects"))
     return out
+
+
+async def drop_consumer(nc: Client, stream: str, name: str) -> None:
+    """Ask the server to delete the ephemeral consumer ``name`` of ``stream`` now, and
+    wait for nothing: its ``inactive_threshold`` removes it anyway if the request is
+    lost, or refused (the worker and client roles of ``nats/accounts.conf`` may not
+    delete consumers; a refused request would wait for its timeout, in the caller's
+    way). The reply goes to an inbox nobody reads. (The journal watch's delete runs in
+    the background and waits for its answer: a test counts consumers after it.)"""
+    with contextlib.suppress(nats.errors.Error, OSError):
+        await nc.publish(f"$JS.API.CONSUMER.DELETE.{stream}.{name}", b"", reply=nc.new_inbox())

@@ -34,6 +34,7 @@ import anyio.to_thread
 from fusee.errors import FuseeError, ServerNotFound
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from types import TracebackType
     from typing import Self
 
@@ -124,13 +125,24 @@ class EmbeddedServer:
     pid: int
 
     def __init__(
-        self, store_dir: Path, *, port: int = -1, max_file_store: int | None = None
+        self,
+        store_dir: Path,
+        *,
+        port: int = -1,
+        max_file_store: int | None = None,
+        extra_config: str = "",
+        env: Mapping[str, str] | None = None,
     ) -> None:
         """Prepare a server without starting it; most callers want :meth:`start`.
-        ``max_file_store``: JetStream's storage limit in bytes (default: the disk's)."""
+        ``max_file_store``: JetStream's storage limit in bytes (default: the disk's).
+        ``extra_config``: lines added to its config (an ``include`` of an accounts file,
+        a ``tls`` block), relative paths from ``store_dir``; ``env``: variables added to
+        its environment (the passwords such a file reads)."""
         self.store_dir = Path(store_dir).absolute()
         self.port = port
         self.max_file_store = max_file_store
+        self.extra_config = extra_config
+        self.env = dict(env or {})
         self.url = ""
         self.monitor_url = ""
         self.pid = 0
@@ -144,16 +156,21 @@ class EmbeddedServer:
         port: int = -1,
         timeout: float = 10.0,
         max_file_store: int | None = None,
+        extra_config: str = "",
+        env: Mapping[str, str] | None = None,
     ) -> Self:
         """Start a server on ``port`` (``-1``: a free one) and wait until JetStream is up.
-        ``max_file_store`` caps JetStream's storage, in bytes.
+        ``max_file_store`` caps JetStream's storage, in bytes; ``extra_config`` and
+        ``env``: see the constructor.
 
         Raises:
             ServerNotFound: no ``nats-server`` binary (see :func:`find_nats_server_binary`).
             FuseeError: the server exited or was not healthy within ``timeout`` seconds;
                 the message holds the end of its log.
         """
-        server = cls(store_dir, port=port, max_file_store=max_file_store)
+        server = cls(
+            store_dir, port=port, max_file_store=max_file_store, extra_config=extra_config, env=env
+        )
         server._launch(timeout)
         return server
 
@@ -236,6 +253,7 @@ class EmbeddedServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, **self.env} if self.env else None,
             )
         self._proc, self.pid = proc, proc.pid
         self.url, self.monitor_url = "", ""
@@ -263,6 +281,7 @@ class EmbeddedServer:
             "  sync_interval: always  # fsync before every ack: an acked journal entry survives a crash\n"
             + (f"  max_file_store: {self.max_file_store}\n" if self.max_file_store else "")
             + "}\n"
+            + (self.extra_config.rstrip("\n") + "\n" if self.extra_config else "")
         )
 
     def _wait_ready(self, timeout: float, log_path: Path) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import secrets
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
@@ -37,11 +38,13 @@ from nats.js.kv import KeyValue
 
 from fusee.actors.ports import NobodyListens
 from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, publish_batch
+from fusee.adapters.jetstream.credentials import Credentials, redact
 from fusee.adapters.jetstream.direct import (
     CLIENT_PATIENCE,
     direct_batch,
     direct_last,
     direct_pages,
+    drop_consumer,
     patience,
     publish_acked,
     publish_acked_once,
@@ -58,9 +61,18 @@ from fusee.adapters.jetstream.layout import (
     Layout,
     StoredMsg,
 )
+from fusee.adapters.jetstream.permissions import permission_denied
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.adapters.jetstream.watch import JournalWatch
-from fusee.errors import ConnectionLost, Fenced, FuseeError, JournalGap, NotEncodable, StorageFull
+from fusee.errors import (
+    ConfigError,
+    ConnectionLost,
+    Fenced,
+    FuseeError,
+    JournalGap,
+    NotEncodable,
+    StorageFull,
+)
 from fusee.logs import get_logger
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.inbox import TimerFired, encode_message
@@ -77,6 +89,10 @@ __all__ = (
 )
 
 log = get_logger()
+
+# The longest a first connection may take: nats-py's connect_timeout (2 s) for each
+# of its 4 tries and the waits between them, with room to spare.
+CONNECT_DEADLINE = 10.0
 
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 # How long a client waits for a worker's ping answer before it counts the worker as
@@ -128,6 +144,14 @@ def lost_on_transient(what: str) -> Iterator[None]:
         yield
     except TRANSIENT as exc:
         raise ConnectionLost(f"{what}: NATS did not answer ({type(exc).__name__})") from None
+
+
+# what a layout setup the server refused raises in nats-py (a denied request times out)
+_SETUP_ERRORS: tuple[type[Exception], ...] = (*TRANSIENT, nats.js.errors.APIError)
+
+
+class _Denied(Exception):
+    """The server refused this connection a call (a permission violation)."""
 
 
 def journal_stream_config(layout: Layout, replicas: int) -> StreamConfig:
@@ -185,6 +209,9 @@ class NatsStore:
         # (see _clear_old_marker)
         self._work_listed: dict[int, set[str]] = {}
         self._listed_upto: int | None = None  # config.listed_from, once read
+        # subjects the server refused this connection (permission violations), with
+        # its message: a denied request looks like a timeout to nats-py
+        self.denied: dict[str, str] = {}
         # the journal stream has followers (R3): their Direct Gets may be behind the
         # leader's acks, so journal reads are checked against the leader's tail (see
         # read_journal): from the stream's config, read by ensure_layout or the first read
@@ -200,8 +227,19 @@ class NatsStore:
         replicas: int = 1,
         tokens_max_age: float = DEFAULT_MAX_AGE,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
+        credentials: Credentials | None = None,
     ) -> NatsStore:
+        """Connect to NATS at ``url`` with ``credentials`` (none by default).
+
+        Raises:
+            ConfigError: the server refused the credentials (naming the server and the
+                method, never the secret), or a TLS file is not what it should be.
+            ConnectionLost: no server answered (with nats-py's last error, e.g. a TLS
+                handshake that failed).
+        """
         made: list[NatsStore] = []
+        creds = credentials or Credentials()
+        errors: list[Exception] = []  # what nats-py reported while connecting
 
         async def reconnected() -> None:
             for store in made:
@@ -213,33 +251,81 @@ class NatsStore:
             if on_reconnect is not None:
                 await on_reconnect()
 
-        async def quiet(_: Exception) -> None:
+        async def on_error(exc: Exception) -> None:
             # nats-py reports every failed reconnect attempt here; reconnecting is
-            # its job and the log line for it is the worker's.
-            return
+            # its job and the log line for it is the worker's. A permission violation
+            # is the server refusing a publish or subscribe, which the caller otherwise
+            # sees only as a timeout: kept and logged (see ``denied``).
+            if not made:
+                errors.append(exc)
+                if isinstance(exc, ssl.SSLCertVerificationError):
+                    fatal.set()  # (nats-py would wait on, see below)
+            elif (subject := permission_denied(exc)) is not None:
+                made[0].note_denied(subject, str(exc))
 
-        try:
-            nc = await nats.connect(
-                url,
-                name=name,
-                # a few tries for the first connection, so a wrong URL fails fast...
-                max_reconnect_attempts=3,
-                reconnect_time_wait=0.2,
-                connect_timeout=2,
-                allow_reconnect=True,
-                reconnected_cb=reconnected,
-                error_cb=quiet,
-            )
-        except (OSError, nats.errors.NoServersError, nats.errors.TimeoutError) as exc:
-            where = url if isinstance(url, str) else ",".join(url)
+        options = creds.options()
+        shown = redact(url if isinstance(url, str) else ",".join(url))
+        fatal = anyio.Event()
+        nc: Client | None = None
+        failed: BaseException | None = None
+
+        async def give_up_on_fatal() -> None:
+            await fatal.wait()
+            tg.cancel_scope.cancel()
+
+        # nats-py 2.16 never returns from a connect whose TLS handshake failed to verify
+        # the server's certificate: that error ends it (and a deadline any other hang)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(give_up_on_fatal)
+            try:
+                with anyio.fail_after(CONNECT_DEADLINE):
+                    nc = await nats.connect(
+                        url,
+                        name=name,
+                        # a few tries for the first connection, so a wrong URL fails fast...
+                        max_reconnect_attempts=3,
+                        reconnect_time_wait=0.2,
+                        connect_timeout=2,
+                        allow_reconnect=True,
+                        reconnected_cb=reconnected,
+                        error_cb=on_error,
+                        **options,
+                    )
+            except (OSError, nats.errors.Error, TimeoutError) as exc:
+                failed = exc
+            tg.cancel_scope.cancel()
+        if nc is None:
+            refused = [e for e in errors if "authorization violation" in str(e).lower()]
+            if refused:
+                raise ConfigError(
+                    f"NATS at {shown} refused the credentials ({creds.method}): "
+                    "authorization violation (a wrong user, password, token, key or "
+                    "certificate, or one the server does not know)"
+                )
+            last = errors[-1] if errors else failed
             raise ConnectionLost(
-                f"cannot connect to NATS at {where}: {exc or type(exc).__name__}"
-            ) from None
+                f"cannot connect to NATS at {shown} ({creds.method}): {last or type(last).__name__}"
+            )
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
         store = cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
         made.append(store)
         return store
+
+    def note_denied(self, subject: str, message: str) -> None:
+        """Remember that the server refused this connection ``subject`` (a permission
+        violation it reports on the side), and log it once per subject (once per
+        stream for a consumer's API call: each consumer has a name of its own)."""
+        if subject.startswith("$js.api.consumer."):
+            subject = subject.rpartition(".")[0]
+        if subject not in self.denied:
+            self.denied[subject] = message
+            log.warning("nats.permission_denied", subject=subject, error=message)
+
+    def is_denied(self, subject: str) -> bool:
+        """Whether the server refused this connection a publish to ``subject`` (the
+        server's message lowercases it)."""
+        return subject.lower() in self.denied
 
     @property
     def max_payload(self) -> int:
@@ -283,7 +369,27 @@ class NatsStore:
     # -- layout -----------------------------------------------------------------------
 
     async def ensure_layout(self) -> None:
-        """Create the stream and buckets if they are missing (idempotent)."""
+        """Create the stream and buckets if they are missing (idempotent).
+
+        Raises:
+            ConfigError: the server refused what this needed (a credential that may not
+                create or update streams, and the namespace is new, or its token
+                retention changed): named, with the way out.
+        """
+        try:
+            await self._ensure_layout()
+        except _SETUP_ERRORS:
+            if self.denied:
+                refused = ", ".join(sorted(self.denied))
+                raise ConfigError(
+                    f"namespace {self.layout.namespace!r}: the server refused these "
+                    f"credentials {refused} while setting up its streams and buckets; "
+                    "connect once with the admin credentials to create them (or to change "
+                    "token_retention), see docs/reference/nats-permissions.md"
+                ) from None
+            raise
+
+    async def _ensure_layout(self) -> None:
         lay = self.layout
         config = journal_stream_config(lay, self.replicas)
         try:
@@ -592,14 +698,21 @@ class NatsStore:
         """Remove the inbox messages of ``eid`` under sequence ``below`` (a subject
         purge of ``<ns>.in.<p>.<eid>`` only: the marker ``….a`` and timers ``….t<pos>``
         are other subjects; the journal stream allows purges, see
-        ``journal_stream_config``)."""
-        await retrying(
-            self.js.purge_stream,
-            self.layout.stream,
-            below,
-            self.layout.inbox(partition, eid),
-            what=lambda: f"purging the inbox of {unescape(eid)!r}",
-        )
+        ``journal_stream_config``).
+
+        A trim, not needed for correctness: with a credential that may not purge (the
+        worker role of ``nats/accounts.conf``) the server refuses it, which nats-py sees
+        as a timeout; from the refusal on this connection skips every trim (the inbox
+        keeps what an admin may purge, see docs/reference/nats-permissions.md)."""
+        api = f"$JS.API.STREAM.PURGE.{self.layout.stream}"
+
+        async def purge() -> None:
+            if self.is_denied(api):
+                raise _Denied
+            await self.js.purge_stream(self.layout.stream, below, self.layout.inbox(partition, eid))
+
+        with contextlib.suppress(_Denied):
+            await retrying(purge, what=lambda: f"purging the inbox of {unescape(eid)!r}")
 
     async def send_inbox(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
@@ -1222,8 +1335,7 @@ class NatsStore:
                 )
             except nats.js.errors.APIError as exc:
                 raise FuseeError(f"NATS refused a counting consumer: {exc}") from exc
-        with contextlib.suppress(*TRANSIENT, nats.js.errors.NotFoundError):
-            await self.js.delete_consumer(self.layout.stream, info.name)
+        await drop_consumer(self.nc, self.layout.stream, info.name)
         return int(info.num_pending or 0)
 
     def _unlisted(self, status: str, workflow: str, eid: str) -> Message:

@@ -1,0 +1,210 @@
+"""The NATS permissions of fusee's three roles in one namespace, and the accounts config
+that grants them (``nats/accounts.conf`` is :func:`accounts_config` of ``"fusee"``).
+
+The lists are made from :class:`~fusee.adapters.jetstream.layout.Layout`, so they name
+exactly the subjects, streams and buckets fusee uses; NATS wildcards match whole tokens
+only, so streams are listed by name, never patterned. Why each line is there (measured
+against a real server by ``tests/integration/test_nats_permissions.py``):
+``docs/reference/nats-permissions.md``.
+
+- **admin**: everything in the account (creates and updates the layout, purges, deletes).
+- **worker**: runs workflows and objects: writes journals, inboxes, values, token
+  streams and the buckets; never creates, updates, purges or deletes a stream or a
+  consumer.
+- **client**: reads runs and token streams, signals and cancels runs, calls objects:
+  writes only inbox messages (``<ns>.in.<partition>.<id>``), never a journal
+  (``<ns>.run.>``), a value, a token, a bucket, nor anything the worker may not.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from fusee.adapters.jetstream.layout import Layout
+
+__all__ = ("Permissions", "ROLES", "permissions", "accounts_config", "permission_denied")
+
+ROLES = ("admin", "worker", "client")
+
+# Never for a worker or a client ("deny has priority" over allow, authorization.md):
+# removing or rewriting what is stored, changing the layout, the account's JetStream.
+_NO_ADMIN = (
+    "$JS.API.STREAM.CREATE.>",
+    "$JS.API.STREAM.UPDATE.>",
+    "$JS.API.STREAM.DELETE.>",
+    "$JS.API.STREAM.PURGE.>",
+    "$JS.API.STREAM.MSG.DELETE.>",
+    "$JS.API.STREAM.SNAPSHOT.>",
+    "$JS.API.STREAM.RESTORE.>",
+    "$JS.API.STREAM.LEADER.>",
+    "$JS.API.STREAM.PEER.>",
+    "$JS.API.CONSUMER.DELETE.>",
+    "$JS.API.CONSUMER.DURABLE.CREATE.>",
+    "$JS.API.CONSUMER.PAUSE.>",
+    "$JS.API.CONSUMER.LEADER.>",
+    "$JS.API.CONSUMER.UNPIN.>",
+    "$JS.API.META.>",
+    "$JS.API.ACCOUNT.>",
+    "$JS.API.SERVER.>",
+)
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """What one role may publish and subscribe to (``None``: no restriction)."""
+
+    publish_allow: tuple[str, ...] | None
+    publish_deny: tuple[str, ...]
+    subscribe_allow: tuple[str, ...] | None
+
+
+def _streams(lay: Layout) -> tuple[list[str], list[str]]:
+    """(the streams anyone reads, the KV buckets' streams)."""
+    buckets = [f"KV_{b}" for b in (lay.runs_bucket, lay.work_bucket, lay.objects_bucket)]
+    tokens = f"{lay.stream}_TOKENS"  # TokenStore.stream
+    return [lay.stream, lay.values_stream, tokens], buckets
+
+
+def _read(lay: Layout) -> list[str]:
+    """What every role needs to read: stream info, direct gets, the ordered consumers a
+    watch (results, token streams, bucket listings) makes, and their flow control."""
+    streams, buckets = _streams(lay)
+    out = ["$JS.API.INFO"]
+    for s in (*streams, *buckets):
+        out += [
+            f"$JS.API.STREAM.INFO.{s}",
+            f"$JS.API.DIRECT.GET.{s}",
+            f"$JS.API.DIRECT.GET.{s}.>",
+            f"$JS.API.STREAM.MSG.GET.{s}",
+            f"$JS.API.CONSUMER.CREATE.{s}",
+            f"$JS.API.CONSUMER.CREATE.{s}.>",
+            f"$JS.API.CONSUMER.INFO.{s}.*",
+            f"$JS.API.CONSUMER.MSG.NEXT.{s}.*",
+            f"$JS.ACK.{s}.>",
+            f"$JS.FC.{s}.>",
+        ]
+    return out
+
+
+def _core(lay: Layout) -> list[str]:
+    # core NATS: wake hints, heartbeats, pings, hand-overs, object calls and replies,
+    # under one prefix; replies to requests go to the requester's inbox
+    return [f"_fusee.{lay.namespace}.>", "_INBOX.>"]
+
+
+def permissions(namespace: str, role: str) -> Permissions:
+    """The permissions of ``role`` (one of :data:`ROLES`) in ``namespace``.
+
+    Raises:
+        ValueError: an unknown role.
+
+    Example:
+        ``permissions("fusee", "client").publish_deny`` includes ``"fusee.run.>"``
+    """
+    lay = Layout(namespace)
+    ns = lay.namespace
+    if role == "admin":
+        return Permissions(None, (), None)
+    if role == "worker":
+        buckets = [f"$KV.{b}.>" for b in (lay.runs_bucket, lay.work_bucket, lay.objects_bucket)]
+        allow = [*_read(lay), f"{ns}.>", *buckets, *_core(lay)]
+        return Permissions(tuple(allow), _NO_ADMIN, tuple(_core(lay)))
+    if role == "client":
+        # inbox messages only: signals, cancels, invocations (``Layout.inbox``)
+        allow = [
+            *_read(lay),
+            f"{ns}.in.*.*",
+            # an object call marks its key active (``NatsStore.ensure_active``), so the
+            # partition's owner activates it
+            f"$KV.{lay.work_bucket}.active.>",
+            *_core(lay),
+        ]
+        deny = (
+            *_NO_ADMIN,
+            f"{ns}.run.>",  # journals: only their actor writes them, under its fence
+            f"{ns}.in.x.>",  # index and listing entries (``in.x`` is no partition)
+            f"{ns}.val.>",
+            f"{ns}.tok.>",
+            f"$KV.{lay.runs_bucket}.>",
+            f"$KV.{lay.objects_bucket}.>",
+        )
+        return Permissions(tuple(allow), deny, tuple(_core(lay)))
+    raise ValueError(f"role={role!r}: must be one of {', '.join(ROLES)}")
+
+
+# nats-py's text for the server's ``-ERR 'Permissions Violation for Publish to "X"'``
+# (lowercased), and the same for a subscription
+_VIOLATION = re.compile(r'permissions violation for (?:publish|subscription) to "([^"]+)"', re.I)
+
+
+def permission_denied(exc: BaseException) -> str | None:
+    """The subject of a permission violation nats-py reported (its error callback),
+    lowercased as nats-py gives it; None for any other error."""
+    found = _VIOLATION.search(str(exc))
+    return None if found is None else found.group(1).lower()
+
+
+def _list(items: tuple[str, ...], indent: str) -> str:
+    q = json.dumps  # a JSON string is a valid quoted string in the nats config syntax
+    return "[\n" + "".join(f"{indent}  {q(i)}\n" for i in items) + f"{indent}]"
+
+
+def _user(namespace: str, role: str, indent: str) -> str:
+    perms = permissions(namespace, role)
+    head = (
+        f"{indent}{{ user: {namespace}_{role}, password: ${namespace.upper()}_{role.upper()}_PASS"
+    )
+    if perms.publish_allow is None:
+        return head + " }\n"
+    i2, i3 = indent + "  ", indent + "    "
+    sub = perms.subscribe_allow or ()
+    return (
+        head
+        + "\n"
+        + f"{i2}permissions: {{\n"
+        + f"{i3}publish: {{\n"
+        + f"{i3}  allow: {_list(perms.publish_allow, i3 + '  ')}\n"
+        + f"{i3}  deny: {_list(perms.publish_deny, i3 + '  ')}\n"
+        + f"{i3}}}\n"
+        + f"{i3}subscribe: {{ allow: {_list(sub, i3)} }}\n"
+        + f"{i2}}}\n"
+        + f"{indent}}}\n"
+    )
+
+
+def accounts_config(namespace: str) -> str:
+    """A nats-server ``accounts`` block for ``namespace``: account ``<NS>`` with users
+    ``<ns>_admin``, ``<ns>_worker`` and ``<ns>_client`` (passwords from the server's
+    environment: ``$<NS>_ADMIN_PASS`` and so on), and a system account ``SYS``
+    (``$<NS>_SYS_PASS``). ``include`` it from the server's config.
+
+    Example:
+        ``Path("accounts.conf").write_text(accounts_config("fusee"))``
+    """
+    ns = Layout(namespace).namespace
+    users = "".join(_user(ns, role, "      ") for role in ROLES)
+    return (
+        f"# Least-privilege accounts for the fusee namespace {ns!r} (stream {ns.upper()}).\n"
+        "# Made by fusee.adapters.jetstream.permissions.accounts_config; do not edit by hand:\n"
+        f"#   python -m fusee.adapters.jetstream.permissions {ns} > accounts.conf\n"
+        "# Include it from a server config (`include ./accounts.conf`) and set the passwords\n"
+        "# in nats-server's environment. Why each line: docs/reference/nats-permissions.md.\n"
+        "accounts {\n"
+        f"  {ns.upper()} {{\n"
+        "    jetstream: enabled\n"
+        "    users: [\n"
+        f"{users}"
+        "    ]\n"
+        "  }\n"
+        f"  SYS {{ users: [ {{ user: sys, password: ${ns.upper()}_SYS_PASS }} ] }}\n"
+        "}\n"
+        "system_account: SYS\n"
+    )
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(accounts_config(sys.argv[1] if len(sys.argv) > 1 else "fusee"))
