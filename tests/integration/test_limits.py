@@ -143,7 +143,7 @@ async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
 ) -> None:
     """per_second=50 shared by 3 worker processes and 300 runs: over every 2 s window
     of the times the attempts began (each step body appends its clock to ``starts``) at
-    most 2 * 50 + burst began (with 50 ms of the rate for the take's answer reaching
+    most 2 * 50 + burst began (with 0.1 s of the rate for the take's answer reaching
     the body), and every run ends.
 
     The 300 runs queue at the limit first (at a rate of one token then none), then it
@@ -182,14 +182,14 @@ async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
     starts = (tmp_path / "starts").read_text().split()
     assert len(starts) == 300
     # the attempts' own starts (each step body's clock as it began): the token is spent
-    # as the attempt takes its permit, so they keep the bound; 50 ms of the rate allowed
-    # for the take's answer on its way to the step body (journaled first, then sent, in
-    # a loaded worker: 111 seen once in 8 runs, 3 CPU hogs beside). With the token spent
-    # at the grant: 116-121 here under the same load, the runs woken by their grants
-    # coming back after a delay that varies
+    # as the attempt takes its permit, so they keep the bound; 0.1 s of the rate allowed
+    # for the take's answer on its way to the step body (decided at the limit's turn,
+    # journaled, then sent, in a starved worker: up to 113 beside 3 CPU hogs, 104-110
+    # at load 4). With the token spent at the grant: 116-121 beside the hogs, the runs
+    # woken by their grants coming back after a delay that varies (103-110 at load 0.3)
     began = sorted(float(t) for t in starts)
     most = max(bisect.bisect_right(began, t + 2.0) - i for i, t in enumerate(began))
-    slack = round(0.05 * per_second)
+    slack = round(0.1 * per_second)
     assert most <= 2 * per_second + burst + slack, f"{most} attempts began in 2 s"
 
 
