@@ -48,6 +48,9 @@ __all__ = ("Tokens", "TokenInfo", "CreatedToken", "StreamAccess", "CACHE_FOR", "
 CACHE_FOR: Final = 10.0
 """Seconds a verified token's entry is used without reading the bucket again."""
 
+TTL_MAX: Final = 3650 * 86400.0
+"""The longest an API token lives, in seconds (10 years)."""
+
 STREAM_TTL_MAX: Final = 3600.0
 """The longest a stream token lives, in seconds: they travel in URLs."""
 
@@ -177,6 +180,8 @@ class Tokens:
         expires = None
         if ttl is not None:
             seconds = _positive(ttl, "ttl")
+            if seconds > TTL_MAX:
+                raise InvalidArgument(f"ttl={ttl!r}: a token lives at most 10 years (3650d)")
             expires = now + seconds
         while True:
             token_id = secrets.token_hex(6)

@@ -162,11 +162,16 @@ class Workers:
 
 
 @contextlib.contextmanager
-def api_server(url: str, namespace: str, tmp_path: Path) -> Iterator[WorkerProc]:
+def api_server(
+    url: str, namespace: str, tmp_path: Path, *, auth: bool = False
+) -> Iterator[WorkerProc]:
     """``fusee api`` on a free port, a process of its own (its log lines in
-    ``tmp_path/api.log``); stopped with SIGTERM, killed if it does not go in 10 s."""
+    ``tmp_path/api.log``); stopped with SIGTERM, killed if it does not go in 10 s.
+    Without ``auth`` it serves with ``--no-auth`` (the tests of auth pass ``auth=True``)."""
     log_path = tmp_path / "api.log"
     cmd = cli_cmd("api", "--port", "0", "--nats", url, "--namespace", namespace)
+    if not auth:
+        cmd.append("--no-auth")
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, env=cli_env(), cwd=tmp_path
@@ -184,12 +189,14 @@ def api_server(url: str, namespace: str, tmp_path: Path) -> Iterator[WorkerProc]
 
 
 @contextlib.contextmanager
-def api_and_worker(url: str, tmp_path: Path, module: Path) -> Iterator[tuple[str, str]]:
+def api_and_worker(
+    url: str, tmp_path: Path, module: Path, *, auth: bool = False
+) -> Iterator[tuple[str, str]]:
     """``fusee api`` and a worker serving ``module``, in a fresh namespace:
     ``(the API's URL, the namespace)`` once both serve (for a module's fixture)."""
     namespace = f"t{secrets.token_hex(4)}"
     workers = Workers(url, namespace, tmp_path, module=module)
-    with api_server(url, namespace, tmp_path) as server:
+    with api_server(url, namespace, tmp_path, auth=auth) as server:
         try:
             worker = workers.spawn()
             serving = started(server, "api.serving")

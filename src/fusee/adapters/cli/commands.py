@@ -181,24 +181,44 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
             where = f"embedded, store {opts.store}" if opts.nats is None else "external"
             log.info("dev.connected", nats=_redact(engine.url), server=where)
-            async with engine.worker() as worker, anyio.create_task_group() as tg:
-                if api_port is not None:
-                    await tg.start(_serve_api, engine, "127.0.0.1", api_port)
-                if main is not None:
-                    await main(engine)
-                if serve or main is None:
-                    log.info(
-                        "dev.serving",
-                        workflows=REGISTRY.names(),
-                        objects=REGISTRY.object_names(),
-                        stop="Ctrl-C",
-                    )
-                    await anyio.sleep_forever()
-                await _finish_work(worker)
-                tg.cancel_scope.cancel()
+            dev_token = await _print_dev_token(engine)
+            try:
+                async with engine.worker() as worker, anyio.create_task_group() as tg:
+                    if api_port is not None:
+                        await tg.start(_serve_api, engine, "127.0.0.1", api_port)
+                    if main is not None:
+                        await main(engine)
+                    if serve or main is None:
+                        log.info(
+                            "dev.serving",
+                            workflows=REGISTRY.names(),
+                            objects=REGISTRY.object_names(),
+                            stop="Ctrl-C",
+                        )
+                        await anyio.sleep_forever()
+                    await _finish_work(worker)
+                    tg.cancel_scope.cancel()
+            finally:
+                with anyio.CancelScope(shield=True), contextlib.suppress(fusee.FuseeError):
+                    await engine.tokens.revoke(dev_token)
 
     await _until_signal(body)
     return 0
+
+
+DEV_TOKEN_TTL = "1d"  # revoked when fusee dev stops; this bounds one left by a kill
+
+
+async def _print_dev_token(engine: fusee.Engine) -> str:
+    """Make an admin token for this ``fusee dev`` and print it on stdout (never in the
+    log): the HTTP API asks for one. Revoked when ``fusee dev`` stops."""
+    made = await engine.tokens.create("admin", name="fusee dev", ttl=DEV_TOKEN_TTL)
+    sys.stdout.write(
+        f"fusee dev: API token (admin, revoked when fusee dev stops): {made.token}\n"
+        f"  curl -H 'Authorization: Bearer {made.token}' ...\n"
+    )
+    sys.stdout.flush()
+    return made.id
 
 
 async def _finish_work(worker: Worker, patience: float = DEV_FINISH) -> None:
@@ -250,6 +270,7 @@ async def _serve_api(
     keepalive: float = 15.0,
     *,
     max_body: int = 1 << 20,
+    auth: bool = True,
     task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     # Imported here: the HTTP stack (starlette, uvicorn) loads only for commands that serve it.
@@ -262,6 +283,7 @@ async def _serve_api(
             port=port,
             keepalive=keepalive,
             max_body=max_body,
+            auth=auth,
             task_status=task_status,
         )
     except OSError as exc:
@@ -271,7 +293,13 @@ async def _serve_api(
 
 
 async def api(
-    opts: GlobalOptions, *, host: str, port: int, keepalive: str = "15s", max_body: str = "1MiB"
+    opts: GlobalOptions,
+    *,
+    host: str,
+    port: int,
+    keepalive: str = "15s",
+    max_body: str = "1MiB",
+    auth: bool = True,
 ) -> int:
     """Serve the HTTP API on ``host:port`` until SIGINT or SIGTERM."""
     from fusee.adapters.http.limits import parse_size
@@ -287,7 +315,7 @@ async def api(
 
     async def body() -> None:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
-            await _serve_api(engine, host, port, every, max_body=limit)
+            await _serve_api(engine, host, port, every, max_body=limit, auth=auth)
 
     await _until_signal(body)
     return 0

@@ -38,7 +38,7 @@ from typing import Any, Literal, cast, get_args
 
 import anyio
 
-from fusee.adapters.cli import commands, limits, objects
+from fusee.adapters.cli import commands, limits, objects, tokens
 from fusee.adapters.cli.bulk import bulk_parser, runs_bulk
 from fusee.adapters.cli.commands import CliError
 from fusee.adapters.cli.loader import LoadError
@@ -169,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep-alive comments on an idle event stream this often (default: 15s)",
     )
     api.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="serve every route without a token: local development only (default: "
+        "require `fusee tokens create` tokens)",
+    )
+    api.add_argument(
         "--max-body",
         default="1MiB",
         metavar="SIZE",
@@ -286,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _objects_parser(sub, common)
     _limits_parser(sub, common)
+    _tokens_parser(sub, common)
     return parser
 
 
@@ -420,6 +427,28 @@ def _limits_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     st.add_argument("--concurrent", type=int, default=None)
 
 
+def _tokens_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    tok = sub.add_parser(
+        "tokens",
+        help="API tokens of the HTTP API (engine.tokens)",
+        description="Make, list and revoke the bearer tokens `fusee api` asks for.",
+    )
+    tok_sub = tok.add_subparsers(dest="tokens_command", metavar="COMMAND", required=True)
+    cr = tok_sub.add_parser("create", parents=[common], help="make a token (printed once)")
+    cr.add_argument("--scope", required=True, choices=tokens.SCOPES)
+    cr.add_argument("--name", default=None, help="what it is for (shown by ls)")
+    cr.add_argument(
+        "--ttl", default=None, metavar="DURATION", help="expire after (30d); default: never"
+    )
+    cr.add_argument(
+        "--json", action="store_true", help='print {"token", "id", "scope", "expires_at"}'
+    )
+    ls = tok_sub.add_parser("ls", parents=[common], help="each token: ID, scope, name, expiry")
+    ls.add_argument("--json", action="store_true", help="print JSON")
+    rv = tok_sub.add_parser("revoke", parents=[common], help="revoke a token by its ID")
+    rv.add_argument("id", metavar="ID")
+
+
 def _objects_command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[[], Awaitable[int]]:
     name = args.objects_command
     if name == "ls":
@@ -463,7 +492,7 @@ def _options(args: argparse.Namespace) -> GlobalOptions:
     nats_flag = getattr(args, "nats", None)
     log_format = getattr(args, "log_format", None) or ("console" if sys.stderr.isatty() else "json")
     default_level = (
-        "warning" if args.command in ("runs", "streams", "objects", "limits") else "info"
+        "warning" if args.command in ("runs", "streams", "objects", "limits", "tokens") else "info"
     )
     return GlobalOptions(
         nats=nats_flag or os.environ.get("FUSEE_NATS_URL") or None,
@@ -494,6 +523,7 @@ def _serving_command(args: argparse.Namespace, opts: GlobalOptions) -> Callable[
             port=args.port,
             keepalive=args.keepalive,
             max_body=args.max_body,
+            auth=not args.no_auth,
         )
     raise AssertionError(f"not a serving command: {args.command}")
 
@@ -503,6 +533,14 @@ def _one_shot_command(
 ) -> Callable[[], Awaitable[int]]:
     if args.command == "objects":
         return _objects_command(args, opts)
+    if args.command == "tokens":
+        if args.tokens_command == "create":
+            return lambda: tokens.tokens_create(
+                opts, scope=args.scope, name=args.name, ttl=args.ttl, as_json=args.json
+            )
+        if args.tokens_command == "ls":
+            return lambda: tokens.tokens_ls(opts, as_json=args.json)
+        return lambda: tokens.tokens_revoke(opts, args.id)
     if args.command == "limits":
         if args.limits_command == "ls":
             return lambda: limits.limits_ls(opts, as_json=args.json)

@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fusee import Engine
+from fusee.adapters.http.auth import DEFAULT_RULES, AuthMiddleware
 from fusee.adapters.http.errors import (
     HTTP_TYPES,
     ApiError,
@@ -25,7 +26,16 @@ from fusee.adapters.http.errors import (
 )
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.paths import RawPath
-from fusee.adapters.http.routes import bulk, completions, limits, meta, objects, runs, streams
+from fusee.adapters.http.routes import (
+    bulk,
+    completions,
+    limits,
+    meta,
+    objects,
+    runs,
+    streams,
+    tokens,
+)
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
@@ -36,7 +46,11 @@ log = get_logger()
 
 
 def create_app(
-    engine: Engine, *, keepalive: float = 15.0, max_body: int = DEFAULT_MAX_BODY
+    engine: Engine,
+    *,
+    keepalive: float = 15.0,
+    max_body: int = DEFAULT_MAX_BODY,
+    auth: bool = True,
 ) -> Starlette:
     """The HTTP API on ``engine``, as an ASGI app (serve it with uvicorn).
 
@@ -46,6 +60,9 @@ def create_app(
         engine: a connected engine; every request reads its namespace.
         keepalive: seconds between keep-alive comments of an idle event stream.
         max_body: the largest request body taken, in bytes (larger: ``413``, unread).
+        auth: require a bearer token of the route's scope (``engine.tokens``; see
+            ``docs/security.md``). ``False`` opens every route to anyone who can reach
+            the port: for local development only.
 
     Example:
         ``uvicorn.run(create_app(await fusee.connect()))``
@@ -58,12 +75,17 @@ def create_app(
         *objects.routes,
         *completions.routes,
         *limits.routes,
+        *tokens.routes,
     ]
+    guard = (
+        [Middleware(AuthMiddleware, verifier=engine.tokens, rules=DEFAULT_RULES)] if auth else []
+    )
     app = Starlette(
         routes=routes,
         middleware=[
             Middleware(RawPath),
             Middleware(_LastResort),
+            *guard,  # before the body is read: a refused request's body never is
             Middleware(BodyLimit, max_body=max_body),  # inside: its refusal is no bug
         ],
         exception_handlers={

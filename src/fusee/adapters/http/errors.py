@@ -70,6 +70,8 @@ _STATUS_BY_NAME: dict[str, int] = {
     "RunNotFound": 404,
     "StreamNotFound": 404,
     "UnknownLimit": 404,
+    "UnknownToken": 404,
+    "Unauthorized": 401,
     "InvalidId": 400,
     "InvalidArgument": 400,
     "ConfigError": 400,

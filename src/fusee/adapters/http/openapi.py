@@ -607,6 +607,155 @@ PATHS["/v1/limits/{name}"] = {
     },
 }
 
+# -- tokens (docs/security.md) -----------------------------------------------------------
+
+_STREAM_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "The stream's name, one path segment.",
+    "schema": _NAME,
+}
+_TOKEN_ID = {
+    "name": "token_id",
+    "in": "path",
+    "required": True,
+    "description": "The token's ID (12 hex digits, as `fusee tokens ls` shows).",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 64},
+}
+_TOKEN_INFO = {
+    "type": "object",
+    "required": ["id", "scope", "name", "created_at", "expires_at", "expired"],
+    "properties": {
+        "id": {"type": "string"},
+        "scope": {"enum": ["read", "write", "admin"]},
+        "name": {"type": ["string", "null"]},
+        "created_at": {"type": "string", "format": "date-time"},
+        "expires_at": {"type": ["string", "null"], "format": "date-time"},
+        "expired": {"type": "boolean"},
+    },
+}
+_TTL = {
+    "oneOf": [
+        {"type": "string", "pattern": "^([1-9][0-9]{0,2}(ms|s|m|h|d)){1,3}$"},
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 315_360_000},
+    ],
+    "description": 'A duration ("30d", "5m") or seconds; at most 10 years (a stream token\'s: 1h).',
+}
+PATHS["/v1/tokens"] = {
+    "get": {
+        "operationId": "listTokens",
+        "summary": "The namespace's API tokens (admin; never the tokens themselves)",
+        "responses": {
+            "200": {
+                "description": "Every token, oldest first.",
+                "content": {
+                    _JSON: {
+                        "schema": {
+                            "type": "object",
+                            "required": ["tokens"],
+                            "properties": {"tokens": {"type": "array", "items": _TOKEN_INFO}},
+                        }
+                    }
+                },
+            }
+        },
+    },
+    "post": {
+        "operationId": "createToken",
+        "summary": "Make an API token (admin); the answer is the only place it is shown",
+        "requestBody": {
+            "required": True,
+            "content": {
+                _JSON: {
+                    "schema": {
+                        "type": "object",
+                        "required": ["scope"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "scope": {"enum": ["read", "write", "admin"]},
+                            "name": _NAME,
+                            "ttl": _TTL,
+                        },
+                    }
+                }
+            },
+        },
+        "responses": {
+            "201": {
+                "description": "The token, shown this once.",
+                "content": {
+                    _JSON: {
+                        "schema": {
+                            "type": "object",
+                            "required": ["token", "id", "scope", "expires_at"],
+                            "properties": {
+                                "token": {"type": "string"},
+                                "id": {"type": "string"},
+                                "scope": {"enum": ["read", "write", "admin"]},
+                                "expires_at": {"type": ["string", "null"], "format": "date-time"},
+                            },
+                        }
+                    }
+                },
+            },
+            "400": _error("`InvalidArgument`: an unknown scope, a bad name or ttl."),
+        },
+    },
+}
+PATHS["/v1/tokens/{token_id}"] = {
+    "delete": {
+        "operationId": "revokeToken",
+        "summary": "Revoke an API token (admin): refused from now on",
+        "parameters": [_TOKEN_ID],
+        "responses": {
+            "204": {"description": "Revoked."},
+            "404": _error("`UnknownToken`: no token with this ID."),
+        },
+    }
+}
+PATHS["/v1/runs/{run_id}/streams/{name}/token"] = {
+    "post": {
+        "operationId": "streamToken",
+        "summary": "A short-lived token that reads this one stream (for a browser's EventSource)",
+        "description": "Use it as `GET /v1/runs/{run_id}/streams/{name}?access_token=...`; "
+        "it opens no other route. It lives `ttl` (default 5m, at most 1h) and stops working "
+        "when the token that asked for it is revoked.",
+        "parameters": [_RUN_ID, _STREAM_NAME],
+        "requestBody": {
+            "required": False,
+            "content": {
+                _JSON: {
+                    "schema": {
+                        "type": ["object", "null"],
+                        "additionalProperties": False,
+                        "properties": {"ttl": _TTL},
+                    }
+                }
+            },
+        },
+        "responses": {
+            "201": {
+                "description": "The stream token.",
+                "content": {
+                    _JSON: {
+                        "schema": {
+                            "type": "object",
+                            "required": ["access_token", "expires_at"],
+                            "properties": {
+                                "access_token": {"type": "string"},
+                                "expires_at": {"type": "string", "format": "date-time"},
+                            },
+                        }
+                    }
+                },
+            },
+            "400": _error("`InvalidId` or `InvalidArgument` (a ttl that is not 0 to 1h)."),
+            "404": _NO_RUN,
+        },
+    }
+}
+
 _INVOCATION = {
     "type": "object",
     "required": ["seq", "handler"],
@@ -960,12 +1109,45 @@ _TOO_LARGE = _error(
 )
 
 
-def _with_common(item: dict[str, Any]) -> dict[str, Any]:
-    """Statuses every operation of a kind can answer: ``413`` where a body is taken."""
+_OPEN = ("/healthz", "/openapi.json", "/v1/completions/{token}")  # no token (auth.py)
+_AUTH_ERROR = {
+    "description": "`unauthorized` (401: no token, or a malformed, unknown, revoked, "
+    "expired or forged one) or `forbidden` (403: its scope is too low).",
+    "content": {
+        _JSON: {
+            "schema": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {
+                    "error": {
+                        "type": "object",
+                        "required": ["code", "message", "request_id"],
+                        "properties": {
+                            "code": {"enum": ["unauthorized", "forbidden"]},
+                            "message": {"type": "string"},
+                            "request_id": {"type": "string"},
+                        },
+                    }
+                },
+            }
+        }
+    },
+}
+
+
+def _with_common(item: dict[str, Any], path: str = "") -> dict[str, Any]:
+    """Statuses every operation of a kind can answer: ``413`` where a body is taken,
+    ``401``/``403`` where a token is needed."""
     out: dict[str, Any] = {}
     for method, op in item.items():
         if isinstance(op, dict) and "requestBody" in op:
             op = {**op, "responses": {**op["responses"], "413": _TOO_LARGE}}
+        if isinstance(op, dict) and path not in _OPEN:
+            op = {
+                **op,
+                "security": [{"bearer": []}],
+                "responses": {**op["responses"], "401": _AUTH_ERROR, "403": _AUTH_ERROR},
+            }
         out[method] = op
     return out
 
@@ -990,6 +1172,16 @@ def openapi_document(routes: Sequence[BaseRoute], version: str = "") -> dict[str
             "description": "Runs, keyed objects and limits of a fusee namespace over HTTP. Every error is "
             '`{"error": {"type", "message", "status"}}`.',
         },
-        "paths": {path: _with_common(PATHS[path]) for path in sorted(served)},
-        "components": {"schemas": {**_SCHEMAS, **OBJECT_SCHEMAS, **LIMIT_SCHEMAS}},
+        "paths": {path: _with_common(PATHS[path], path) for path in sorted(served)},
+        "components": {
+            "schemas": {**_SCHEMAS, **OBJECT_SCHEMAS, **LIMIT_SCHEMAS},
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An API token (`fusee tokens create`), or on a stream's "
+                    "GET a stream token (also as `?access_token=`). See docs/security.md.",
+                }
+            },
+        },
     }
