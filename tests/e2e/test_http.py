@@ -642,6 +642,8 @@ async def test_api_stops_on_sigterm_and_ends_open_streams(
 ) -> None:
     server = spawn("api", "--port", "0", "--no-auth", *api.conn)
     serving = await anyio.to_thread.run_sync(server.wait_for, "api.serving")
+    assert serving["auth"] is False
+    assert server.events("api.no_auth")[0]["level"] == "warning"  # said loudly
     slow, release = _rid("slow"), tmp_path / "release"
     await engine.start("http-held", slow, {"until": str(release), "value": 0})
     try:  # the run stays live (held) while its stream is open
