@@ -311,3 +311,16 @@ async def test_guard_path_variants_of_admin_routes_are_refused(api: Api) -> None
             status, text = await _raw(api.base, method, target, headers)
             seen.append((who, method, target, status))
             assert not (200 <= status < 300), (who, method, target, status, text[-300:])
+
+
+def test_the_e2e_tests_take_the_secret_part_of_a_token_wrongly() -> None:
+    """Defect 5 (tests/e2e/test_auth.py, flaky ~50%): the tests take a token's secret as
+    ``token.rpartition("_")[2]``, but base64url uses ``_``: a 43-char secret holds one with
+    probability 1-(63/64)**43 = 49%. Then test_expired_revoked_and_forged_tokens_are_refused
+    fails (``len(forged) == len(good.token)``: 100 != 62, seen on an unmodified tree), and
+    the no-token-in-logs greps look for a short tail (or "" when the secret ends in "_",
+    which is in every log: a false failure) instead of the secret."""
+    from fusee.runtime.api_tokens import parse_token, token_text
+
+    token = token_text("0123456789ab", b"\xff" * 30 + b"\x00\x01")  # "_" in base64url
+    assert parse_token(token).secret == token.rpartition("_")[2]
