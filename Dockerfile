@@ -10,4 +10,5 @@ RUN pip install --no-cache-dir . && useradd --create-home fusee
 COPY examples ./examples
 
 USER fusee
-CMD ["fusee", "worker", "examples/agent.py", "--nats", "nats://n1:4222"]
+# the servers come from $FUSEE_NATS_URL (compose.yaml sets all three nodes)
+CMD ["fusee", "worker", "examples/agent.py"]

@@ -32,6 +32,8 @@ bench: $(VENV)
 	$(PY) -m bench.bulk
 	$(PY) -m bench.minimums
 	$(PY) -m bench.agent_loop
+	$(PY) -m bench.pydantic_ai
+	$(PY) -m bench.openai_agents
 
 venv: $(VENV)
 

@@ -27,6 +27,7 @@ from nats.aio.client import Client
 
 import bench.workflows as wfs
 import fusee
+from bench import floor_replicas
 from fusee.adapters.jetstream.server import EmbeddedServer
 
 RESULTS: list[dict[str, Any]] = []
@@ -51,8 +52,13 @@ class Floor:
 
     @classmethod
     async def open(cls, url: str, stream: str) -> Floor:
-        floor = cls(await nats.connect(url), stream)
-        await floor.js.add_stream(name=stream, subjects=[f"{stream.lower()}.>"], allow_direct=True)
+        floor = cls(await nats.connect(url.split(",")), stream)
+        await floor.js.add_stream(
+            name=stream,
+            subjects=[f"{stream.lower()}.>"],
+            allow_direct=True,
+            num_replicas=floor_replicas(),
+        )
         return floor
 
     async def block(self, n: int) -> list[float]:

@@ -47,6 +47,7 @@ from nats.js.api import KeyValueConfig, StorageType
 
 import bench.workflows as wfs
 import fusee
+from bench import floor_replicas
 from bench.__main__ import spawn_worker
 from fusee.adapters.jetstream.direct import direct_page
 from fusee.adapters.jetstream.server import EmbeddedServer
@@ -78,13 +79,24 @@ class Floor:
 
     @classmethod
     async def open(cls, url: str) -> Floor:
-        nc = await nats.connect(url)
+        nc = await nats.connect(url.split(","))
         js = nc.jetstream()
+        replicas = floor_replicas()
         await js.add_stream(
-            name="OFLOOR", subjects=["ofloor.>"], allow_direct=True, duplicate_window=120.0
+            name="OFLOOR",
+            subjects=["ofloor.>"],
+            allow_direct=True,
+            duplicate_window=120.0,
+            num_replicas=replicas,
         )
         kv = await js.create_key_value(
-            KeyValueConfig(bucket="ofloor", history=1, storage=StorageType.FILE, direct=True)
+            KeyValueConfig(
+                bucket="ofloor",
+                history=1,
+                storage=StorageType.FILE,
+                direct=True,
+                replicas=replicas,
+            )
         )
         return cls(nc, js, kv)
 

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import settings
 
 from fusee.adapters.jetstream.server import EmbeddedServer
+from tests.cluster import LoopbackCluster
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -28,7 +29,7 @@ settings.load_profile(
     os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
 )
 
-_SERVER_FIXTURES = frozenset({"nats_server", "nats_server_private"})
+_SERVER_FIXTURES = frozenset({"nats_server", "nats_server_private", "nats_cluster"})
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if _SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if _SERVER_FIXTURES & names:
             item.add_marker(pytest.mark.nats)
+        if "nats_cluster" in names:
+            item.add_marker(pytest.mark.cluster)
 
 
 @pytest.fixture(scope="session")
@@ -75,6 +79,17 @@ def nats_server_private(tmp_path: Path) -> Iterator[EmbeddedServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[LoopbackCluster]:
+    """A 3-node JetStream cluster of this test's own (``nats/cluster-n*.conf`` on free
+    loopback ports), for R3 streams and the drills that kill, wipe and restart nodes."""
+    cluster = LoopbackCluster.start(tmp_path / "cluster")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture

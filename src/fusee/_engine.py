@@ -8,7 +8,7 @@ import dataclasses
 import math
 import os
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextvars import Token
 from pathlib import Path
 from typing import Any
@@ -76,20 +76,27 @@ log = get_logger()
 
 
 async def connect(
-    url: str | None = None,
+    url: str | Sequence[str] | None = None,
     *,
     namespace: str = "fusee",
     store_dir: str | os.PathLike[str] | None = None,
     partitions: int | None = None,
-    replicas: int = 1,
+    replicas: int | None = None,
     token_retention: DurationLike = "7d",
     callback_base_url: str = "http://127.0.0.1:8000",
 ) -> Engine:
     """Connect to NATS and make sure the namespace's stream and buckets exist.
 
-    With no ``url`` (and no ``$FUSEE_NATS_URL``) an embedded nats-server is started,
-    with JetStream in ``store_dir`` (default ``.fusee/``), or the one already running
-    for that store is reused.
+    ``url`` is one NATS URL, several separated by commas, or a list of them (the
+    servers of one cluster: the client connects to one and moves to another when it
+    goes away). With no ``url`` (and no ``$FUSEE_NATS_URL``, which takes the same
+    comma-separated form) an embedded nats-server is started, with JetStream in
+    ``store_dir`` (default ``.fusee/``), or the one already running for that store is
+    reused.
+
+    ``replicas`` is how many servers hold each stream and bucket the namespace creates
+    (3 on a 3-node cluster: one may go down with nothing lost; default
+    ``$FUSEE_REPLICAS``, else 1); existing ones keep theirs.
 
     ``token_retention`` is how long token streams are kept after they were written
     (readers can replay a finished run's stream until then); changing it updates the
@@ -98,21 +105,29 @@ async def connect(
     ``callback_base_url`` is where completion URLs point
     (``<callback_base_url>/v1/completions/<token>``, see ``ctx.await_completion``).
 
+    Raises:
+        InvalidArgument: ``url`` is not a URL or a list of them, or one of them is
+            empty; ``replicas`` is not 1 to 5.
+
     Example:
-        ``engine = await fusee.connect()``
+        ``engine = await fusee.connect(["nats://n1:4222", "nats://n2:4222"], replicas=3)``
     """
     namespace = validate_namespace(namespace)
-    url = url or os.environ.get("FUSEE_NATS_URL") or None
+    urls = nats_urls(url or os.environ.get("FUSEE_NATS_URL") or None)
+    replicas = _replicas(replicas)
     server: EmbeddedServer | None = None
-    if url is None:
-        url, server = await ensure_server(
+    if not urls:
+        embedded, server = await ensure_server(
             Path(store_dir or os.environ.get("FUSEE_STORE", ".fusee"))
         )
+        urls = [embedded]
     try:
         retention = parse_duration(token_retention, "token_retention")
         if retention <= 0:
             raise InvalidArgument(f"token_retention={token_retention!r}: must be positive")
-        store = await NatsStore.connect(url, namespace, replicas=replicas, tokens_max_age=retention)
+        store = await NatsStore.connect(
+            urls, namespace, replicas=replicas, tokens_max_age=retention
+        )
     except BaseException:
         if server is not None:
             server.stop()
@@ -127,7 +142,48 @@ async def connect(
         if server is not None:
             server.stop()
         raise
-    return Engine(store, url=url, server=server, partitions=count)
+    return Engine(store, url=",".join(urls), server=server, partitions=count)
+
+
+def _replicas(wanted: int | None) -> int:
+    if wanted is None:
+        env = os.environ.get("FUSEE_REPLICAS", "").strip()
+        if not env:
+            return 1
+        try:
+            wanted = int(env)
+        except ValueError:
+            raise InvalidArgument(f"$FUSEE_REPLICAS={env!r}: must be an int from 1 to 5") from None
+    if isinstance(wanted, bool) or not isinstance(wanted, int) or not 1 <= wanted <= 5:
+        # JetStream's own bound: a stream has 1 to 5 replicas
+        raise InvalidArgument(f"replicas={wanted!r}: must be an int from 1 to 5")
+    return wanted
+
+
+def nats_urls(url: object) -> list[str]:
+    """The server URLs ``url`` names: one URL, several separated by commas, or a list
+    of them (``[]`` for ``None`` or ``""``: the embedded server).
+
+    Raises:
+        InvalidArgument: ``url`` is not a string or a list of strings, or names an
+            empty URL (``"nats://a:4222,,nats://b:4222"``).
+    """
+    if url is None or (isinstance(url, str) and not url.strip()):
+        return []
+    parts = url.split(",") if isinstance(url, str) else url
+    if not isinstance(parts, Sequence) or isinstance(parts, bytes | bytearray):
+        raise InvalidArgument(f"url={url!r}: must be a NATS URL, or a list of them")
+    out: list[str] = []
+    for part in parts:
+        if not isinstance(part, str) or not part.strip():
+            raise InvalidArgument(
+                f"url={url!r}: every URL must be a non-empty string "
+                f"(like nats://127.0.0.1:4222), not {part!r}"
+            )
+        out.append(part.strip())
+    if not out:
+        raise InvalidArgument(f"url={url!r}: names no server")
+    return out
 
 
 async def _partition_count(store: NatsStore, wanted: int | None) -> int:

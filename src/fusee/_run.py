@@ -202,13 +202,15 @@ class Run:
             self.partition, self.eid, start_marker(self.run_id, self._first, now=time.time())
         )
 
-    async def journal(self) -> list[tuple[int, Any]]:
-        """The run's records as ``(sequence, record)``, oldest first. A wait's end that
-        rode on a later record (its ``waited``) is listed as its own ``WaitDone`` at that
-        record's sequence, just before it, as if it had been journaled alone."""
+    async def journal(self, *, after: int = 0) -> list[tuple[int, Any]]:
+        """The run's records as ``(sequence, record)``, oldest first (those stored
+        above stream sequence ``after``: the rest of a journal read before). A wait's
+        end that rode on a later record (its ``waited``) is listed as its own
+        ``WaitDone`` at that record's sequence, just before it, as if it had been
+        journaled alone."""
         return [
             (m.seq, record)
-            for m in await self.engine.store.read_journal(self.eid)
+            for m in await self.engine.store.read_journal(self.eid, after)
             for record in unfold(decode_record(m.data))
         ]
 

@@ -170,16 +170,16 @@ async def test_worker_serves_and_runs_commands_inspect(
     assert "run 'fail-1' failed: ValueError: no good: x" in failed.stderr
 
     timed_out = await cli("runs", "result", "pending-1", "--timeout", "300ms", *conn)
-    assert timed_out.returncode == 2
+    assert timed_out.returncode == 4  # not yet
     assert "did not end within 300ms" in timed_out.stderr
 
     for args in (("show", "no-such-run"), ("result", "no-such-run")):
         unknown = await cli("runs", *args, *conn)
-        assert unknown.returncode == 1
+        assert unknown.returncode == 3  # not found
         assert unknown.stderr.strip() == f"error: no run 'no-such-run' in namespace '{namespace}'"
 
     bad = await cli("runs", "show", "bad\tid", *conn)
-    assert bad.returncode == 1
+    assert bad.returncode == 2  # bad input
     assert bad.stderr.startswith("error: invalid run ID")
     assert "Traceback" not in bad.stderr
 
@@ -392,10 +392,10 @@ async def test_runs_signal_and_cancel_from_the_command_line(
             await stuck.result(timeout="15s")
 
     bad = await cli("runs", "signal", "ok-1", "decision", "{not json", *conn)
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert "not JSON" in bad.stderr
     unknown = await cli("runs", "cancel", "nope", *conn)
-    assert unknown.returncode == 1
+    assert unknown.returncode == 3
     assert "no run 'nope'" in unknown.stderr
 
 

@@ -602,13 +602,13 @@ async def test_streams_follow_prints_the_text(engine: fusee.Engine, api: Api) ->
     assert (tail.returncode, tail.stdout) == (0, "a1t18 a1t19 "), tail.stderr
 
     unknown = await _cli("streams", "follow", "nope", "reply", *api.conn)
-    assert unknown.returncode == 1
+    assert unknown.returncode == 3  # not found
     assert unknown.stderr.strip() == f"error: no run 'nope' in namespace '{api.namespace}'"
     negative = await _cli("streams", "follow", run, "reply", "--from", "-1", *api.conn)
-    assert negative.returncode == 1
+    assert negative.returncode == 2  # bad input
     assert "--from -1" in negative.stderr
     no_stream = await _cli("streams", "follow", run, "other", *api.conn)
-    assert no_stream.returncode == 1
+    assert no_stream.returncode == 3
     assert no_stream.stderr.startswith("error: "), no_stream.stderr
 
 

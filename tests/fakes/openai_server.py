@@ -583,7 +583,9 @@ def _response_object(
             "input_tokens": reply.usage[0],
             "output_tokens": reply.usage[1],
             "total_tokens": sum(reply.usage),
-            "input_tokens_details": {"cached_tokens": 0},
+            # as the API sends it (openai 3.57's type requires both: a replay that
+            # validates a journaled Responses event needs them)
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens_details": {"reasoning_tokens": 0},
         },
     }

@@ -4,6 +4,7 @@ bulk cancel and resume, with worker subprocesses and the ``fusee`` CLI."""
 from __future__ import annotations
 
 import functools
+import json
 import re
 import time
 from pathlib import Path
@@ -221,21 +222,55 @@ async def test_bulk_resume_dry_run_counts_against_the_index_total_and_sends_noth
         r: await engine.store.read_inbox(engine.run(r).partition, engine.run(r).eid) for r in made
     }
     code, out = await _cli(
-        nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b", "--dry-run"
-    )
+        nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b", "--dry-run",
+        "--progress",
+    )  # fmt: skip
     assert code == 0, out
     assert sorted(
         line.split()[2] for line in out.splitlines() if line.startswith("would resume ")
     ) == sorted(made)
     assert "would resume: 5 done, 0 skipped, 0 failed (done: resumes to send;" in out
-    assert "5 of 5" in out  # the progress bar's total: the index counted the listings
+    assert "5/5" in out  # the progress bar's total: the index counted the listings
     assert {
         r: await engine.store.read_inbox(engine.run(r).partition, engine.run(r).eid) for r in made
     } == inboxes
-    code, out = await _cli(nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b")
+    code, out = await _cli(
+        nats_server, namespace, "runs", "bulk", "resume", "--workflow", "bk_b", "--progress"
+    )
     assert code == 0, out
     assert "resume: 5 done, 0 skipped, 0 failed (done: resumes sent;" in out
-    assert "5 of 5" in out
+    assert "5/5" in out
+
+
+async def test_a_bulk_resume_of_200_runs_shows_its_progress_and_json_its_summary(
+    engine: fusee.Engine, bulk_workers: Any, nats_server: Any, namespace: str, tmp_path: Path
+) -> None:
+    made = await start_settled(engine, tmp_path, "bk_b", "pause", [f"g-{i}" for i in range(200)])
+    where = ("--nats", nats_server.url, "--namespace", namespace)
+
+    async def bulk(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        cmd = cli_cmd("runs", "bulk", "resume", "--workflow", "bk_b", *args, *where)
+        done = await anyio.run_process(cmd, check=False, env={**cli_env(), **(env or {})})
+        return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+    # --json: the summary as the HTTP API answers it, and no bar (nor without a terminal)
+    code, out, err = await bulk("--dry-run", "--json", "--progress")
+    assert code == 0, err
+    assert json.loads(out) == {
+        "action": "resume", "dry_run": True, "done": 200, "skipped": 0, "failed": {}
+    }  # fmt: skip
+    assert "200/200" not in err
+    code, out, err = await bulk("--dry-run")
+    assert (code, err) == (0, ""), err  # no terminal: no bar
+    (tmp_path / "fixed").touch()
+    # forced on ($FUSEE_PROGRESS, as --progress): drawn on stderr, to its last frame
+    code, out, err = await bulk(env={"FUSEE_PROGRESS": "1"})
+    assert code == 0, err
+    assert "resume: 200 done, 0 skipped, 0 failed" in out
+    assert "200/200" in err
+    assert "done 200, skipped 0, failed 0" in err
+    for run_id in made:
+        assert await engine.run(run_id).result(timeout=60) == "answered"
 
 
 async def _resumes(engine: fusee.Engine, run_id: str) -> int:

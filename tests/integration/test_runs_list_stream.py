@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee.adapters.cli.commands import runs_list
 from fusee.adapters.cli.options import GlobalOptions
+from fusee.adapters.cli.runs import runs_list
 from fusee.runtime.index import RunInfo, encode_info
 from tests.helpers import run_cli
 
@@ -155,4 +155,7 @@ async def test_json_and_jsonl_are_refused_together(nats_server: Any, namespace: 
         "runs", "list", "--json", "--jsonl", "--nats", nats_server.url, "--namespace", namespace
     )
     assert done.returncode == 2
-    assert "not allowed with argument" in done.stderr
+    assert json.loads(done.stderr)["error"] == {
+        "code": "bad_input",
+        "message": "--json and --jsonl: give one of them",
+    }

@@ -23,6 +23,10 @@ import fusee
 # Worker modules import shared helpers as ``tests.workers.effects``: run as a script,
 # this file only has its own folder on sys.path, so put the repository root there too.
 ROOT = Path(__file__).resolve().parents[2]
+# Worker modules are imported by path (below), not by name; this directory on sys.path
+# (the script's own, put there by Python) would make tests/workers/agents.py shadow the
+# OpenAI Agents SDK's ``agents`` package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

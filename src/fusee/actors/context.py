@@ -9,10 +9,11 @@ values (``now``, ``random``, ``uuid``) are small enough to live here.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, cast, overload
@@ -695,6 +696,21 @@ def generation_key(ctx: Context, name: str) -> str:
     same in every replay of the generation, another in the next one (for fusee.ai: a
     workflow tool's child run ID)."""
     return ctx._generation_key(name)
+
+
+@contextlib.contextmanager
+def concurrent_calls(ctx: Context) -> Iterator[None]:
+    """For code whose ``ctx`` calls run in tasks it did not start with ``ctx.all``
+    (``fusee.ai.openai``: the Agents SDK runs a turn's tool calls as its own tasks):
+    while the block runs, commits take turns as a combinator's branches do (two steps
+    appending at once under one fence would fence the actor), and the copy is not
+    evicted at a step boundary in it (``FUSEE_ALWAYS_REPLAY``)."""
+    host = ctx._host
+    host.combinators += 1
+    try:
+        yield
+    finally:
+        host.combinators -= 1
 
 
 async def run_compensations(ctx: Context) -> list[StepFailedError] | None:

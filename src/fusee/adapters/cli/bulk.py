@@ -5,47 +5,20 @@ shared with the HTTP API; this module parses, shows progress and prints.
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
 import fusee
 from fusee.adapters.cli.commands import CONNECT_TIMEOUT_QUERY, open_engine
+from fusee.adapters.cli.errors import CliError, Exit
 from fusee.adapters.cli.options import GlobalOptions
+from fusee.adapters.cli.render import json_text
+from fusee.errors import ConfigError
 from fusee.runtime.bulk import make_filter
 
-__all__ = ("bulk_parser", "runs_bulk")
-
-
-def bulk_parser(
-    runs_sub: Any,
-    common: argparse.ArgumentParser,
-    filters: Callable[[argparse.ArgumentParser], None],
-) -> None:
-    bulk = runs_sub.add_parser(
-        "bulk",
-        help="resume or cancel every run a filter matches",
-        description=(
-            "Resume or cancel every run the filters match, paging through the run index "
-            "(never every run at once), 32 at a time, with a progress bar and a summary "
-            "(done, skipped, failed). Safe to run again after an interruption: a run "
-            "already resumed or cancelled is skipped. Exit 1 if any failed."
-        ),
-    )
-    sub = bulk.add_subparsers(dest="bulk_action", metavar="ACTION", required=True)
-    for action, help_ in (
-        ("resume", "resume paused runs (--status paused is implied)"),
-        ("cancel", "cancel runs that have not ended"),
-    ):
-        p = sub.add_parser(action, parents=[common], help=help_, description=help_)
-        filters(p)
-        if action == "cancel":
-            p.add_argument("--reason", default="cancelled in bulk from the CLI", help="why")
-        p.add_argument(
-            "--dry-run", action="store_true", help="list what it would do, change nothing"
-        )
+__all__ = ("runs_bulk", "show_progress")
 
 
 async def _total(engine: fusee.Engine, action: str, filters: dict[str, Any]) -> int | None:
@@ -59,53 +32,56 @@ async def _total(engine: fusee.Engine, action: str, filters: dict[str, Any]) -> 
     return await engine.count_paused(workflow=filters["workflow"])
 
 
-async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
-    # rich's progress bar is imported here, not with the CLI: it costs every command
-    # about 7.5 ms to import, and only the bulk commands draw it
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+def show_progress(opts: GlobalOptions, progress: bool | None) -> bool:
+    """Whether to draw the bar: ``--progress``/``--no-progress`` when given, else
+    ``$FUSEE_PROGRESS`` (``1``/``0``), else on a terminal only; never with ``--json``."""
+    if opts.as_json:
+        return False
+    if progress is not None:
+        return progress
+    env = os.environ.get("FUSEE_PROGRESS", "")
+    if env in ("0", "1"):
+        return env == "1"
+    return sys.stderr.isatty()
 
-    action = args.bulk_action
-    err = Console(stderr=True)
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        filters = {
-            "status": args.status,
-            "workflow": args.workflow,
-            "since": args.since,
-            "until": args.until,
-            "id_prefix": args.id_prefix,
-        }
+
+async def runs_bulk(
+    opts: GlobalOptions,
+    action: str,
+    *,
+    filters: dict[str, Any],
+    reason: str | None = None,
+    dry_run: bool = False,
+    progress: bool | None = None,
+) -> int:
+    """Resume or cancel every run ``filters`` match, with a progress bar on stderr
+    (``show_progress``) and a summary on stdout (with ``--json``, the HTTP API's:
+    ``{"action", "dry_run", "done", "skipped", "failed": {run ID: why}}``)."""
+    try:
         make_filter(**filters, now=time.time())  # bad input: refused before anything is read
+    except ConfigError as exc:
+        raise CliError(str(exc), Exit.USAGE) from None
+    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         total = await _total(engine, action, filters)
-        with Progress(
-            TextColumn(f"{action} [progress.description]{{task.description}}"),
-            BarColumn(bar_width=None),
-            TextColumn(
-                "{task.completed} runs" if total is None else "{task.completed} of {task.total:.0f}"
-            ),
-            TimeElapsedColumn(),
-            console=err,
-            transient=False,
-        ) as progress:
-            task = progress.add_task("", total=total)
-            counts = {"done": 0, "skipped": 0, "failed": 0}
+        counts = {"done": 0, "skipped": 0, "failed": 0}
+        with _Bar(action, total, shown=show_progress(opts, progress)) as bar:
 
             def on_run(info: fusee.RunInfo, what: str) -> None:
                 if what == "would":  # (a dry run's done)
-                    sys.stdout.write(f"would {action} {info.run_id} ({info.status})\n")
+                    if not opts.as_json:
+                        sys.stdout.write(f"would {action} {info.run_id} ({info.status})\n")
                     what = "done"
                 counts[what] += 1
-                desc = ", ".join(f"{k} {v}" for k, v in counts.items())
-                progress.update(task, description=desc)
-                progress.advance(task)
+                bar.advance(", ".join(f"{k} {v}" for k, v in counts.items()))
 
-            kwargs: dict[str, Any] = {**filters, "dry_run": args.dry_run, "on_run": on_run}
+            kwargs: dict[str, Any] = {**filters, "dry_run": dry_run, "on_run": on_run}
             if action == "cancel":
-                summary = await engine.bulk_cancel(reason=args.reason, **kwargs)
+                summary = await engine.bulk_cancel(reason=reason or "cancelled", **kwargs)
             else:
                 summary = await engine.bulk_resume(**kwargs)
-            done = progress.tasks[0].completed
-            progress.update(task, total=done)  # (the count was at most this many)
+    if opts.as_json:
+        sys.stdout.write(json_text(summary) + "\n")
+        return Exit.OK if summary.ok else Exit.ERROR
     verb = "would " + action if summary.dry_run else action
     sent = f"{action}s {'to send' if summary.dry_run else 'sent'}"
     sys.stdout.write(
@@ -114,4 +90,61 @@ async def runs_bulk(opts: GlobalOptions, args: argparse.Namespace) -> int:
     )
     for run_id, why in summary.failed.items():
         sys.stdout.write(f"  failed {run_id}: {why}\n")
-    return 0 if summary.ok else 1
+    return Exit.OK if summary.ok else Exit.ERROR
+
+
+class _Bar:
+    """rich's progress bar on stderr (``done 12, skipped 0, failed 0  ━━━━  12/40  0:00:01``),
+    or nothing when not ``shown``. Without a total it counts (``12 runs``); at the end
+    its total is what was met (the index's count is an upper bound)."""
+
+    def __init__(self, action: str, total: int | None, *, shown: bool) -> None:
+        self.action, self.total, self.shown = action, total, shown
+        self.progress: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> _Bar:
+        if not self.shown:
+            return self
+        # rich's progress bar is imported here, not with the CLI: it costs every command
+        # about 7.5 ms to import, and only the bulk commands draw it
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        count = (
+            MofNCompleteColumn() if self.total is not None else TextColumn("{task.completed} runs")
+        )
+        # forced on (--progress) without a terminal: drawn as on one, so it shows
+        err = Console(stderr=True, force_terminal=True if not sys.stderr.isatty() else None)
+        self.progress = Progress(
+            TextColumn(f"{self.action} [progress.description]{{task.description}}"),
+            BarColumn(bar_width=None),
+            count,
+            TimeElapsedColumn(),
+            console=err,
+            transient=False,
+            # a dry run's lines print above the bar on a terminal, and stay on stdout
+            # when it is a pipe or a file
+            redirect_stdout=sys.stdout.isatty(),
+            redirect_stderr=False,
+        )
+        self.progress.__enter__()
+        self.task = self.progress.add_task("", total=self.total)
+        return self
+
+    def advance(self, description: str) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, description=description, advance=1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is None:
+            return
+        done = self.progress.tasks[0].completed
+        self.progress.update(self.task, total=done)  # (the count was at most this many)
+        self.progress.__exit__(*exc)

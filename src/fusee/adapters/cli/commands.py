@@ -1,4 +1,5 @@
-"""What each ``fusee`` command does, as async functions returning an exit code."""
+"""How ``fusee`` commands connect and stop, and what the serving commands (``dev``,
+``worker``, ``api``) do, as async functions returning an exit code."""
 
 from __future__ import annotations
 
@@ -7,29 +8,20 @@ import inspect
 import re
 import signal
 import sys
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
-import msgspec
 
 import fusee
 from fusee.actors.registry import REGISTRY
+from fusee.adapters.cli.errors import CliError, Exit
 from fusee.adapters.cli.loader import load_file
-from fusee.adapters.cli.options import GlobalOptions, command_hint
-from fusee.adapters.cli.render import (
-    RunsTable,
-    format_run,
-    json_end,
-    json_item,
-    json_text,
-)
-from fusee.errors import NotPausedError, RunCancelled, RunFailed, Timeout
+from fusee.adapters.cli.options import GlobalOptions
 from fusee.logs import get_logger
 from fusee.runtime.durations import format_duration, parse_duration
-from fusee.runtime.ids import unescape, validate_id, validate_name
+from fusee.runtime.ids import unescape
 
 if TYPE_CHECKING:
     from fusee.actors.worker import Worker
@@ -37,14 +29,13 @@ if TYPE_CHECKING:
 
 __all__ = (
     "CliError",
+    "CONNECT_TIMEOUT_QUERY",
     "open_engine",
+    "stoppable",
+    "single",
     "dev",
     "worker",
     "api",
-    "runs_list",
-    "runs_show",
-    "runs_result",
-    "streams_follow",
 )
 
 log = get_logger()
@@ -56,18 +47,6 @@ CONNECT_TIMEOUT_SERVE = 30.0
 # `fusee dev` lets work that its file's main started, and did not wait for, finish this
 # long before it stops
 DEV_FINISH = 30.0
-
-
-class CliError(Exception):
-    """An error to print as one line on stderr, exiting with ``code``."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _out(text: str) -> None:
-    sys.stdout.write(text + "\n")
 
 
 def _redact(url: str) -> str:
@@ -82,7 +61,9 @@ async def open_engine(
     if opts.nats is not None:
         try:
             with anyio.fail_after(connect_timeout):
-                engine = await fusee.connect(opts.nats, namespace=opts.namespace)
+                engine = await fusee.connect(
+                    opts.nats, namespace=opts.namespace, **opts.credentials()
+                )
         except TimeoutError:
             raise CliError(
                 f"cannot reach NATS at {_redact(opts.nats)} "
@@ -91,7 +72,9 @@ async def open_engine(
     else:
         # Shielded: a Ctrl-C here must not leave a started server without its owner.
         with anyio.CancelScope(shield=True):
-            engine = await fusee.connect(namespace=opts.namespace, store_dir=opts.store)
+            engine = await fusee.connect(
+                namespace=opts.namespace, store_dir=opts.store, **opts.credentials()
+            )
     # its block: object keys made without engine= (in a worker's handlers too) use it;
     # it closes the engine on the way out, shielded from a Ctrl-C
     async with engine:
@@ -181,26 +164,25 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
             where = f"embedded, store {opts.store}" if opts.nats is None else "external"
             log.info("dev.connected", nats=_redact(engine.url), server=where)
-            dev_token = await _print_dev_token(engine)
-            try:
-                async with engine.worker() as worker, anyio.create_task_group() as tg:
-                    if api_port is not None:
-                        await tg.start(_serve_api, engine, "127.0.0.1", api_port)
-                    if main is not None:
-                        await main(engine)
-                    if serve or main is None:
-                        log.info(
-                            "dev.serving",
-                            workflows=REGISTRY.names(),
-                            objects=REGISTRY.object_names(),
-                            stop="Ctrl-C",
-                        )
-                        await anyio.sleep_forever()
-                    await _finish_work(worker)
-                    tg.cancel_scope.cancel()
-            finally:
-                with anyio.CancelScope(shield=True), contextlib.suppress(fusee.FuseeError):
-                    await engine.tokens.revoke(dev_token)
+            async with (
+                _dev_token(engine, api_port is not None),
+                engine.worker() as worker,
+                anyio.create_task_group() as tg,
+            ):
+                if api_port is not None:
+                    await tg.start(_serve_api, engine, "127.0.0.1", api_port)
+                if main is not None:
+                    await main(engine)
+                if serve or main is None:
+                    log.info(
+                        "dev.serving",
+                        workflows=REGISTRY.names(),
+                        objects=REGISTRY.object_names(),
+                        stop="Ctrl-C",
+                    )
+                    await anyio.sleep_forever()
+                await _finish_work(worker)
+                tg.cancel_scope.cancel()
 
     await _until_signal(body)
     return 0
@@ -209,16 +191,25 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
 DEV_TOKEN_TTL = "1d"  # revoked when fusee dev stops; this bounds one left by a kill
 
 
-async def _print_dev_token(engine: fusee.Engine) -> str:
-    """Make an admin token for this ``fusee dev`` and print it on stdout (never in the
-    log): the HTTP API asks for one. Revoked when ``fusee dev`` stops."""
+@contextlib.asynccontextmanager
+async def _dev_token(engine: fusee.Engine, serves_api: bool) -> AsyncIterator[None]:
+    """While ``fusee dev`` serves the HTTP API, an admin token for it, printed on stdout
+    (never in the log) and revoked when it stops. Without the API, no token: nothing
+    would ask for one, and a token made for nothing is one more to leak."""
+    if not serves_api:
+        yield
+        return
     made = await engine.tokens.create("admin", name="fusee dev", ttl=DEV_TOKEN_TTL)
     sys.stdout.write(
         f"fusee dev: API token (admin, revoked when fusee dev stops): {made.token}\n"
         f"  curl -H 'Authorization: Bearer {made.token}' ...\n"
     )
     sys.stdout.flush()
-    return made.id
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True), contextlib.suppress(fusee.FuseeError):
+            await engine.tokens.revoke(made.id)
 
 
 async def _finish_work(worker: Worker, patience: float = DEV_FINISH) -> None:
@@ -260,7 +251,9 @@ async def worker(opts: GlobalOptions, files: Sequence[str]) -> int:
 
 def _check_port(port: int, flag: str) -> None:
     if not 0 <= port <= 65535:
-        raise CliError(f"{flag} {port}: a port is a number from 0 to 65535 (0: any free port)")
+        raise CliError(
+            f"{flag} {port}: a port is a number from 0 to 65535 (0: any free port)", Exit.USAGE
+        )
 
 
 async def _serve_api(
@@ -307,11 +300,11 @@ async def api(
     _check_port(port, "--port")
     every = parse_duration(keepalive, "--keepalive")
     if every <= 0:
-        raise CliError(f"--keepalive {keepalive}: must be more than 0")
+        raise CliError(f"--keepalive {keepalive}: must be more than 0", Exit.USAGE)
     try:
         limit = parse_size(max_body, "--max-body")
     except ValueError as exc:
-        raise CliError(str(exc)) from None
+        raise CliError(str(exc), Exit.USAGE) from None
 
     async def body() -> None:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
@@ -321,183 +314,8 @@ async def api(
     return 0
 
 
-# -- fusee runs ------------------------------------------------------------------------
-
-
-async def runs_list(
-    opts: GlobalOptions,
-    *,
-    status: str | None,
-    workflow: str | None,
-    as_json: bool,
-    since: str | None = None,
-    until: str | None = None,
-    id_prefix: str | None = None,
-    as_jsonl: bool = False,
-) -> int:
-    """Print the runs: with a filter, streamed from the index a page at a time (rows
-    printed as each page comes, newest first within it; memory a page's, and the IDs
-    of the runs not ended listed so far), read from the parts of the index the filter
-    can match, one after the other (without a status: the runs not ended, then the
-    paused, then the ended by status); without one, every run of the index, newest
-    first (``Engine.list_runs``, which also reads the entries of earlier versions that
-    filters do not). ``as_json``: one JSON array; ``as_jsonl``: one compact JSON object
-    a line (a reader that stops early leaves no array unclosed)."""
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        if (status, workflow, since, until, id_prefix) == (None,) * 5:
-            pages: AsyncGenerator[list[fusee.RunInfo], None] = _one_page(await engine.list_runs())
-        else:
-            pages = engine.runs(
-                status=status,
-                workflow=workflow,
-                since=since,
-                until=until,
-                id_prefix=id_prefix,
-            )
-        table = RunsTable(now=time.time())
-        count = 0
-        async with contextlib.aclosing(pages):
-            async for found in pages:
-                if not found:
-                    continue  # (no header before the first row)
-                found.sort(key=lambda i: i.created_at, reverse=True)
-                if as_jsonl:  # a line a run
-                    text = "".join(msgspec.json.encode(i).decode() + "\n" for i in found)
-                elif as_json:  # one JSON array, an item at a time
-                    text = "".join(json_item(i, first=count + n == 0) for n, i in enumerate(found))
-                else:
-                    text = "".join(line + "\n" for line in table.page(found))
-                sys.stdout.write(text)
-                sys.stdout.flush()  # as they come, also into a pipe
-                count += len(found)
-    if as_json:
-        _out(json_end(count > 0))
-        return 0
-    if not count and not as_jsonl:
-        filters = " and ".join(
-            f for f in (status and f"status {status}", workflow and f"workflow {workflow}") if f
-        )
-        sys.stderr.write(
-            f"No runs{' with ' + filters if filters else ''} in namespace {opts.namespace!r}.\n"
-        )
-    return 0
-
-
-async def _one_page(infos: list[fusee.RunInfo]) -> AsyncGenerator[list[fusee.RunInfo], None]:
-    yield infos
-
-
-async def runs_show(opts: GlobalOptions, run_id: str, *, as_json: bool) -> int:
-    run_id = validate_id(run_id, "run ID")
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        run = engine.run(run_id)
-        info = await run.describe()
-        journal = await run.journal()
-        stream = engine.store.layout.stream
-    if as_json:
-        entries = [{"seq": seq, "record": record} for seq, record in journal]
-        _out(json_text({"run": info, "journal": entries}))
-        return 0
-    _out("\n".join(format_run(info, journal, now=time.time(), stream=stream)))
-    return 0
-
-
-async def runs_result(opts: GlobalOptions, run_id: str, *, timeout: str | None) -> int:
-    run_id = validate_id(run_id, "run ID")
-    limit = parse_duration(timeout, "--timeout") if timeout is not None else None
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        run = engine.run(run_id)
-        info = await run.describe()
-        if info.status == "paused":
-            raise CliError(
-                f"run {run_id!r} is paused, so it has no result yet: {info.reason}", code=2
-            )
-        try:
-            value = await run.result(timeout=limit)
-        except RunCancelled as exc:
-            raise CliError(f"run {run_id!r} was cancelled: {exc.reason}") from None
-        except RunFailed as exc:
-            raise CliError(f"run {run_id!r} failed: {exc.error_type}: {exc.message}") from None
-        except Timeout:
-            raise CliError(
-                f"run {run_id!r} did not end within {timeout} (status: {info.status}); "
-                f"wait longer with --timeout, or see `{command_hint('runs', 'show', run_id)}`",
-                code=2,
-            ) from None
-    _out(msgspec.json.format(msgspec.json.encode(value), indent=2).decode())
-    return 0
-
-
-async def runs_cancel(opts: GlobalOptions, run_id: str, *, reason: str) -> int:
-    run_id = validate_id(run_id, "run ID")
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        if not await engine.run(run_id).cancel(reason):
-            raise CliError(f"run {run_id!r} has already ended; nothing to cancel")
-    _out(f"asked run {run_id!r} to stop: {reason}")
-    return 0
-
-
-async def runs_resume(opts: GlobalOptions, run_id: str, *, force: bool) -> int:
-    run_id = validate_id(run_id, "run ID")
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        try:
-            await engine.run(run_id).resume(force=force)
-        except NotPausedError as exc:
-            raise CliError(str(exc)) from None
-    _out(f"asked run {run_id!r} to resume{' (forced)' if force else ''}")
-    return 0
-
-
-async def runs_signal(
-    opts: GlobalOptions, run_id: str, name: str, payload: str, *, key: str | None
-) -> int:
-    run_id = validate_id(run_id, "run ID")
-    try:
-        value = msgspec.json.decode(payload)
-    except msgspec.DecodeError as exc:
-        raise CliError(f"the payload is not JSON ({exc}): {payload!r}") from None
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        if not await engine.run(run_id).signal(name, value, key=key):
-            raise CliError(f"run {run_id!r} has already ended; the signal was not stored")
-    _out(f"signal {name!r} stored for run {run_id!r}")
-    return 0
-
-
-# -- fusee streams ---------------------------------------------------------------------
-
-
-async def streams_follow(opts: GlobalOptions, run_id: str, name: str, *, offset: int) -> int:
-    """Print the stream's token text as it comes, from token ``offset``, until its end.
-
-    stdout gets the text only, flushed token by token. An attempt boundary (the model
-    call started over) is a note on stderr, so piped text stays the text.
-    """
-    run_id = validate_id(run_id, "run ID")
-    name = validate_name(name, "stream name")
-    if offset < 0:
-        raise CliError(f"--from {offset}: a token index must not be negative")
-    out = sys.stdout
-    async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
-        run = engine.run(run_id)
-        await run.describe()  # an unknown run fails at once, not after a wait
-        last = ""
-        async for ev in run.stream_events(name, offset=offset):
-            if ev.kind == "token":
-                out.write(ev.text)
-                out.flush()
-                last = ev.text or last
-            elif ev.kind == "attempt" and ev.attempt > 1:
-                if last and not last.endswith("\n"):
-                    out.write("\n")
-                    out.flush()
-                sys.stderr.write(
-                    f"-- attempt {ev.attempt}: the model call started over at token "
-                    f"{ev.index}; the text above is from the attempt before\n"
-                )
-                sys.stderr.flush()
-            elif ev.kind == "end":
-                break
-    if last and not last.endswith("\n") and out.isatty():
-        out.write("\n")  # the shell prompt on a line of its own
-    out.flush()
-    return 0
+def single(exc: BaseException) -> BaseException:
+    """Task groups wrap errors in groups; one error in a group of one is that error."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

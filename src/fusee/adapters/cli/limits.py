@@ -5,42 +5,41 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from fusee import LimitInfo
 from fusee.adapters.cli.commands import CONNECT_TIMEOUT_QUERY, open_engine
+from fusee.adapters.cli.errors import CliError, Exit
 from fusee.adapters.cli.options import GlobalOptions
-from fusee.adapters.cli.render import json_text
+from fusee.adapters.cli.render import console, json_text, table
 from fusee.errors import InvalidArgument, InvalidId
 
 __all__ = ("limits_ls", "limits_set")
 
+HEADER = ("LIMIT", "PER SECOND", "BURST", "CONCURRENT", "HOLDERS", "WAITERS")
 
-async def limits_ls(opts: GlobalOptions, *, as_json: bool) -> int:
+
+def _row(i: LimitInfo) -> tuple[str, ...]:
+    waiters = ", ".join(f"{k or '-'}: {n}" for k, n in i.waiters.items()) or "0"
+    return (
+        i.name,
+        "-" if i.per_second is None else f"{i.per_second:g}",
+        "-" if i.burst is None else str(i.burst),
+        "-" if i.concurrent is None else str(i.concurrent),
+        str(i.holders),
+        waiters,
+    )
+
+
+async def limits_ls(opts: GlobalOptions) -> int:
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         infos = await engine.limits()
-    if as_json:
+    if opts.as_json:
         sys.stdout.write(json_text([dataclasses.asdict(i) for i in infos]) + "\n")
-        return 0
+        return Exit.OK
     if not infos:
         sys.stderr.write(f"No limits in namespace {opts.namespace!r}.\n")
-        return 0
-    rows = [("LIMIT", "PER SECOND", "BURST", "CONCURRENT", "HOLDERS", "WAITERS")]
-    for i in infos:
-        waiters = ", ".join(f"{k or '-'}: {n}" for k, n in i.waiters.items()) or "0"
-        rows.append(
-            (
-                i.name,
-                "-" if i.per_second is None else f"{i.per_second:g}",
-                "-" if i.burst is None else str(i.burst),
-                "-" if i.concurrent is None else str(i.concurrent),
-                str(i.holders),
-                waiters,
-            )
-        )
-    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
-    for r in rows:
-        sys.stdout.write(
-            "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() + "\n"
-        )
-    return 0
+        return Exit.OK
+    console().print(table(HEADER, [_row(i) for i in infos], right={1, 2, 3, 4}))
+    return Exit.OK
 
 
 async def limits_set(
@@ -56,8 +55,11 @@ async def limits_set(
     changes = {k: v for k, v in given.items() if v is not None}
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         try:
-            await engine.update_limit(name, **changes)
+            info = await engine.update_limit(name, **changes)
         except (InvalidId, InvalidArgument) as exc:
-            sys.stderr.write(f"error: {exc}\n")
-            return 2
-    return 0
+            raise CliError(str(exc), Exit.USAGE) from None
+    if opts.as_json:
+        sys.stdout.write(json_text(dataclasses.asdict(info)) + "\n")
+    else:
+        console().print(table(HEADER, [_row(info)], right={1, 2, 3, 4}))
+    return Exit.OK

@@ -23,9 +23,10 @@ from typing import Any, NoReturn, TypeVar
 import anyio
 
 from fusee import Engine, ObjectInfo, ObjectKey
-from fusee.adapters.cli.commands import CONNECT_TIMEOUT_QUERY, CliError, open_engine
+from fusee.adapters.cli.commands import CONNECT_TIMEOUT_QUERY, open_engine
+from fusee.adapters.cli.errors import CliError, Exit
 from fusee.adapters.cli.options import GlobalOptions, command_hint
-from fusee.adapters.cli.render import clip, format_age, json_text
+from fusee.adapters.cli.render import clip, console, format_age, json_text, table
 from fusee.errors import (
     ConfigError,
     HandlerFailed,
@@ -55,7 +56,7 @@ __all__ = (
 
 T = TypeVar("T")
 
-USAGE = 2  # bad input: nothing was sent
+USAGE = Exit.USAGE  # bad input: nothing was sent
 
 
 def _out(text: str) -> None:
@@ -120,11 +121,11 @@ def _where(obj: ObjectKey) -> str:
 # -- reading ---------------------------------------------------------------------------
 
 
-async def objects_ls(opts: GlobalOptions, object_type: str, *, as_json: bool) -> int:
+async def objects_ls(opts: GlobalOptions, object_type: str) -> int:
     object_type = _type(object_type)
     async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_QUERY) as engine:
         keys = await engine.list_objects(object_type)
-    if as_json:
+    if opts.as_json:
         _out(json_text([{"key": key, "state": state} for key, state in keys]))
         return 0
     if not keys:
@@ -132,9 +133,8 @@ async def objects_ls(opts: GlobalOptions, object_type: str, *, as_json: bool) ->
             f"No keys of object type {object_type!r} have state in namespace {opts.namespace!r}.\n"
         )
         return 0
-    width = max(len(key) for key, _ in keys)
-    for key, state in keys:
-        _out(f"{key.ljust(width)}  {clip(json.dumps(state, ensure_ascii=False), 100)}")
+    rows = [(key, clip(json.dumps(state, ensure_ascii=False), 100)) for key, state in keys]
+    console().print(table(("KEY", "STATE"), rows))
     return 0
 
 
@@ -214,11 +214,11 @@ def _handler(name: str) -> str:
     return "(edit)" if name == EDIT else name
 
 
-async def objects_show(opts: GlobalOptions, object_type: str, key: str, *, as_json: bool) -> int:
+async def objects_show(opts: GlobalOptions, object_type: str, key: str) -> int:
     obj = _key(object_type, key)
     async with _connected(opts, obj) as live:
         info = await live.show()
-    if as_json:
+    if opts.as_json:
         _out(json_text(info))
         return 0
     _out("\n".join(format_object(info, now=time.time())))
@@ -326,7 +326,7 @@ def _not_applied(obj: ObjectKey, what: str, timeout: str) -> CliError:
         f"{_where(obj)}: {what} did not apply within {timeout}; it stays queued and applies "
         f"when a worker serving {obj.object_type!r} reaches it "
         f"(see `{command_hint('objects', 'show', obj.object_type, obj.key)}`)",
-        code=2,
+        code=Exit.NOT_YET,
     )
 
 
@@ -419,7 +419,10 @@ async def objects_clear(
             await _told_if_unserved(live, lambda: live.clear(timeout=limit))
         except Timeout:
             raise _not_applied(obj, "the clear", timeout) from None
-    _out(f"cleared the state of {_where(obj)}")
+    if opts.as_json:
+        _out(json_text({"object_type": obj.object_type, "key": obj.key, "state": {}}))
+    else:
+        _out(f"cleared the state of {_where(obj)}")
     return 0
 
 
@@ -458,12 +461,22 @@ async def objects_cancel(
         if seq is None:
             seq = await head_of_queue(live)
             if seq is None:
-                raise CliError(f"{_where(obj)} runs nothing and has nothing queued to cancel")
+                raise CliError(
+                    f"{_where(obj)} runs nothing and has nothing queued to cancel",
+                    name="nothing_to_cancel",
+                )
         try:
             await live.cancel(seq, reason)
         except NothingToCancel as exc:
-            raise CliError(str(exc)) from None
-    _out(f"asked {_where(obj)} to cancel invocation #{seq}: {reason}")
+            raise CliError(str(exc), name="nothing_to_cancel") from None
+    if opts.as_json:
+        _out(
+            json_text(
+                {"object_type": obj.object_type, "key": obj.key, "seq": seq, "reason": reason}
+            )
+        )
+    else:
+        _out(f"asked {_where(obj)} to cancel invocation #{seq}: {reason}")
     return 0
 
 
@@ -505,7 +518,7 @@ async def objects_call(
             raise CliError(
                 f"{_where(obj)}: {handler!r} did not end within {timeout}; it stays queued "
                 f"or running (see `{command_hint('objects', 'show', obj.object_type, obj.key)}`)",
-                code=2,
+                code=Exit.NOT_YET,
             ) from None
     _out(json_text(result))
     return 0
@@ -525,5 +538,9 @@ async def objects_send(
     value = parse_json(arg, "the input")
     async with _connected(opts, obj) as live:
         seq = await live.send(handler, value, idempotency_key=idempotency_key)
-    _out(str(seq))
+    _out(
+        json_text({"object_type": obj.object_type, "key": obj.key, "seq": seq})
+        if opts.as_json
+        else str(seq)
+    )
     return 0

@@ -8,11 +8,13 @@ import shutil
 import sys
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from fusee.logs import LogFormat
 
 __all__ = (
     "GlobalOptions",
+    "CREDENTIALS",
     "CURRENT",
     "DEFAULT_NAMESPACE",
     "DEFAULT_STORE",
@@ -24,15 +26,34 @@ DEFAULT_NAMESPACE = "fusee"
 DEFAULT_STORE = ".fusee"
 
 
+# The NATS credentials every connecting command takes: (GlobalOptions field, flag,
+# environment variable, help). Each is passed to ``fusee.connect`` as the keyword of
+# the field's name, and only when given (issue 15's contract).
+CREDENTIALS: tuple[tuple[str, str, str, str], ...] = (
+    ("user", "--nats-user", "FUSEE_NATS_USER", "NATS user name (with --nats-password)"),
+    ("password", "--nats-password", "FUSEE_NATS_PASSWORD", "NATS password"),
+    ("token", "--nats-token", "FUSEE_NATS_TOKEN", "NATS authentication token"),
+    ("nkey_seed", "--nats-nkey", "FUSEE_NATS_NKEY", "an nkey seed file, or the seed (SU...)"),
+    ("creds", "--nats-creds", "FUSEE_NATS_CREDS", "a NATS .creds file (JWT and nkey seed)"),
+    ("tls_ca", "--tls-ca", "FUSEE_TLS_CA", "a CA bundle to verify the NATS server with"),
+    ("tls_cert", "--tls-cert", "FUSEE_TLS_CERT", "a client certificate for NATS (with --tls-key)"),
+    ("tls_key", "--tls-key", "FUSEE_TLS_KEY", "the client certificate's private key"),
+)
+
+
 @dataclass(frozen=True)
 class GlobalOptions:
-    """Where to find NATS and which namespace to use.
+    """Where to find NATS, how to log in, and which namespace to use.
 
     Attributes:
-        nats: the server URL, or ``None`` for the embedded server of ``store``.
+        nats: the server URL (comma-separated URLs of a cluster allowed), or ``None``
+            for the embedded server of ``store``.
         nats_flag: ``--nats`` was given (not taken from ``$FUSEE_NATS_URL``).
         namespace: the fusee namespace (stream ``NAMESPACE``, buckets ``namespace_*``).
         store: the embedded server's directory.
+        as_json: ``--json``: machine-readable output (and errors) on this command.
+        user, password, token, nkey_seed, creds, tls_ca, tls_cert, tls_key: NATS
+            credentials and TLS files, as ``fusee.connect`` takes them.
     """
 
     nats: str | None = None
@@ -41,6 +62,25 @@ class GlobalOptions:
     store: str = DEFAULT_STORE
     log_format: LogFormat = "console"
     log_level: str = "info"
+    as_json: bool = False
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    nkey_seed: str | None = None
+    creds: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    def credentials(self) -> dict[str, Any]:
+        """The credential keywords for ``fusee.connect``: those given, only.
+
+        Example:
+            ``GlobalOptions(user="ana", password="pw").credentials()``
+            -> ``{'user': 'ana', 'password': 'pw'}``
+        """
+        given = {field: getattr(self, field) for field, *_ in CREDENTIALS}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 # Set by the CLI for the command it runs, so code it calls (a dev file's ``main``) can

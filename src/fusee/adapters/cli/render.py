@@ -1,14 +1,16 @@
 """Runs and journals as text: what ``fusee runs list`` and ``fusee runs show`` print.
 
-Pure functions of the records, with ``now`` passed in, so tests and examples can use
-them on any journal.
+A record's line is a pure function of the record, with ``now`` passed in, so tests and
+examples can use them on any journal; tables are rich's (laid out to the terminal's
+width), imported when one is drawn.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable, Sequence
-from typing import Any
+import sys
+from collections.abc import Collection, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
@@ -30,6 +32,10 @@ from fusee.runtime.records import (
     kind_of,
 )
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
 __all__ = (
     "clip",
     "format_age",
@@ -39,6 +45,9 @@ __all__ = (
     "format_run",
     "format_runs_table",
     "RunsTable",
+    "console",
+    "table",
+    "render_lines",
     "json_text",
     "json_item",
     "json_end",
@@ -235,6 +244,67 @@ def format_runs_table(infos: Iterable[RunInfo], *, now: float) -> list[str]:
     return RunsTable(now=now).page(infos)
 
 
+def console(*, stderr: bool = False, file: TextIO | None = None) -> Console:
+    """A rich console for ``fusee``'s tables: the terminal's width on a terminal (a
+    table that does not fit folds its widest column), else no width limit, so a pipe
+    gets whole lines to ``grep`` and ``cut``; no colour guessed from the text."""
+    from rich.console import Console
+
+    target = file if file is not None else (sys.stderr if stderr else sys.stdout)
+    isatty = getattr(target, "isatty", None)
+    terminal = bool(isatty and isatty())
+    return Console(
+        file=target,
+        stderr=stderr,
+        width=None if terminal else 100_000,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
+        markup=False,
+    )
+
+
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    right: Collection[int] = (),
+    min_widths: Sequence[int] = (),
+    show_header: bool = True,
+) -> Table:
+    """A borderless rich table of plain text (``--json`` is for machines; this is for
+    eyes): two spaces between columns, the columns ``right`` right-aligned (numbers),
+    column ``c`` at least ``min_widths[c]`` wide."""
+    from rich.table import Table
+
+    widths = min_widths
+    out = Table(
+        box=None,
+        pad_edge=False,
+        show_edge=False,
+        show_header=show_header,
+        header_style="bold",
+        padding=(0, 2, 0, 0),
+    )
+    for c, name in enumerate(headers):
+        out.add_column(
+            name,
+            justify="right" if c in right else "left",
+            min_width=widths[c] if c < len(widths) else None,
+            overflow="fold",
+        )
+    for row in rows:
+        out.add_row(*row)
+    return out
+
+
+def render_lines(renderable: Any, out: Console) -> list[str]:
+    """``renderable`` as ``out`` would print it, as lines without trailing spaces."""
+    with out.capture() as captured:
+        out.print(renderable)
+    return [line.rstrip() for line in captured.get().splitlines()]
+
+
 class RunsTable:
     """``fusee runs list``'s table, a page at a time (a filtered listing streams: its
     rows are printed as the index yields them). The header comes with the first page,
@@ -244,12 +314,15 @@ class RunsTable:
     HEADER = ("RUN ID", "WORKFLOW", "STATUS", "STEPS", "AGE", "DETAIL")
     RIGHT = frozenset({3})  # numbers align right
 
-    def __init__(self, *, now: float) -> None:
+    def __init__(self, *, now: float, out: Console | None = None) -> None:
         self.now = now
+        self.out = out
         self.widths: list[int] | None = None
 
     def page(self, infos: Iterable[RunInfo]) -> list[str]:
         """The lines of ``infos``' rows (with the header, the first time)."""
+        from rich.cells import cell_len
+
         rows = [
             (
                 i.run_id,
@@ -264,16 +337,16 @@ class RunsTable:
         first = self.widths is None
         shown = [self.HEADER, *rows] if first else rows
         widths = self.widths or [0] * len(self.HEADER)
-        self.widths = [max([w, *(len(r[c]) for r in shown)]) for c, w in enumerate(widths)]
-        return [self._line(row) for row in shown]
-
-    def _line(self, row: tuple[str, ...]) -> str:
-        assert self.widths is not None
-        cells = [
-            cell.rjust(self.widths[c]) if c in self.RIGHT else cell.ljust(self.widths[c])
-            for c, cell in enumerate(row)
-        ]
-        return "  ".join(cells).rstrip()
+        self.widths = [max([w, *(cell_len(r[c]) for r in shown)]) for c, w in enumerate(widths)]
+        # the last column's width is its own: padding it would pad every line
+        grid = table(
+            self.HEADER,
+            rows,
+            right=self.RIGHT,
+            min_widths=self.widths[:-1],
+            show_header=first,
+        )
+        return render_lines(grid, self.out or console())
 
 
 def json_text(value: Any) -> str:

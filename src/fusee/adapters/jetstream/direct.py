@@ -79,14 +79,22 @@ def storage_full(exc: BaseException, what: str) -> StorageFull | None:
 # retried like a lost reply: with a new batch id, the same Msg-Id and the same fences.
 BATCH_INCOMPLETE = 10176
 
+# On a replicated stream, a publish whose Msg-Id another copy of it (a retry racing its
+# first try, sent on a lost reply or across a leader change) is being proposed with is
+# answered 10158 "duplicate message id is in process": neither stored nor refused yet.
+# Sent again with the same Msg-Id and fences, it gets the stored one's duplicate ack
+# (or the fence's refusal, which the caller reads back). R1 never answers it.
+DUPLICATE_IN_PROCESS = 10158
+
 
 def _refused_for_now(exc: BaseException) -> bool:
-    """A batch the server refused for now, storing nothing (see ``BATCH_INCOMPLETE``)."""
-    return getattr(exc, "err_code", None) == BATCH_INCOMPLETE
+    """A write the server answered "not now" (see ``BATCH_INCOMPLETE`` and
+    ``DUPLICATE_IN_PROCESS``): trying it again as it was settles it."""
+    return getattr(exc, "err_code", None) in (BATCH_INCOMPLETE, DUPLICATE_IN_PROCESS)
 
 
 def _gave_up(what: str, patience: float, exc: BaseException) -> ConnectionLost:
-    if _refused_for_now(exc):
+    if getattr(exc, "err_code", None) == BATCH_INCOMPLETE:
         return ConnectionLost(
             f"NATS refused the batch for {patience:g}s ({what}: err_code {BATCH_INCOMPLETE}, "
             f"{getattr(exc, 'description', '')}: too many batches in flight on the stream, "
@@ -132,7 +140,8 @@ async def retrying(
     errors; a callable is called only for one (a step commit's name costs µs to make).
 
     An atomic batch refused for the batches in flight (``BATCH_INCOMPLETE``: nothing
-    was stored) is tried again the same way.
+    was stored), and a publish whose Msg-Id is being stored by another copy of it
+    (``DUPLICATE_IN_PROCESS``, R3), are tried again the same way.
 
     Raises:
         StorageFull: a write the server refused for want of storage (not retried).
@@ -152,8 +161,8 @@ async def retrying(
                 _refused_for_now(exc)
             ):
                 raise
-            # JetStream not ready (a restart, an election), or a batch refused for the
-            # batches in flight: nothing was stored, it is tried again
+            # JetStream not ready (a restart, an election), a batch refused for the
+            # batches in flight, or its Msg-Id in process: tried again as it was
             failed: BaseException = exc
         except _NO_ANSWER as exc:
             failed = exc

@@ -62,6 +62,7 @@ from fusee.adapters.jetstream.layout import (
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import ConnectionLost, Fenced, FuseeError, JournalGap, NotEncodable, StorageFull
+from fusee.logs import get_logger
 from fusee.runtime.ids import escape, unescape
 from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.index import info_or_none
@@ -75,6 +76,8 @@ __all__ = (
     "StorageFull",
     "CLIENT_PATIENCE",
 )
+
+log = get_logger()
 
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 # How long a client waits for a worker's ping answer before it counts the worker as
@@ -185,11 +188,15 @@ class NatsStore:
         # (see _clear_old_marker)
         self._work_listed: dict[int, set[str]] = {}
         self._listed_upto: int | None = None  # config.listed_from, once read
+        # the journal stream has followers (R3): their Direct Gets may be behind the
+        # leader's acks, so journal reads are checked against the leader's tail (see
+        # read_journal): from the stream's config, read by ensure_layout or the first read
+        self.replicated: bool | None = None
 
     @classmethod
     async def connect(
         cls,
-        url: str,
+        url: str | list[str],
         namespace: str,
         *,
         name: str = "fusee",
@@ -202,6 +209,10 @@ class NatsStore:
         async def reconnected() -> None:
             for store in made:
                 store.journal_watch.reconnected()
+                # which server of the cluster it is on now (no credentials: host and port)
+                where = store.nc.connected_url
+                server = f"{where.hostname}:{where.port}" if where is not None else None
+                log.info("nats.reconnected", server=server)
             if on_reconnect is not None:
                 await on_reconnect()
 
@@ -223,8 +234,9 @@ class NatsStore:
                 error_cb=quiet,
             )
         except (OSError, nats.errors.NoServersError, nats.errors.TimeoutError) as exc:
+            where = url if isinstance(url, str) else ",".join(url)
             raise ConnectionLost(
-                f"cannot connect to NATS at {url}: {exc or type(exc).__name__}"
+                f"cannot connect to NATS at {where}: {exc or type(exc).__name__}"
             ) from None
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
@@ -278,8 +290,10 @@ class NatsStore:
         lay = self.layout
         config = journal_stream_config(lay, self.replicas)
         try:
-            await self.js.stream_info(lay.stream)
+            info = await self.js.stream_info(lay.stream)
+            self.replicated = (info.config.num_replicas or 1) > 1
         except nats.js.errors.NotFoundError:
+            self.replicated = self.replicas > 1
             with contextlib.suppress(nats.js.errors.BadRequestError):
                 await self.js.add_stream(config)  # a concurrent creator may have won
         values = StreamConfig(
@@ -780,24 +794,77 @@ class NatsStore:
     # A journal is read as the run's whole tree: its ``.j`` subject and, since end records
     # have their own (``Layout.ends``), its ``.end`` subject, in stream order.
 
+    #
+    # On a replicated stream a Direct Get is answered by any replica, the local one
+    # first, and a follower may not hold yet what the leader acknowledged (a quorum is
+    # the leader and one follower: the third may be behind; 178 of 3,200 reads right
+    # after an ack, tests/integration/test_r3.py). A replica holds a prefix of the
+    # stream, so what it returns is a prefix of the answer: it is complete once it
+    # reaches the journal's last record, which the leader names (``_leader_last``, one
+    # request the leader answers). Then a writer's load sees every record it or another
+    # writer was acknowledged, and its fence is the real one.
+
     async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
-        """Every record of the run's journal with a sequence above ``after``, in order."""
-        return await direct_batch(self.nc, self.layout.stream, self.layout.tree(eid), after + 1)
+        """Every record of the run's journal with a sequence above ``after``, in order,
+        including every record acknowledged before the call (also on R3)."""
+        tree = self.layout.tree(eid)
+        found = await direct_batch(self.nc, self.layout.stream, tree, after + 1)
+        if not await self._replicated():
+            return found
+        last = await self._leader_last(tree)
+        catching_up = _CatchUp(f"the journal of {unescape(eid)!r}")
+        while last is not None and last.seq > (found[-1].seq if found else after):
+            await catching_up.wait()  # the replica catches up within milliseconds
+            start = found[-1].seq + 1 if found else after + 1
+            found += await direct_batch(self.nc, self.layout.stream, tree, start)
+        return found
 
     async def last_in_journal(self, eid: str) -> StoredMsg | None:
-        return await retrying(self._direct_last, self.layout.tree(eid))
+        """The journal's last record, as the leader has it on R3 (what a writer's
+        read-back after a refused append and a fence must see)."""
+        if await self._replicated():
+            return await self._leader_last(self.layout.tree(eid))
+        return await retrying(self._last_msg, self.layout.tree(eid), True)
 
     async def first_in_journal(self, eid: str) -> StoredMsg | None:
         return await self.journal_at(eid, 1)
 
     async def journal_at(self, eid: str, seq: int) -> StoredMsg | None:
         """The first record of the run's journal at or after sequence ``seq``."""
-        found = await direct_batch(self.nc, self.layout.stream, self.layout.tree(eid), seq, limit=1)
-        return found[0] if found else None
+        tree = self.layout.tree(eid)
+        found = await direct_batch(self.nc, self.layout.stream, tree, seq, limit=1)
+        if found or not await self._replicated():
+            return found[0] if found else None
+        # none on this replica: there is one only if the leader's last is at or after seq
+        last = await self._leader_last(tree)
+        if last is None or last.seq < seq:
+            return None
+        catching_up = _CatchUp(f"the journal of {unescape(eid)!r}")
+        while not found:
+            await catching_up.wait()
+            found = await direct_batch(self.nc, self.layout.stream, tree, seq, limit=1)
+        return found[0]
+
+    async def _replicated(self) -> bool:
+        if self.replicated is None:
+            try:
+                info = await retrying(self.js.stream_info, self.layout.stream)
+            except nats.js.errors.NotFoundError:
+                return False  # nothing to read yet; asked again next time
+            self.replicated = (info.config.num_replicas or 1) > 1
+        return self.replicated
+
+    async def _leader_last(self, subject: str) -> StoredMsg | None:
+        """The last message on ``subject`` as the stream's leader has it
+        (``$JS.API.STREAM.MSG.GET``, which only the leader answers)."""
+        return await retrying(self._last_msg, subject, False)
 
     async def _direct_last(self, subject: str) -> StoredMsg | None:
+        return await self._last_msg(subject, True)
+
+    async def _last_msg(self, subject: str, direct: bool) -> StoredMsg | None:
         try:
-            raw = await self.js.get_last_msg(self.layout.stream, subject, direct=True)
+            raw = await self.js.get_last_msg(self.layout.stream, subject, direct=direct)
         except nats.js.errors.NotFoundError:
             return None
         headers = dict(raw.headers or {})
@@ -1551,3 +1618,22 @@ def _journal_seq(headers: dict[str, str]) -> int:
 def _record_of(kind: str, eid: str) -> str:
     # made only for an error: unescaping an ID costs µs, a commit has none to spare
     return f"the {kind} record of {unescape(eid)!r}"
+
+
+class _CatchUp:
+    """The waits of a read for a replica that is behind the leader: 1 ms, doubling to
+    100 ms, for as long as the call's patience (``direct.patience``) allows."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.delay = 0.001
+        self.give_up = time.monotonic() + patience()
+
+    async def wait(self) -> None:
+        if time.monotonic() + self.delay > self.give_up:
+            raise ConnectionLost(
+                f"the replica answering reads of {self.what} stayed behind the stream's "
+                f"leader (NATS Direct Get); try again"
+            )
+        await anyio.sleep(self.delay)
+        self.delay = min(self.delay * 2, 0.1)

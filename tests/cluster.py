@@ -1,0 +1,286 @@
+"""A 3-node JetStream cluster on loopback, from the repository's ``nats/cluster-n*.conf``.
+
+Each node runs its shipped config with only its addresses and store moved: the client,
+route and monitor ports become free ones, ``./data/nX`` a directory of the test's, so
+the tests exercise the configs an operator starts (``sync_interval: always``, the route
+mesh, the cluster name). Readiness is read from each node's ``/healthz``, never from log
+lines. A node can be SIGKILLed, stopped, restarted on its ports, and wiped (its store
+removed, so it must catch up from its peers).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import nats
+
+from fusee.adapters.jetstream.server import find_nats_server_binary
+
+__all__ = (
+    "ClusterNode",
+    "LoopbackCluster",
+    "free_ports",
+    "get_json",
+    "move_leader",
+    "stream_leader",
+)
+
+CONFIGS = Path(__file__).resolve().parents[1] / "nats"
+NODES = ("n1", "n2", "n3")
+# the shipped configs' loopback ports, per node index 1..3
+_CLIENT, _ROUTE, _HTTP = 24220, 24320, 28220
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct loopback ports free right now (bound, then let go together)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def get_json(url: str, timeout: float = 1.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as response:  # a loopback URL we built
+        return json.loads(response.read())
+
+
+@dataclass
+class ClusterNode:
+    """One nats-server of the cluster: its ports, its store, its process."""
+
+    name: str
+    port: int
+    route_port: int
+    http_port: int
+    dir: Path
+    config: str
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def monitor(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def store(self) -> Path:
+        return self.dir / "data" / self.name
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def launch(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        conf = self.dir / f"{self.name}.conf"
+        conf.write_text(self.config)
+        with (self.dir / "nats-server.log").open("ab") as log:
+            # the config's relative store_dir lands under the node's dir
+            self.proc = subprocess.Popen(
+                [find_nats_server_binary(), "-c", str(conf)],
+                cwd=self.dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def healthy(self, *, js_only: bool = True) -> bool:
+        query = "?js-enabled-only=true" if js_only else ""
+        try:
+            with urllib.request.urlopen(f"{self.monitor}/healthz{query}", timeout=1.0) as r:
+                return bool(r.status == 200)
+        except (OSError, ValueError):
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would; the store stays."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (a clean shutdown), SIGKILL after ``timeout``."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def wipe(self) -> None:
+        """Remove the node's JetStream store (it must be down)."""
+        assert not self.alive, f"{self.name} runs: stop or kill it first"
+        shutil.rmtree(self.store, ignore_errors=True)
+
+    def stream_last_seq(self, stream: str) -> int:
+        """The last sequence of ``stream`` in this node's own copy (from its monitor)."""
+        jsz = get_json(f"{self.monitor}/jsz?accounts=true&streams=true")
+        for account in jsz.get("account_details") or []:
+            for detail in account.get("stream_detail") or []:
+                if detail.get("name") == stream:
+                    return int(detail["state"]["last_seq"])
+        return 0
+
+    def log_tail(self, n: int = 30) -> str:
+        path = self.dir / "nats-server.log"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return "\n".join(lines[-n:])
+
+
+def _node_config(name: str, index: int, ports: tuple[int, int, int], routes: list[int]) -> str:
+    """The shipped ``nats/cluster-<name>.conf`` with its addresses moved to ``ports``."""
+    lines = (CONFIGS / f"cluster-{name}.conf").read_text().splitlines(keepends=True)
+    text = "".join(line for line in lines if not line.lstrip().startswith("#"))
+    client, route, http = ports
+    text = text.replace(f"listen: 127.0.0.1:{_CLIENT + index}\n", f"listen: 127.0.0.1:{client}\n")
+    text = text.replace(f"http_port: {_HTTP + index}", f"http_port: {http}")
+    text = text.replace(f"listen: 127.0.0.1:{_ROUTE + index}\n", f"listen: 127.0.0.1:{route}\n")
+    for i, port in enumerate(routes, start=1):
+        text = text.replace(
+            f"nats-route://127.0.0.1:{_ROUTE + i}", f"nats-route://127.0.0.1:{port}"
+        )
+    # every shipped address must have moved: a config changed under this helper fails loudly
+    left = re.findall(r"\b2[48]2[23]\d\b", text)
+    assert not left, f"nats/cluster-{name}.conf: addresses this helper did not move: {left}"
+    return text
+
+
+@dataclass
+class LoopbackCluster:
+    """Three nats-servers in one JetStream cluster on loopback, in ``dir``."""
+
+    dir: Path
+    nodes: list[ClusterNode] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, where: Path, *, timeout: float = 30.0) -> LoopbackCluster:
+        ports = free_ports(3 * len(NODES))
+        client, route, http = ports[0:3], ports[3:6], ports[6:9]
+        cluster = cls(Path(where))
+        for i, name in enumerate(NODES, start=1):
+            config = _node_config(name, i, (client[i - 1], route[i - 1], http[i - 1]), route)
+            node = ClusterNode(
+                name, client[i - 1], route[i - 1], http[i - 1], cluster.dir / name, config
+            )
+            cluster.nodes.append(node)
+        for node in cluster.nodes:
+            node.launch()
+        try:
+            cluster.wait_ready(timeout)
+        except BaseException:
+            cluster.stop()
+            raise
+        return cluster
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    @property
+    def url(self) -> str:
+        """Every node's URL, comma-separated (what ``--nats`` takes)."""
+        return ",".join(self.urls)
+
+    def node(self, name: str) -> ClusterNode:
+        return next(n for n in self.nodes if n.name == name)
+
+    def meta_leader(self) -> str | None:
+        """The meta group's leader as a live node sees it, if one is elected."""
+        for node in self.nodes:
+            if not node.alive:
+                continue
+            try:
+                leader = get_json(f"{node.monitor}/jsz").get("meta_cluster", {}).get("leader")
+            except (OSError, ValueError):
+                continue
+            if leader:
+                return str(leader)
+        return None
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Until every live node is healthy (JetStream current, a meta leader known)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.proc is not None and node.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"nats-server {node.name} exited ({node.proc.returncode}):\n"
+                        f"{node.log_tail()}"
+                    )
+            live = [n for n in self.nodes if n.alive]
+            if all(n.healthy(js_only=False) for n in live) and self.meta_leader():
+                return
+            time.sleep(0.05)  # no event to wait on: the servers offer only HTTP
+        tails = "\n".join(f"--- {n.name}\n{n.log_tail()}" for n in self.nodes)
+        raise RuntimeError(f"the cluster was not ready after {timeout}s:\n{tails}")
+
+    def restart(self, node: ClusterNode, *, timeout: float = 30.0) -> None:
+        """Start ``node`` again on its ports and store; wait until the cluster is ready."""
+        node.launch()
+        self.wait_ready(timeout)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+async def stream_leader(
+    cluster: LoopbackCluster, stream: str, *, timeout: float = 20.0
+) -> ClusterNode:
+    """The node leading ``stream``'s Raft group (asked through any live node); while
+    it has none (an election after a kill or a stepdown), asked again until it has."""
+    deadline = time.monotonic() + timeout
+    nc = await nats.connect([n.url for n in cluster.nodes if n.alive], connect_timeout=2)
+    try:
+        while True:
+            info = await nc.jetstream(timeout=5).stream_info(stream)
+            assert info.cluster is not None, f"{stream} is not clustered: {info}"
+            if info.cluster.leader:
+                return cluster.node(info.cluster.leader)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{stream}: no leader after {timeout}s: {info.cluster}")
+            await anyio.sleep(0.05)  # the servers offer no event for an election
+    finally:
+        await nc.close()
+
+
+async def move_leader(cluster: LoopbackCluster, stream: str, node: ClusterNode) -> None:
+    """Make ``node`` the leader of ``stream`` (a stepdown naming it preferred), so a
+    drill knows which node it kills and who was connected to it."""
+    deadline = time.monotonic() + 20.0
+    while (await stream_leader(cluster, stream)) is not node:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{stream}: {node.name} did not become its leader")
+        nc = await nats.connect([n.url for n in cluster.nodes if n.alive], connect_timeout=2)
+        try:
+            body = json.dumps({"placement": {"preferred": node.name}}).encode()
+            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{stream}", body, timeout=5)
+        finally:
+            await nc.close()
+        # the new leader takes a moment to be elected: look again until it is this one
+        for _ in range(100):
+            if (await stream_leader(cluster, stream)) is node:
+                return
+            await anyio.sleep(0.05)
