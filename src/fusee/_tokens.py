@@ -3,16 +3,20 @@ short-lived stream tokens that read one token stream.
 
 A token is printed once, when made; the ``<ns>_auth`` bucket keeps only its keyed hash
 (``fusee.runtime.api_tokens`` says why a fast keyed hash), with its scope, name, and
-creation and expiry times. Verifying reads the bucket once per token and keeps what it
-read for :data:`CACHE_FOR` seconds; a watch of the bucket drops a revoked token from the
-cache as soon as the delete lands, so a revoke takes effect at once (within
-:data:`CACHE_FOR` if the watch missed it, say across a reconnect).
+creation and expiry times. The first verify starts a watch of the bucket that loads
+every entry and then follows every change: from then on a verify is answered from
+memory (an unknown ID costs no NATS read), and a revoke lands in it as soon as the
+watch delivers the delete. Only while the watch is not current (not started yet, no
+bucket yet, the connection down) does a verify read the bucket. An open request can
+end when its token goes (:meth:`Tokens.on_revoke`): the HTTP API ends open streams and
+waits so.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -21,6 +25,7 @@ import anyio
 import msgspec
 
 from fusee.errors import ConfigError, InvalidArgument, Unauthorized, UnknownToken
+from fusee.logs import get_logger
 from fusee.runtime.api_tokens import (
     ID_PATTERN,
     SECRET_BYTES,
@@ -38,15 +43,21 @@ from fusee.runtime.durations import parse_duration
 from fusee.runtime.ids import validate_id, validate_name
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable
 
     from fusee._run import DurationLike
     from fusee.adapters.jetstream.auth import AuthBucket
 
-__all__ = ("Tokens", "TokenInfo", "CreatedToken", "StreamAccess", "CACHE_FOR", "STREAM_TTL_MAX")
+__all__ = ("Tokens", "TokenInfo", "CreatedToken", "StreamAccess", "STREAM_TTL_MAX", "REFUSED")
 
-CACHE_FOR: Final = 10.0
-"""Seconds a verified token's entry is used without reading the bucket again."""
+log = get_logger()
+
+REFUSED: Final = "unknown, revoked or invalid API token"
+"""The one refusal of a token that names no entry or whose secret does not match: the
+caller learns nothing about which IDs exist (the reason is logged at debug)."""
+
+FOLLOW_WAIT: Final = 5.0
+"""Seconds the verify that starts the watch waits for it to load every entry."""
 
 TTL_MAX: Final = 3650 * 86400.0
 """The longest an API token lives, in seconds (10 years)."""
@@ -130,11 +141,14 @@ class CreatedToken:
 
 @dataclass(frozen=True)
 class StreamAccess:
-    """What a verified stream token may read: one run's one stream, until ``expires_at``."""
+    """What a verified stream token may read: one run's one stream, until ``expires_at``
+    (its own expiry, or its issuer's if sooner); ``issuer``: the API token that asked for
+    it (its revoke ends it), if any."""
 
     run_id: str
     stream: str
     expires_at: datetime
+    issuer: str | None = None
 
 
 def _info(token_id: str, entry: _Entry) -> TokenInfo:
@@ -145,6 +159,19 @@ def _info(token_id: str, entry: _Entry) -> TokenInfo:
     )
 
 
+def _checked(token_id: str, value: bytes) -> _Entry | None:
+    """The entry in ``value``, or None if it is not one this fusee can check (not its
+    JSON, a scope it does not know: a newer fusee's, a hand edit): such a token is
+    refused like an unknown one, never a 500."""
+    try:
+        entry = _decode(value)
+        check_scope(entry.scope)
+    except (msgspec.DecodeError, ValueError) as exc:
+        log.debug("tokens.bad_entry", token_id=token_id, error=str(exc))
+        return None
+    return entry
+
+
 class Tokens:
     """The API tokens of one namespace: ``engine.tokens``."""
 
@@ -152,10 +179,16 @@ class Tokens:
         self._bucket = bucket
         self._secret = secret
         self._namespace = namespace
-        self._cache: dict[str, tuple[float, _Entry | None]] = {}
-        self._revoked: set[str] = set()
+        # every entry of the bucket, as the watch delivered them (None: unreadable)
+        self._entries: dict[str, _Entry | None] = {}
+        self._loaded = anyio.Event()  # the watch delivered every entry
         self._following: Callable[[], Awaitable[None]] | None = None
         self._lock = anyio.Lock()
+        # what to call when a token's entry changes or goes (see on_revoke)
+        self._listeners: dict[str, dict[int, Callable[[], None]]] = {}
+        self._next_listener = 0
+        # what a secret is compared with when its ID names no entry: the same work
+        self._no_hash = token_hash(secret, namespace, "0" * 12, "A" * 43)
 
     async def create(
         self, scope: str, *, name: str | None = None, ttl: DurationLike | None = None
@@ -218,31 +251,61 @@ class Tokens:
         """
         if not ID_PATTERN.match(token_id) or not await self._bucket.delete(token_id):
             raise UnknownToken(f"no token {token_id!r} in namespace {self._namespace!r}")
-        self._revoked.add(token_id)
-        self._cache.pop(token_id, None)
+        # seen here at once, before the watch delivers the delete
+        self._entries.pop(token_id, None)
+        self._gone(token_id)
 
     async def verify(self, token: str) -> TokenInfo:
         """The token's info, if it lets its holder in.
 
         Raises:
-            Unauthorized: malformed, unknown, revoked, expired, or forged (its secret part
-                does not hash to what the bucket holds); the message says which.
-            ConnectionLost: NATS did not answer.
+            Unauthorized: malformed, expired, or unknown, revoked or forged (its secret
+                part does not hash to what the bucket holds): these three get one
+                message, :data:`REFUSED` (which one is logged at debug).
+            ConnectionLost: NATS did not answer (only asked while the watch of the
+                bucket is not current).
 
         Example:
             ``info = await engine.tokens.verify(request_token)``
         """
         parsed = parse_token(token)
         entry = await self._entry(parsed.id)
-        if entry is None:
-            raise Unauthorized("unknown or revoked API token")
+        # the hash is computed and compared whether or not the ID names an entry
         expected = token_hash(self._secret, self._namespace, parsed.id, parsed.secret)
-        if not secrets.compare_digest(expected, entry.hash):
-            raise Unauthorized("invalid API token (its secret does not match)")
+        matches = secrets.compare_digest(expected, self._no_hash if entry is None else entry.hash)
+        if entry is None or not matches:
+            why = "no such entry (unknown or revoked)" if entry is None else "secret mismatch"
+            log.debug("tokens.refused", token_id=parsed.id, reason=why)
+            raise Unauthorized(REFUSED)
         info = _info(parsed.id, entry)
         if info.expired:
             raise Unauthorized("the API token has expired")
         return info
+
+    def on_revoke(self, token_id: str, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` once, when the entry of ``token_id`` goes (revoked) or
+        changes, as the watch of the bucket sees it (at once if it is already gone).
+        Returns the function that cancels the call. Without a current watch (no bucket
+        yet, a NATS user without the right to watch) the call comes only from a revoke
+        made by this process.
+
+        Example:
+            ``stop = engine.tokens.on_revoke(info.id, scope.cancel)``
+        """
+        number = self._next_listener
+        self._next_listener += 1
+        self._listeners.setdefault(token_id, {})[number] = callback
+
+        def cancel() -> None:
+            waiting = self._listeners.get(token_id)
+            if waiting is not None:
+                waiting.pop(number, None)
+                if not waiting:
+                    del self._listeners[token_id]
+
+        if self._current() and self._entries.get(token_id) is None:
+            self._gone(token_id)  # revoked between its check and now
+        return cancel
 
     def stream_token(
         self,
@@ -281,13 +344,18 @@ class Tokens:
                 is revoked or expired.
         """
         grant = parse_stream_token(self._secret, self._namespace, token, now=time.time())
-        if grant.issuer is not None:
-            entry = await self._entry(grant.issuer)
-            if entry is None or _info(grant.issuer, entry).expired:
-                raise Unauthorized("the API token that asked for this stream token is revoked")
         expires = _time(grant.expires_at)
         assert expires is not None
-        return StreamAccess(grant.run_id, grant.stream, expires)
+        if grant.issuer is not None:
+            entry = await self._entry(grant.issuer)
+            issuer = None if entry is None else _info(grant.issuer, entry)
+            if issuer is None or issuer.expired:
+                raise Unauthorized(
+                    "the API token that asked for this stream token is revoked or expired"
+                )
+            if issuer.expires_at is not None:
+                expires = min(expires, issuer.expires_at)
+        return StreamAccess(grant.run_id, grant.stream, expires, grant.issuer)
 
     @staticmethod
     def is_stream_token(token: str) -> bool:
@@ -300,42 +368,40 @@ class Tokens:
         if stop is not None:
             await stop()
 
-    # -- the cache ------------------------------------------------------------------------
+    # -- the entries, from the watch ------------------------------------------------------
+
+    def _current(self) -> bool:
+        return self._loaded.is_set() and self._bucket.connected
 
     async def _entry(self, token_id: str) -> _Entry | None:
-        if token_id in self._revoked:
-            return None
         await self._follow()
-        now = time.monotonic()
-        cached = self._cache.get(token_id)
-        if cached is not None and now - cached[0] < CACHE_FOR:
-            return cached[1]
+        if self._current():
+            return self._entries.get(token_id)
+        # not current (no bucket yet, not loaded in time, NATS down): the bucket says
         value = await self._bucket.get(token_id)
-        entry = None
-        if value is not None:
-            try:
-                entry = _decode(value)
-            except msgspec.DecodeError:
-                entry = None
-        if token_id in self._revoked:  # revoked while it was read
-            return None
-        if len(self._cache) > 10_000:  # unknown IDs sent on purpose must not fill memory
-            self._cache.clear()
-        self._cache[token_id] = (now, entry)
-        return entry
+        return None if value is None else _checked(token_id, value)
 
     async def _follow(self) -> None:
-        # Before the first read, so a revoke landing after that read is seen.
         if self._following is not None:
             return
         async with self._lock:
             if self._following is None:
-                self._following = await self._bucket.follow(self._changed)
+                # None: no bucket yet; tried again at the next verify
+                self._following = await self._bucket.follow(self._changed, self._loaded.set)
+            if self._following is not None:
+                with anyio.move_on_after(FOLLOW_WAIT):
+                    await self._loaded.wait()
 
     async def _changed(self, token_id: str, value: bytes | None) -> None:
         if value is None:
-            self._revoked.add(token_id)
-        self._cache.pop(token_id, None)
+            self._entries.pop(token_id, None)
+        else:
+            self._entries[token_id] = _checked(token_id, value)
+        self._gone(token_id)
+
+    def _gone(self, token_id: str) -> None:
+        for callback in list(self._listeners.pop(token_id, {}).values()):
+            callback()
 
 
 def _positive(value: DurationLike, what: str) -> float:

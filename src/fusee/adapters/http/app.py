@@ -26,6 +26,7 @@ from fusee.adapters.http.errors import (
 )
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.paths import RawPath
+from fusee.adapters.http.redact import redacted
 from fusee.adapters.http.routes import (
     bulk,
     completions,
@@ -128,7 +129,9 @@ async def _api_error(request: Request, exc: Exception) -> Response:
 async def _fusee_error(request: Request, exc: Exception) -> Response:
     status = status_of(exc)
     if status >= 500:
-        log.warning("http.error", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
+        log.warning(
+            "http.error", path=redacted(request.url.path), error=f"{type(exc).__name__}: {exc}"
+        )
     return error_response(status, type(exc).__name__, str(exc))
 
 
@@ -146,7 +149,9 @@ class _LastResort:
         try:
             await self.app(scope, receive, tracked)
         except Exception:  # the server's boundary: a bug becomes a 500, logged once
-            log.exception("http.internal_error", method=scope["method"], path=scope["path"])
+            log.exception(
+                "http.internal_error", method=scope["method"], path=redacted(scope["path"])
+            )
             if not tracked.started:
                 response = error_response(
                     500,

@@ -174,8 +174,8 @@ class NatsStore:
         self.committer = GroupCommitter(nc, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
         self.tokens = TokenStore(nc, self.js, layout, replicas=replicas, max_age=tokens_max_age)
-        # API tokens (issue 15): the <ns>_auth bucket, made when first used (see auth.py)
-        self.auth = AuthBucket(self.js, layout, replicas=replicas)
+        # API tokens (issue 15): the <ns>_auth bucket, made by the first token (see auth.py)
+        self.auth = AuthBucket(nc, self.js, layout, replicas=replicas)
         # callers waiting for results: one consumer for all of them (see watch.py)
         self.journal_watch = JournalWatch(nc, self.js, layout)
         # completions (issue 3): the namespace's secret (``config.secret`` in the work
