@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 import anyio
 import msgspec
 
-from fusee.errors import ConfigError, InvalidArgument, Unauthorized, UnknownToken
+from fusee.errors import ConfigError, ConnectionLost, InvalidArgument, Unauthorized, UnknownToken
 from fusee.logs import get_logger
 from fusee.runtime.api_tokens import (
     ID_PATTERN,
@@ -58,6 +58,9 @@ caller learns nothing about which IDs exist (the reason is logged at debug)."""
 
 FOLLOW_WAIT: Final = 5.0
 """Seconds the verify that starts the watch waits for it to load every entry."""
+
+FOLLOW_RETRY: Final = 30.0
+"""Seconds before a watch that could not start is tried again."""
 
 TTL_MAX: Final = 3650 * 86400.0
 """The longest an API token lives, in seconds (10 years)."""
@@ -183,6 +186,7 @@ class Tokens:
         self._entries: dict[str, _Entry | None] = {}
         self._loaded = anyio.Event()  # the watch delivered every entry
         self._following: Callable[[], Awaitable[None]] | None = None
+        self._follow_again_at = 0.0  # (monotonic) after a watch that could not start
         self._lock = anyio.Lock()
         # what to call when a token's entry changes or goes (see on_revoke)
         self._listeners: dict[str, dict[int, Callable[[], None]]] = {}
@@ -382,12 +386,19 @@ class Tokens:
         return None if value is None else _checked(token_id, value)
 
     async def _follow(self) -> None:
-        if self._following is not None:
+        if self._following is not None or time.monotonic() < self._follow_again_at:
             return
         async with self._lock:
-            if self._following is None:
-                # None: no bucket yet; tried again at the next verify
-                self._following = await self._bucket.follow(self._changed, self._loaded.set)
+            if self._following is None and time.monotonic() >= self._follow_again_at:
+                try:
+                    # None: no bucket yet; tried again at the next verify
+                    self._following = await self._bucket.follow(self._changed, self._loaded.set)
+                except ConnectionLost as exc:
+                    # e.g. a NATS user without the right to watch the bucket: verify
+                    # reads it each time, and a revoke ends no open request
+                    self._follow_again_at = time.monotonic() + FOLLOW_RETRY
+                    log.warning("tokens.watch_failed", error=str(exc), retry_in=FOLLOW_RETRY)
+                    return
             if self._following is not None:
                 with anyio.move_on_after(FOLLOW_WAIT):
                     await self._loaded.wait()

@@ -17,7 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,13 +163,14 @@ class Workers:
 
 @contextlib.contextmanager
 def api_server(
-    url: str, namespace: str, tmp_path: Path, *, auth: bool = False
+    url: str, namespace: str, tmp_path: Path, *, auth: bool = False, args: Sequence[str] = ()
 ) -> Iterator[WorkerProc]:
     """``fusee api`` on a free port, a process of its own (its log lines in
     ``tmp_path/api.log``); stopped with SIGTERM, killed if it does not go in 10 s.
-    Without ``auth`` it serves with ``--no-auth`` (the tests of auth pass ``auth=True``)."""
+    Without ``auth`` it serves with ``--no-auth`` (the tests of auth pass ``auth=True``);
+    ``args``: more of ``fusee api``'s options."""
     log_path = tmp_path / "api.log"
-    cmd = cli_cmd("api", "--port", "0", "--nats", url, "--namespace", namespace)
+    cmd = cli_cmd("api", "--port", "0", "--nats", url, "--namespace", namespace, *args)
     if not auth:
         cmd.append("--no-auth")
     with log_path.open("wb") as out:

@@ -146,7 +146,7 @@ class AuthBucket:
         if await self._existing() is None:
             return None
         prefix = f"$KV.{self.name}."
-        ready = False  # the consumer's info was read: a delivery may say it is current
+        stream = f"KV_{self.name}"
         current = False
 
         def caught_up() -> None:
@@ -162,14 +162,16 @@ class AuthBucket:
                 or headers.get("Nats-Marker-Reason") in _GONE_MARKERS
             )
             await on_change(msg.subject[len(prefix) :], None if gone or not msg.data else msg.data)
-            if ready and msg.metadata.num_pending == 0:
+            # (the message's own count: the consumer's info can lag its deliveries, and
+            # say 1 pending for a message already delivered)
+            if msg.metadata.num_pending == 0:
                 caught_up()
 
         subscribe = functools.partial(
             self.js.subscribe,
             f"{prefix}>",
             cb=cb,
-            stream=f"KV_{self.name}",
+            stream=stream,
             ordered_consumer=True,
             idle_heartbeat=5.0,
             deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
@@ -181,13 +183,11 @@ class AuthBucket:
                 await sub.unsubscribe()
 
         try:
-            info = await retrying(sub.consumer_info, what="the watch of the API tokens")
+            info = await retrying(self.js.stream_info, stream, what="the API tokens' bucket")
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await stop()
             raise
-        ready = True
-        # nothing to deliver, or all of it delivered before the info came back
-        if info.num_pending == 0 and (sub.delivered == 0 or sub.pending_msgs == 0):
+        if info.state.messages == 0:  # an empty bucket: nothing will come but changes
             caught_up()
         return stop
