@@ -61,7 +61,7 @@ accounts {{
 
     def ready() -> bool:
         try:
-            return get_json(f"http://127.0.0.1:{monitor}/healthz").get("status") == "ok"
+            return bool(get_json(f"http://127.0.0.1:{monitor}/healthz").get("status") == "ok")
         except OSError:
             return False
 
