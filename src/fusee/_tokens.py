@@ -62,6 +62,11 @@ FOLLOW_WAIT: Final = 5.0
 FOLLOW_RETRY: Final = 30.0
 """Seconds before a watch that could not start is tried again."""
 
+REFUSE_AFTER: Final = 0.2
+"""Seconds a refused API token's check takes, whatever the reason: an ID the watch has
+not delivered (yet: a token made a moment ago elsewhere) is waited for meanwhile, and a
+wrong secret for a known ID takes as long, so the time tells nothing either."""
+
 TTL_MAX: Final = 3650 * 86400.0
 """The longest an API token lives, in seconds (10 years)."""
 
@@ -190,6 +195,8 @@ class Tokens:
         self._lock = anyio.Lock()
         # what to call when a token's entry changes or goes (see on_revoke)
         self._listeners: dict[str, dict[int, Callable[[], None]]] = {}
+        # checks waiting for an ID the watch has not delivered (yet)
+        self._arrivals: dict[str, anyio.Event] = {}
         self._next_listener = 0
         # what a secret is compared with when its ID names no entry: the same work
         self._no_hash = token_hash(secret, namespace, "0" * 12, "A" * 43)
@@ -233,6 +240,7 @@ class Tokens:
                 expires_at=expires,
             )
             if await self._bucket.create(token_id, msgspec.json.encode(entry)):
+                self._entries[token_id] = entry  # known here at once, before the watch says
                 break  # else: an ID drawn twice (1 in 2**48 per token made); draw again
         return CreatedToken(token_id, token, checked, _time(expires))
 
@@ -273,13 +281,17 @@ class Tokens:
             ``info = await engine.tokens.verify(request_token)``
         """
         parsed = parse_token(token)
+        refuse_at = anyio.current_time() + REFUSE_AFTER
         entry = await self._entry(parsed.id)
+        if entry is None and self._current():
+            entry = await self._arrival(parsed.id, refuse_at)
         # the hash is computed and compared whether or not the ID names an entry
         expected = token_hash(self._secret, self._namespace, parsed.id, parsed.secret)
         matches = secrets.compare_digest(expected, self._no_hash if entry is None else entry.hash)
         if entry is None or not matches:
             why = "no such entry (unknown or revoked)" if entry is None else "secret mismatch"
             log.debug("tokens.refused", token_id=parsed.id, reason=why)
+            await anyio.sleep(max(0.0, refuse_at - anyio.current_time()))
             raise Unauthorized(REFUSED)
         info = _info(parsed.id, entry)
         if info.expired:
@@ -403,11 +415,24 @@ class Tokens:
                 with anyio.move_on_after(FOLLOW_WAIT):
                     await self._loaded.wait()
 
+    async def _arrival(self, token_id: str, until: float) -> _Entry | None:
+        """The entry of ``token_id`` if the watch delivers it before ``until``: a token
+        made elsewhere a moment ago may be used before its entry reaches this process."""
+        arrived = self._arrivals.setdefault(token_id, anyio.Event())
+        with anyio.move_on_after(max(0.0, until - anyio.current_time())):
+            await arrived.wait()
+        if not arrived.is_set() and self._arrivals.get(token_id) is arrived:
+            del self._arrivals[token_id]
+        return self._entries.get(token_id)
+
     async def _changed(self, token_id: str, value: bytes | None) -> None:
         if value is None:
             self._entries.pop(token_id, None)
         else:
             self._entries[token_id] = _checked(token_id, value)
+            arrived = self._arrivals.pop(token_id, None)
+            if arrived is not None:
+                arrived.set()
         self._gone(token_id)
 
     def _gone(self, token_id: str) -> None:

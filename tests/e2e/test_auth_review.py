@@ -238,10 +238,16 @@ async def test_unknown_tokens_cost_no_nats_read_once_the_bucket_is_followed(
             await nc.subscribe(subject, cb=count)
         await nc.subscribe(f"$JS.API.STREAM.MSG.GET.{bucket}", cb=count)
         await nc.flush()
-        for _ in range(50):
+        statuses: list[int] = []
+
+        async def unknown() -> None:
             fake = f"fusee_{secrets.token_hex(6)}_" + "A" * 43
-            r = await client.get("/v1/limits", headers=bearer(fake))
-            assert r.status_code == 401
+            statuses.append((await client.get("/v1/limits", headers=bearer(fake))).status_code)
+
+        async with anyio.create_task_group() as tg:  # (each refusal takes REFUSE_AFTER)
+            for _ in range(50):
+                tg.start_soon(unknown)
+        assert statuses == [401] * 50
         # a token made after the load is known from the watch, and a revoke lands there
         late = await engine.tokens.create("read")
 
@@ -289,3 +295,23 @@ async def test_a_completion_token_never_reaches_a_log_line(
     log = (served.tmp / "api.log").read_text(errors="replace")
     assert "/v1/completions/***" in log
     assert secret not in log
+
+
+async def test_a_token_made_elsewhere_works_at_once_and_refusals_take_one_time(
+    served: Served, engine: fusee.Engine, client: httpx.AsyncClient
+) -> None:
+    """The API answers from its watch of the bucket: a token made a moment ago by
+    another process is waited for (up to REFUSE_AFTER), not refused; and a refusal takes
+    that long whether its ID names a token or not."""
+    from fusee._tokens import REFUSE_AFTER
+
+    warm = await engine.tokens.create("read")
+    assert (await client.get("/v1/limits", headers=bearer(warm.token))).status_code == 200
+    for _ in range(5):
+        made = await engine.tokens.create("read")
+        assert (await client.get("/v1/limits", headers=bearer(made.token))).status_code == 200
+    other = secrets.token_urlsafe(32)
+    for token in (f"fusee_{warm.id}_{other}", f"fusee_{secrets.token_hex(6)}_{other}"):
+        start = anyio.current_time()
+        assert (await client.get("/v1/limits", headers=bearer(token))).status_code == 401
+        assert anyio.current_time() - start >= REFUSE_AFTER
