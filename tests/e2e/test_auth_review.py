@@ -315,3 +315,63 @@ async def test_a_token_made_elsewhere_works_at_once_and_refusals_take_one_time(
         start = anyio.current_time()
         assert (await client.get("/v1/limits", headers=bearer(token))).status_code == 401
         assert anyio.current_time() - start >= REFUSE_AFTER
+
+
+async def _raw(base: str, method: str, target: str, headers: dict[str, str]) -> tuple[int, str]:
+    host, port = base.removeprefix("http://").split(":")
+    async with await anyio.connect_tcp(host, int(port)) as s:
+        head = f"{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        body = "{}" if method in ("POST", "PUT") else ""
+        head += f"Content-Length: {len(body)}\r\nContent-Type: application/json\r\n\r\n{body}"
+        await s.send(head.encode())
+        out = b""
+        with anyio.move_on_after(5):
+            try:
+                while chunk := await s.receive():
+                    out += chunk
+            except anyio.EndOfStream:
+                pass
+    status = int(out.split(b" ", 2)[1])
+    return status, out.decode(errors="replace")
+
+
+async def test_path_variants_of_admin_routes_are_refused(
+    served: Served, engine: fusee.Engine
+) -> None:
+    """Raw request targets that normalise to an admin route (trailing slash, //, %74,
+    case, HEAD, OPTIONS, absolute-form, dot segments) never give a read token or no
+    token a 2xx from the real server (a guard for a change of framework)."""
+    read = (await engine.tokens.create("read")).token
+    targets = [
+        ("POST", "/v1/tokens/"),
+        ("POST", "/v1//tokens"),
+        ("POST", "/v1/%74okens"),
+        ("POST", "/V1/tokens"),
+        ("HEAD", "/v1/tokens"),
+        ("OPTIONS", "/v1/tokens"),
+        ("GET", "/v1/tokens/"),
+        ("GET", "/v1/tokens?x=1"),
+        ("GET", "/v1/tokens;x"),
+        ("GET", "/v1/tokens#x"),
+        ("PUT", "/v1/limits/x/"),
+        ("PUT", "/v1/limits/%78"),
+        ("POST", "/v1/runs/bulk/resume/"),
+        ("POST", "/v1/runs/bulk%2Fresume"),
+        ("POST", "/v1/runs//bulk/resume"),
+        ("GET", "/v1/completions/x/../../tokens"),
+        ("GET", "/v1/completions/..%2F..%2Ftokens"),
+        ("GET", "http://x/v1/tokens"),
+        ("GET", "/./v1/tokens"),
+        ("GET", "/v1/tokens/."),
+        ("GET", "/v1/tokens%00"),
+        ("DELETE", "/v1/tokens/000000000000/"),
+        ("PATCH", "/v1/tokens"),
+        ("GET", "/v1/tokens\t"),
+    ]
+    seen = []
+    for method, target in targets:
+        for who, headers in (("none", {}), ("read", {"Authorization": f"Bearer {read}"})):
+            status, text = await _raw(served.base, method, target, headers)
+            seen.append((who, method, target, status))
+            assert not (200 <= status < 300), (who, method, target, status, text[-300:])
