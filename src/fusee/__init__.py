@@ -13,6 +13,9 @@ from fusee._objects import ObjectKey as ObjectKey
 from fusee._objects import ObjectType as ObjectType
 from fusee._objects import object as object  # noqa: A004 - fusee.object
 from fusee._run import Run as Run
+from fusee._tokens import CreatedToken as CreatedToken
+from fusee._tokens import TokenInfo as TokenInfo
+from fusee._tokens import Tokens as Tokens
 from fusee.actors.context import Context as Context
 from fusee.actors.context import ObjectContext as ObjectContext
 from fusee.actors.registry import Workflow as Workflow
@@ -45,7 +48,9 @@ from fusee.errors import StepTimeout as StepTimeout
 from fusee.errors import StorageFull as StorageFull
 from fusee.errors import StreamNotFound as StreamNotFound
 from fusee.errors import Timeout as Timeout
+from fusee.errors import Unauthorized as Unauthorized
 from fusee.errors import UnknownLimit as UnknownLimit
+from fusee.errors import UnknownToken as UnknownToken
 from fusee.runtime.bulk import BulkSummary as BulkSummary
 from fusee.runtime.completions import Completion as Completion
 from fusee.runtime.index import RunInfo as RunInfo
@@ -100,6 +105,11 @@ __all__ = (
     "InvalidToken",
     "LimitInfo",
     "UnknownLimit",
+    "Tokens",
+    "TokenInfo",
+    "CreatedToken",
+    "Unauthorized",
+    "UnknownToken",
 )
 
 __version__ = "0.1.0"

@@ -22,6 +22,7 @@ from fusee._client import Answered, Client, Replies, enter_client, leave_client
 from fusee._limits import LimitInfo, get_limit, list_limits, set_limit, update_limit
 from fusee._objects import ObjectKey, ObjectType
 from fusee._run import ENDED, DurationLike, Run
+from fusee._tokens import Tokens
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
 from fusee.actors.registry import REGISTRY, Registry, Workflow
@@ -290,6 +291,19 @@ class Engine:
         self.replies = Replies(store)
         self.answered = Answered()
         self._entered: list[Token[Client | None]] = []  # one per enclosing ``async with``
+        self._tokens: Tokens | None = None
+
+    @property
+    def tokens(self) -> Tokens:
+        """The namespace's API tokens: ``create``, ``list``, ``revoke``, ``verify``, and
+        ``stream_token`` for one token stream (see ``docs/security.md``).
+
+        Example:
+            ``made = await engine.tokens.create("read", name="dashboard")``
+        """
+        if self._tokens is None:
+            self._tokens = Tokens(self.store.auth, self.store.completion_secret, self.namespace)
+        return self._tokens
 
     def object(self, obj: ObjectType | str, key: str) -> ObjectKey:
         """The object ``key`` of type ``obj`` (an ``fusee.object`` or its name), on
@@ -438,6 +452,8 @@ class Engine:
 
     async def close(self) -> None:
         """Close the connection, and stop the embedded server if this engine started it."""
+        if self._tokens is not None:
+            await self._tokens.close()
         await self.store.close()
         if self.server is not None:
             await anyio.to_thread.run_sync(self.server.stop)

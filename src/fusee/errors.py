@@ -36,6 +36,8 @@ __all__ = (
     "StepTimeout",
     "Timeout",
     "InvalidToken",
+    "Unauthorized",
+    "UnknownToken",
     "NothingToCancel",
     "StorageFull",
     "ControlFlow",
@@ -224,6 +226,16 @@ class InvalidToken(FuseeError, ValueError):
     def __init__(self, message: str, *, spent: bool = False) -> None:
         super().__init__(message)
         self.spent = spent
+
+
+class Unauthorized(FuseeError):
+    """An API token or stream token that lets nobody in: malformed, unknown, revoked,
+    expired, or forged (not signed with this namespace's secret). The message says which,
+    and never holds the token. Over HTTP: ``401 unauthorized``."""
+
+
+class UnknownToken(FuseeError, LookupError):
+    """``engine.tokens.revoke(id)`` of an ID the namespace has no token of."""
 
 
 class ConnectionLost(FuseeError):

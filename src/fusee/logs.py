@@ -191,7 +191,13 @@ def configure_logging(
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
-            structlog.dev.ConsoleRenderer(colors=_is_tty(out)),
+            structlog.dev.ConsoleRenderer(
+                colors=_is_tty(out),
+                # Never a frame's locals: a request's token, a secret, a user's input
+                # held in a local variable would be written into the log (structlog's
+                # default rich traceback shows them).
+                exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False),
+            ),
         ]
     _use_writer(writer)
     structlog.configure(

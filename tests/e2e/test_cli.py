@@ -298,6 +298,8 @@ async def test_dev_runs_the_demo_on_its_own_embedded_server(tmp_path: Path) -> N
         ("run.completed", ""),
     ]
     assert running_server(store) is None  # dev stopped the server it started
+    # no HTTP API served: no admin token made (nothing would ask for it)
+    assert "API token" not in done.stdout
 
     # the hint works as printed, in a shell where `fusee` is not on PATH
     env = {**_env(), "PATH": "/usr/bin:/bin"}

@@ -8,6 +8,7 @@ IDs); the tests of token streams skip while ``Run.stream_events`` is missing.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import subprocess
 import textwrap
@@ -160,7 +161,16 @@ def api(nats_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     try:
         worker = start("worker", "worker", str(workflows), *conn)
         server = start(
-            "api", "api", "--port", "0", "--keepalive", "300ms", "--log-level", "debug", *conn
+            "api",
+            "api",
+            "--port",
+            "0",
+            "--keepalive",
+            "300ms",
+            "--log-level",
+            "debug",
+            "--no-auth",
+            *conn,
         )
         serving = server.wait_for("api.serving")
         worker.wait_for("worker.started")
@@ -374,6 +384,9 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/v1/completions/{token}",
         "/v1/limits",
         "/v1/limits/{name}",
+        "/v1/tokens",
+        "/v1/tokens/{token_id}",
+        "/v1/runs/{run_id}/streams/{name}/token",
     }
     # generated from the routes' types: the bearer scheme, and the routes exempt from it
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
@@ -630,8 +643,10 @@ def spawn(tmp_path: Path) -> Iterator[Any]:
 async def test_api_stops_on_sigterm_and_ends_open_streams(
     spawn: Any, api: Api, engine: fusee.Engine, tmp_path: Path
 ) -> None:
-    server = spawn("api", "--port", "0", *api.conn)
+    server = spawn("api", "--port", "0", "--no-auth", *api.conn)
     serving = await anyio.to_thread.run_sync(server.wait_for, "api.serving")
+    assert serving["auth"] is False
+    assert server.events("api.no_auth")[0]["level"] == "warning"  # said loudly
     slow, release = _rid("slow"), tmp_path / "release"
     await engine.start("http-held", slow, {"until": str(release), "value": 0})
     try:  # the run stays live (held) while its stream is open
@@ -663,9 +678,14 @@ async def test_dev_serves_the_api_with_api_port(spawn: Any, tmp_path: Path) -> N
     dev = spawn("dev", str(path), "--api-port", "0", "--store", str(tmp_path / "store"))
     serving = await anyio.to_thread.run_sync(dev.wait_for, "api.serving", 30.0)
     await anyio.to_thread.run_sync(dev.wait_for, "dev.serving")
+    # the dev token it printed (stdout) opens the API, which refuses a request without it
+    token = re.search(r"API token \(admin[^)]*\): (\S+)", dev.text())
+    assert token is not None, dev.text()
+    bearer = {"Authorization": f"Bearer {token[1]}"}
     async with httpx.AsyncClient(base_url=serving["url"], timeout=20.0) as c:
         assert (await c.get("/healthz")).json()["namespace"] == "fusee"
-        assert_error(await c.get("/v1/runs/none/result"), 404, "run_not_found")
+        assert (await c.get("/v1/runs/none/result")).status_code == 401
+        assert_error(await c.get("/v1/runs/none/result", headers=bearer), 404, "run_not_found")
     dev.proc.send_signal(2)  # SIGINT, as Ctrl-C
     assert await anyio.to_thread.run_sync(lambda: dev.proc.wait(timeout=15)) == 0, dev.text()
 
@@ -687,7 +707,7 @@ async def test_a_bug_is_a_500_without_its_traceback() -> None:
         def run(self, run_id: str) -> Broken:
             return Broken()
 
-    app = create_app(FakeEngine())  # type: ignore[arg-type]
+    app = create_app(FakeEngine(), auth=False)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
         r = await c.get("/v1/runs/r1")

@@ -23,6 +23,7 @@ COMMANDS = {
     "objects ls", "objects get", "objects show", "objects edit", "objects clear",
     "objects cancel", "objects call", "objects send",
     "limits ls", "limits set",
+    "tokens create", "tokens ls", "tokens revoke",
 }  # fmt: skip
 
 

@@ -10,10 +10,12 @@ import io
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Literal
 
 import pytest
 import structlog
@@ -68,6 +70,29 @@ def test_errors_carry_their_traceback_and_odd_values_their_repr() -> None:
     assert line["level"] == "error"
     assert "ZeroDivisionError: division by zero" in str(line["exception"])
     assert str(line["thing"]).startswith("<object object at ")
+
+
+def _fails_holding(secret: str) -> None:
+    token = f"fusee_0123456789ab_{secret}"  # a local, as in a request's check
+    raise RuntimeError(f"failed with a token of {len(token)} characters")
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+@pytest.mark.usefixtures("restore_structlog")
+def test_a_traceback_shows_no_local_variable(fmt: Literal["console", "json"]) -> None:
+    """A secret held in a frame's local (a request's token) never reaches the log: the
+    console format's rich traceback would show every frame's locals by default."""
+    out = io.StringIO()
+    configure_logging(fmt, "info", stream=out)
+    secret = secrets.token_urlsafe(32)  # not in any source line the traceback shows
+    try:
+        _fails_holding(secret)
+    except RuntimeError:
+        get_logger().exception("http.internal_error", path="/v1/limits")
+    text = out.getvalue()
+    assert "RuntimeError" in text
+    assert "_fails_holding" in text  # the frames are there
+    assert secret not in text
 
 
 @pytest.mark.usefixtures("restore_structlog")

@@ -56,6 +56,11 @@ PUBLIC = (
     "InvalidToken",
     "LimitInfo",
     "UnknownLimit",
+    "Tokens",
+    "TokenInfo",
+    "CreatedToken",
+    "Unauthorized",
+    "UnknownToken",
 )
 
 
@@ -88,7 +93,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 24
+    assert len(errors) == 26
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

@@ -17,7 +17,7 @@ import secrets
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,7 +151,7 @@ class Workers:
     async def start(self, **kwargs: Any) -> WorkerProc:
         """Spawn a worker and wait until it serves (its ``worker.started`` line)."""
         worker = self.spawn(**kwargs)
-        await worker.wait_for("worker.started", timeout=20.0)
+        await worker.wait_for("worker.started", timeout=60.0)
         return worker
 
     def cleanup(self) -> None:
@@ -162,11 +162,17 @@ class Workers:
 
 
 @contextlib.contextmanager
-def api_server(url: str, namespace: str, tmp_path: Path) -> Iterator[WorkerProc]:
+def api_server(
+    url: str, namespace: str, tmp_path: Path, *, auth: bool = False, args: Sequence[str] = ()
+) -> Iterator[WorkerProc]:
     """``fusee api`` on a free port, a process of its own (its log lines in
-    ``tmp_path/api.log``); stopped with SIGTERM, killed if it does not go in 10 s."""
+    ``tmp_path/api.log``); stopped with SIGTERM, killed if it does not go in 10 s.
+    Without ``auth`` it serves with ``--no-auth`` (the tests of auth pass ``auth=True``);
+    ``args``: more of ``fusee api``'s options."""
     log_path = tmp_path / "api.log"
-    cmd = cli_cmd("api", "--port", "0", "--nats", url, "--namespace", namespace)
+    cmd = cli_cmd("api", "--port", "0", "--nats", url, "--namespace", namespace, *args)
+    if not auth:
+        cmd.append("--no-auth")
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             cmd, stdout=out, stderr=subprocess.STDOUT, env=cli_env(), cwd=tmp_path
@@ -184,12 +190,14 @@ def api_server(url: str, namespace: str, tmp_path: Path) -> Iterator[WorkerProc]
 
 
 @contextlib.contextmanager
-def api_and_worker(url: str, tmp_path: Path, module: Path) -> Iterator[tuple[str, str]]:
+def api_and_worker(
+    url: str, tmp_path: Path, module: Path, *, auth: bool = False
+) -> Iterator[tuple[str, str]]:
     """``fusee api`` and a worker serving ``module``, in a fresh namespace:
     ``(the API's URL, the namespace)`` once both serve (for a module's fixture)."""
     namespace = f"t{secrets.token_hex(4)}"
     workers = Workers(url, namespace, tmp_path, module=module)
-    with api_server(url, namespace, tmp_path) as server:
+    with api_server(url, namespace, tmp_path, auth=auth) as server:
         try:
             worker = workers.spawn()
             serving = started(server, "api.serving")
@@ -216,8 +224,8 @@ def served_api(url: str, tmp_path: Path, module: Path) -> Iterator[ServedApi]:
 
 
 def started(proc: WorkerProc, event: str) -> dict[str, Any]:
-    """From a synchronous fixture: the first log line of ``event`` (20 s at most)."""
-    return anyio.run(functools.partial(proc.wait_for, event, timeout=20.0))
+    """From a synchronous fixture: the first log line of ``event`` (60 s at most)."""
+    return anyio.run(functools.partial(proc.wait_for, event, timeout=60.0))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import re
 import signal
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -164,7 +165,11 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
             where = f"embedded, store {opts.store}" if opts.nats is None else "external"
             log.info("dev.connected", nats=_redact(engine.url), server=where)
-            async with engine.worker() as worker, anyio.create_task_group() as tg:
+            async with (
+                _dev_token(engine, api_port is not None),
+                engine.worker() as worker,
+                anyio.create_task_group() as tg,
+            ):
                 if api_port is not None:
                     await tg.start(_serve_api, engine, "127.0.0.1", api_port)
                 if main is not None:
@@ -182,6 +187,30 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
 
     await _until_signal(body)
     return 0
+
+
+DEV_TOKEN_TTL = "1d"  # revoked when fusee dev stops; this bounds one left by a kill
+
+
+@contextlib.asynccontextmanager
+async def _dev_token(engine: fusee.Engine, serves_api: bool) -> AsyncIterator[None]:
+    """While ``fusee dev`` serves the HTTP API, an admin token for it, printed on stdout
+    (never in the log) and revoked when it stops. Without the API, no token: nothing
+    would ask for one, and a token made for nothing is one more to leak."""
+    if not serves_api:
+        yield
+        return
+    made = await engine.tokens.create("admin", name="fusee dev", ttl=DEV_TOKEN_TTL)
+    sys.stdout.write(
+        f"fusee dev: API token (admin, revoked when fusee dev stops): {made.token}\n"
+        f"  curl -H 'Authorization: Bearer {made.token}' ...\n"
+    )
+    sys.stdout.flush()
+    try:
+        yield
+    finally:
+        with anyio.CancelScope(shield=True), contextlib.suppress(fusee.FuseeError):
+            await engine.tokens.revoke(made.id)
 
 
 async def _finish_work(worker: Worker, patience: float = DEV_FINISH) -> None:
@@ -235,6 +264,7 @@ async def _serve_api(
     keepalive: float = 15.0,
     *,
     max_body: int = 1 << 20,
+    auth: bool = True,
     task_status: anyio.abc.TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     # Imported here: the HTTP stack (litestar, uvicorn) loads only for commands that serve it.
@@ -247,6 +277,7 @@ async def _serve_api(
             port=port,
             keepalive=keepalive,
             max_body=max_body,
+            auth=auth,
             task_status=task_status,
         )
     except OSError as exc:
@@ -256,7 +287,13 @@ async def _serve_api(
 
 
 async def api(
-    opts: GlobalOptions, *, host: str, port: int, keepalive: str = "15s", max_body: str = "1MiB"
+    opts: GlobalOptions,
+    *,
+    host: str,
+    port: int,
+    keepalive: str = "15s",
+    max_body: str = "1MiB",
+    auth: bool = True,
 ) -> int:
     """Serve the HTTP API on ``host:port`` until SIGINT or SIGTERM."""
     from fusee.adapters.http.limits import parse_size
@@ -272,7 +309,7 @@ async def api(
 
     async def body() -> None:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
-            await _serve_api(engine, host, port, every, max_body=limit)
+            await _serve_api(engine, host, port, every, max_body=limit, auth=auth)
 
     await _until_signal(body)
     return 0

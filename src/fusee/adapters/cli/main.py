@@ -5,8 +5,8 @@ exit codes are in ``fusee.adapters.cli.errors``.
 
 The commands: ``dev``, ``worker``, ``api``; ``runs start|list|show|journal|result|
 signal|cancel|resume|bulk resume|bulk cancel``; ``streams follow``; ``objects ls|get|
-show|edit|clear|cancel|call|send``; ``limits ls|set``. Another module's commands join
-as a sub-app with ``register(name, sub_app)`` (``fusee tokens ...``).
+show|edit|clear|cancel|call|send``; ``limits ls|set``; ``tokens create|ls|revoke``.
+Another module's commands join as a sub-app with ``register(name, sub_app, help)``.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from fusee.adapters.cli.options import GlobalOptions
 from fusee.adapters.cli.params import ROOT_PARAMS, fusee_command, root_options
 from fusee.adapters.cli.runs import streams_follow
 from fusee.adapters.cli.runs_app import runs_app
+from fusee.adapters.cli.tokens import tokens_app
 
 __all__ = ("main", "app", "register")
 
@@ -128,13 +129,24 @@ async def _api(
             help="refuse request bodies larger than this with 413, unread",
         ),
     ] = "1MiB",
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth",
+            help="serve every route without a token: local development only (default: "
+            "require `fusee tokens create` tokens)",
+        ),
+    ] = False,
 ) -> int:
     """Serve the HTTP API until SIGTERM or Ctrl-C.
 
     Serve the HTTP API (docs/reference/http-api.md; GET /openapi.json) on the namespace,
-    until SIGTERM or SIGINT. It executes no runs: run workers for that.
+    until SIGTERM or SIGINT. It executes no runs: run workers for that. Every route but
+    /healthz, /openapi.json and the completion URLs asks for a bearer token (docs/security.md).
     """
-    return await commands.api(opts, host=host, port=port, keepalive=keepalive, max_body=max_body)
+    return await commands.api(
+        opts, host=host, port=port, keepalive=keepalive, max_body=max_body, auth=not no_auth
+    )
 
 
 # -- streams, limits ----------------------------------------------------------------------
@@ -202,8 +214,7 @@ app.add_typer(runs_app, name="runs", help="Start, list, inspect and act on runs.
 app.add_typer(streams_app, name="streams")
 app.add_typer(objects_app, name="objects")
 app.add_typer(limits_app, name="limits")
-# `fusee tokens create|ls|revoke` (issue 15's API tokens) joins here:
-#     register("tokens", tokens_app, "API tokens for the HTTP API.")
+register("tokens", tokens_app, "API tokens of the HTTP API: make, list, revoke.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,8 @@ Litestar: its route handlers are typed functions whose msgspec Structs are the b
 and the OpenAPI document (``GET /openapi.json``) is generated from them, so it cannot
 drift from what the routes take and answer. Around the router, plain ASGI layers
 (outermost first): the request's ID, routing on the raw path (IDs hold ``%2F``), the
-last resort for bugs, the body limit. The caller's middleware (``middleware=``, e.g.
+last resort for bugs, the auth check (``auth=True``: ``adapters/http/auth.py``), the
+body limit. The caller's middleware (``middleware=``, e.g.
 the auth middleware) runs inside the router, once a route matched, with
 ``scope["path_template"]`` naming it. See ``docs/reference/http-api.md``.
 """
@@ -12,6 +13,7 @@ the auth middleware) runs inside the router, once a route matched, with
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from litestar import Litestar, Request, Response
@@ -22,6 +24,7 @@ from litestar.openapi.spec import Components, SecurityScheme, Tag
 from litestar.types import Middleware
 
 from fusee import Engine, __version__
+from fusee.adapters.http.auth import DEFAULT_RULES, AuthMiddleware
 from fusee.adapters.http.errors import (
     HTTP_CODES,
     ApiError,
@@ -35,7 +38,17 @@ from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
 from fusee.adapters.http.middleware import LastResort, RequestId
 from fusee.adapters.http.models import FIELD_SCHEMAS, STRUCTS
 from fusee.adapters.http.paths import DecodedParams, RawPath
-from fusee.adapters.http.routes import bulk, completions, limits, meta, objects, runs, streams
+from fusee.adapters.http.redact import redacted
+from fusee.adapters.http.routes import (
+    bulk,
+    completions,
+    limits,
+    meta,
+    objects,
+    runs,
+    streams,
+    tokens,
+)
 from fusee.adapters.http.state import ApiState
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
@@ -69,6 +82,7 @@ def create_app(
     keepalive: float = 15.0,
     max_body: int = DEFAULT_MAX_BODY,
     middleware: Sequence[Middleware] = (),
+    auth: bool = True,
 ) -> FuseeApi:
     """The HTTP API on ``engine``, as an ASGI app (serve it with uvicorn).
 
@@ -83,6 +97,10 @@ def create_app(
             the place of ``AuthMiddleware``. It sees ``scope["path_template"]``
             (``/v1/runs/{run_id}``) and answers errors with
             :func:`fusee.adapters.http.errors.send_error`.
+        auth: require a bearer token of the route's scope (``engine.tokens``; see
+            ``docs/security.md``): :class:`AuthMiddleware` outside the router, before
+            any body is read. ``False`` opens every route to anyone who can reach the
+            port: for local development only.
 
     Example:
         ``uvicorn.run(create_app(await fusee.connect()))``
@@ -95,6 +113,7 @@ def create_app(
         *objects.handlers,
         *completions.handlers,
         *limits.handlers,
+        *tokens.handlers,
     ]
     app = Litestar(
         route_handlers=handlers,
@@ -136,7 +155,10 @@ def create_app(
     )
     app.state.fusee = ApiState(engine=engine, keepalive=keepalive)
     _finish_document(app)
-    outer = RequestId(RawPath(LastResort(BodyLimit(app, max_body=max_body))))
+    inner: Any = BodyLimit(app, max_body=max_body)
+    if auth:  # before the body is read: a refused request's body never is
+        inner = AuthMiddleware(inner, verifier=engine.tokens, rules=DEFAULT_RULES)
+    outer = RequestId(RawPath(LastResort(inner)))
     return FuseeApi(app, outer)
 
 
@@ -203,7 +225,9 @@ def _api_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
 def _fusee_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
     status = status_of(exc)
     if status >= 500:
-        log.warning("http.error", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
+        log.warning(
+            "http.error", path=redacted(request.url.path), error=f"{type(exc).__name__}: {exc}"
+        )
     return _error(request, status, error_body(code_of(exc), str(exc)))
 
 
@@ -219,19 +243,41 @@ def _internal_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
     log.error(
         "http.internal_error",
         method=request.method,
-        path=request.url.path,
+        path=redacted(request.url.path),
         exc_info=(type(exc), exc, exc.__traceback__),
     )
     message = "internal error; the server logged it as http.internal_error"
     return _error(request, 500, error_body("internal_error", message))
 
 
+_REFUSALS = {
+    "401": "`unauthorized`: no API token, or one that is unknown, revoked, expired or "
+    "forged (`Authorization: Bearer <token>`).",
+    "403": "`forbidden`: the token's scope is below the route's (`read` < `write` < `admin`).",
+}
+
+
 def _finish_document(app: Litestar) -> None:
-    """What the generator leaves out, from the bodies' own definitions: a Struct that
+    """What the generator leaves out: the refusals of the auth middleware (``401``,
+    ``403``) on every operation that needs a token; and, from the bodies' own
+    definitions, a Struct that
     refuses unknown fields (``forbid_unknown_fields``) says so
     (``additionalProperties: false``), and the fields of ``FIELD_SCHEMAS`` get
     their ranges."""
-    schemas = app.openapi_schema.components.schemas or {}
+    document = app.openapi_schema
+    for item in (document.paths or {}).values():
+        for method in ("get", "put", "post", "delete", "patch", "head"):
+            operation = getattr(item, method, None)
+            if operation is None or operation.security == [{}]:
+                continue  # open: /healthz, the document, the completion URLs
+            responses = operation.responses or {}
+            shape = responses.get("400")
+            if shape is None:
+                continue
+            for status, text in _REFUSALS.items():
+                responses.setdefault(status, replace(shape, description=text))
+            operation.responses = responses
+    schemas = document.components.schemas or {}
     for name, schema in schemas.items():
         config = getattr(STRUCTS.get(name), "__struct_config__", None)
         if config is not None and config.forbid_unknown_fields:

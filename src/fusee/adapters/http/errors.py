@@ -109,6 +109,7 @@ _STATUS_BY_NAME: dict[str, int] = {
     "RunNotFound": 404,
     "StreamNotFound": 404,
     "UnknownLimit": 404,
+    "UnknownToken": 404,
     "InvalidId": 400,
     "InvalidArgument": 400,
     "ConfigError": 400,

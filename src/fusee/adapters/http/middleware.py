@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from fusee.adapters.http.errors import REQUEST_ID_KEY, TrackedSend, send_error
+from fusee.adapters.http.redact import redacted
 from fusee.logs import get_logger
 
 __all__ = ("RequestId", "LastResort", "HEADER")
@@ -63,7 +64,7 @@ class RequestId:
                 log.debug(
                     "http.request",
                     method=scope["method"],
-                    path=scope["path"],
+                    path=redacted(scope["path"]),
                     status=status[0],
                     ms=round((time.monotonic() - began) * 1000, 1),
                 )
@@ -83,7 +84,9 @@ class LastResort:
         try:
             await self.app(scope, receive, tracked)
         except Exception:  # the server's boundary: a bug becomes a 500, logged once
-            log.exception("http.internal_error", method=scope["method"], path=scope["path"])
+            log.exception(
+                "http.internal_error", method=scope["method"], path=redacted(scope["path"])
+            )
             if not tracked.started:
                 await send_error(
                     scope,

@@ -36,6 +36,8 @@ _TIMEOUT = _doc(
         {"type": "null"},
     ]
 )
+_TTL = _doc(one_of=[{"type": "string", "pattern": _DURATION}, {"type": "null"}])
+_STREAM_TTL = _doc(type="string", pattern=_DURATION)
 _KEYS = _doc(
     one_of=[
         {"type": "object", "additionalProperties": True, "propertyNames": {"minLength": 1}},
@@ -71,6 +73,12 @@ __all__ = (
     "Queued",
     "CancelQueued",
     "Completed",
+    "TokenRequest",
+    "TokenListed",
+    "Tokens",
+    "TokenCreated",
+    "StreamTokenRequest",
+    "StreamToken",
 )
 
 
@@ -232,6 +240,53 @@ class Completed(msgspec.Struct):
 
 
 _COUNT: dict[str, Any] = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}
+
+
+class TokenRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A new API token: its scope, a name to tell it by, how long it lives (none: until
+    revoked)."""
+
+    scope: Literal["read", "write", "admin"]
+    name: WorkflowName | None = None
+    ttl: Annotated[str | None, _TTL] = None
+
+
+class TokenListed(msgspec.Struct, kw_only=True):
+    """An API token as listed: never the token itself."""
+
+    id: str
+    scope: Literal["read", "write", "admin"]
+    name: str | None
+    created_at: str
+    expires_at: str | None
+    expired: bool
+
+
+class Tokens(msgspec.Struct, kw_only=True):
+    tokens: list[TokenListed]
+
+
+class TokenCreated(msgspec.Struct, kw_only=True):
+    """The token, shown this once (only its hash is kept)."""
+
+    token: str
+    id: str
+    scope: Literal["read", "write", "admin"]
+    expires_at: str | None
+
+
+class StreamTokenRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # how long the stream token lives: at most 1h
+    ttl: Annotated[str, _STREAM_TTL] = "5m"
+
+
+class StreamToken(msgspec.Struct, kw_only=True):
+    """A token that reads one stream (``GET .../streams/{name}?access_token=``) until
+    ``expires_at``, and ends with the token that asked for it."""
+
+    access_token: str
+    expires_at: str
+
 
 # Fields whose schema the generator loses (a field that may be left out, msgspec's
 # UNSET, keeps only its type): set on the document by the app (``app._finish_document``).

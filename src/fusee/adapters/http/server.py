@@ -82,6 +82,7 @@ async def serve_api(
     port: int = 8000,
     keepalive: float = 15.0,
     max_body: int = DEFAULT_MAX_BODY,
+    auth: bool = True,
     task_status: TaskStatus[Bound] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the HTTP API on ``engine`` until cancelled; then stop gracefully.
@@ -89,6 +90,8 @@ async def serve_api(
     Reports the bound address through ``task_status`` (``await tg.start(serve_api, ...)``)
     and logs ``api.serving``. On cancellation, open event streams end at once (clients
     reconnect with ``Last-Event-ID``) and other requests get :data:`GRACEFUL_STOP` seconds.
+    ``auth=False`` serves every route without a token (local development only; it
+    logs ``api.no_auth`` as a warning).
 
     Raises:
         OSError: the address cannot be bound (in use, not local).
@@ -96,7 +99,7 @@ async def serve_api(
     Example:
         ``bound = await tg.start(functools.partial(serve_api, engine, port=0))``
     """
-    app = create_app(engine, keepalive=keepalive, max_body=max_body)
+    app = create_app(engine, keepalive=keepalive, max_body=max_body, auth=auth)
     sock = _bind(host, port)
     bound = Bound(host, sock.getsockname()[1])
     config = uvicorn.Config(
@@ -121,7 +124,16 @@ async def serve_api(
                 tg.start_soon(run)
                 try:
                     await server.ready.wait()
-                    log.info("api.serving", url=bound.url, host=bound.host, port=bound.port)
+                    log.info(
+                        "api.serving", url=bound.url, host=bound.host, port=bound.port, auth=auth
+                    )
+                    if not auth:
+                        log.warning(
+                            "api.no_auth",
+                            url=bound.url,
+                            warning="NO AUTHENTICATION: anyone who reaches this port can "
+                            "start, cancel and read every run; for local development only",
+                        )
                     task_status.started(bound)
                     await anyio.sleep_forever()
                 finally:

@@ -12,6 +12,7 @@ from litestar import Request
 
 from fusee import Engine
 from fusee.adapters.http.errors import ApiError
+from fusee.adapters.http.redact import redacted
 from fusee.adapters.http.sse import StreamRegistry
 from fusee.errors import InvalidArgument
 from fusee.logs import get_logger
@@ -91,6 +92,6 @@ async def until_disconnect(request: Request[Any, Any, Any], wait: Callable[[], A
             raise group.exceptions[0] from None
         raise
     if not result:
-        log.debug("http.client_gone", method=request.method, path=request.url.path)
+        log.debug("http.client_gone", method=request.method, path=redacted(request.url.path))
         raise ApiError(499, "the client closed the connection", "client_closed")
     return result[0]

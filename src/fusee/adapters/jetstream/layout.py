@@ -72,6 +72,11 @@ class Layout:
         return f"{self.namespace}_work"
 
     @property
+    def auth_bucket(self) -> str:
+        # API tokens: their hashes, scopes and expiries (made when first needed)
+        return f"{self.namespace}_auth"
+
+    @property
     def objects_bucket(self) -> str:
         return f"{self.namespace}_objects"
 

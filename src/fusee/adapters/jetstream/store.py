@@ -37,6 +37,7 @@ from nats.js.api import (
 from nats.js.kv import KeyValue
 
 from fusee.actors.ports import NobodyListens
+from fusee.adapters.jetstream.auth import AuthBucket
 from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, publish_batch
 from fusee.adapters.jetstream.credentials import Credentials, redact
 from fusee.adapters.jetstream.direct import (
@@ -197,6 +198,8 @@ class NatsStore:
         self.committer = GroupCommitter(nc, self._append_alone)
         # token streams (issue #5): the second stream of the namespace, <NS>_TOKENS
         self.tokens = TokenStore(nc, self.js, layout, replicas=replicas, max_age=tokens_max_age)
+        # API tokens (issue 15): the <ns>_auth bucket, made by the first token (see auth.py)
+        self.auth = AuthBucket(nc, self.js, layout, replicas=replicas)
         # callers waiting for results: one consumer for all of them (see watch.py)
         self.journal_watch = JournalWatch(nc, self.js, layout)
         # completions (issue 3): the namespace's secret (``config.secret`` in the work
