@@ -826,7 +826,7 @@ async def test_the_app_takes_middleware_that_sees_the_route() -> None:
     class FakeEngine:
         namespace = "fake"
 
-    app = create_app(FakeEngine(), middleware=[refuse])  # type: ignore[arg-type]
+    app = create_app(FakeEngine(), middleware=[refuse], auth=False)  # type: ignore[arg-type]
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as c:
         r = await c.post("/v1/runs/a%2Fb/signals/go", headers={"X-Request-ID": "t-1"})
