@@ -32,11 +32,13 @@ from fusee.adapters.http.errors import (
     status_of,
 )
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
-from fusee.adapters.http.middleware import LastResort, RequestId
+from fusee.adapters.http.methods import AllowedMethods, HeadAsGet, allowed
+from fusee.adapters.http.middleware import LastResort, RequestId, Unserved
 from fusee.adapters.http.models import FIELD_SCHEMAS, STRUCTS
 from fusee.adapters.http.paths import DecodedParams, RawPath
 from fusee.adapters.http.routes import bulk, completions, limits, meta, objects, runs, streams
 from fusee.adapters.http.state import ApiState
+from fusee.adapters.http.strict import strict_inputs
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
 
@@ -45,6 +47,8 @@ __all__ = ("create_app", "api_state_of", "FuseeApi")
 log = get_logger()
 
 AnyRequest = Request[Any, Any, Any]
+# where Litestar's OpenAPI router is mounted (it must be somewhere): nothing there is served
+_LITESTAR_DOCS = "/openapi"
 
 
 class FuseeApi:
@@ -98,7 +102,8 @@ def create_app(
     ]
     app = Litestar(
         route_handlers=handlers,
-        middleware=[DecodedParams, *middleware],
+        middleware=[DecodedParams, AllowedMethods, *middleware],
+        before_request=strict_inputs,
         exception_handlers={
             HTTPException: _http_error,
             ApiError: _api_error,
@@ -114,8 +119,9 @@ def create_app(
             "`X-Request-ID`.",
             # no HTML viewers (they load scripts from CDNs): the document, served at
             # /openapi.json by routes/meta.py (Litestar's own router, which must be
-            # somewhere, is under /openapi/: its catch-all would answer unknown paths)
-            path="/openapi",
+            # somewhere, is under /openapi/, where the Unserved layer answers every path
+            # with the error shape: its catch-all would answer HTML)
+            path=_LITESTAR_DOCS,
             render_plugins=[JsonRenderPlugin()],
             components=Components(
                 security_schemes={
@@ -136,7 +142,8 @@ def create_app(
     )
     app.state.fusee = ApiState(engine=engine, keepalive=keepalive)
     _finish_document(app)
-    outer = RequestId(RawPath(LastResort(BodyLimit(app, max_body=max_body))))
+    inner = Unserved(LastResort(BodyLimit(app, max_body=max_body)), _LITESTAR_DOCS)
+    outer = RequestId(HeadAsGet(RawPath(inner)))
     return FuseeApi(app, outer)
 
 
@@ -162,8 +169,11 @@ def _http_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
             " (an ID is one path segment: write its '/' as %2F)"
         )
     elif status == 405:
-        allowed = headers.get("allow", headers.get("Allow", ""))
-        message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed})"
+        methods = headers.pop("allow", headers.pop("Allow", "")).split(",")
+        headers["Allow"] = allowed([m.strip() for m in methods if m.strip()])
+        message = (
+            f"{request.method} is not allowed on {request.url.path} (allowed: {headers['Allow']})"
+        )
     elif isinstance(exc, ValidationException):
         message = _validation_message(exc)
     else:
@@ -229,8 +239,9 @@ def _internal_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
 def _finish_document(app: Litestar) -> None:
     """What the generator leaves out, from the bodies' own definitions: a Struct that
     refuses unknown fields (``forbid_unknown_fields``) says so
-    (``additionalProperties: false``), and the fields of ``FIELD_SCHEMAS`` get
-    their ranges."""
+    (``additionalProperties: false``), the fields of ``FIELD_SCHEMAS`` get
+    their ranges, and the completion routes their bodies."""
+    completions.finish_document(app.openapi_schema)
     schemas = app.openapi_schema.components.schemas or {}
     for name, schema in schemas.items():
         config = getattr(STRUCTS.get(name), "__struct_config__", None)

@@ -114,13 +114,15 @@ class OutcomeError(msgspec.Struct, kw_only=True):
     message: str
 
 
-class RunOutcome(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """An ended run: ``completed`` with ``result``, ``failed``/``cancelled`` with ``error``."""
+class RunOutcome(msgspec.Struct, kw_only=True):
+    """An ended run: ``completed`` with ``result`` (always there, ``null`` included),
+    ``failed``/``cancelled`` with ``error``."""
 
     run_id: str
     status: Literal["completed", "failed", "cancelled"]
-    result: Any = None
-    error: OutcomeError | None = None
+    # UNSET (left out) unless completed: a run that returned None answers "result": null
+    result: Any | msgspec.UnsetType = msgspec.UNSET
+    error: OutcomeError | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunWaiting(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -236,6 +238,12 @@ _COUNT: dict[str, Any] = {"oneOf": [{"type": "integer", "minimum": 1}, {"type": 
 # Fields whose schema the generator loses (a field that may be left out, msgspec's
 # UNSET, keeps only its type): set on the document by the app (``app._finish_document``).
 FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
+    "RunOutcome": {
+        "result": {
+            "description": "What the run returned (any JSON, `null` included): when `completed`."
+        },
+        "error": {"$ref": "#/components/schemas/OutcomeError"},
+    },
     "LimitChange": {
         "per_second": {
             "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "null"}],
@@ -243,7 +251,7 @@ FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "burst": {**_COUNT, "description": "Tokens the bucket holds."},
         "concurrent": {**_COUNT, "description": "Permits held at once at most; `null`: no cap."},
-    }
+    },
 }
 
 # every body above by its schema's name (the app closes those that refuse unknown fields)

@@ -1,9 +1,9 @@
-"""Repros of review rev-http (branch fix/http, issue 15): each test FAILS on fix/http
-and passes once its defect is fixed. A real ``fusee api`` process and worker
+"""The defects review rev-http found in the Litestar API (issue 15), each a test that
+failed before its fix: journal paging, a null result, HEAD and OPTIONS, strict
+decoding, the error shape under /openapi/, made-up cursors, the document against the
+server (IDs, the completion body), the listing's order, the run ID ``bulk``, a
+``curl -d true`` completion. A real ``fusee api`` process and worker
 (tests/workers/http_runs.py), httpx.
-
-    PYTHONPATH=$PWD/src:$PWD /work/main/.venv/bin/python -m pytest -q -p no:xdist \
-        review/rev-http/test_rev_http.py
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from urllib.parse import quote
 import httpx
 import msgspec
 import pytest
+
 from tests.helpers import assert_http_error
 from tests.workers.procs import HERE, served_api, wait_until
 from tests.workers.procs import ServedApi as Api
@@ -117,9 +118,9 @@ async def test_unknown_path_under_openapi_has_the_error_shape(client: httpx.Asyn
     assert_http_error(r, 404, "not_found")
 
 
-# 6. GET /v1/runs: the docs and the route's description say "newest first within a
-# page"; the listing is oldest first.
-async def test_list_is_newest_first_as_documented(client: httpx.AsyncClient) -> None:
+# 6. GET /v1/runs: the docs said "newest first within a page"; the listing reads the
+# index forward (oldest first), and now says so (design.md: reading it backward is open).
+async def test_list_is_in_the_documented_order(client: httpx.AsyncClient) -> None:
     tag = secrets.token_hex(3)
     runs = [f"rv-ord-{tag}-{i}" for i in range(3)]
     for run in runs:  # one after the other: created_at increases
@@ -127,7 +128,9 @@ async def test_list_is_newest_first_as_documented(client: httpx.AsyncClient) -> 
         await client.get(f"/v1/runs/{run}/result", params={"timeout": "15s"})
     r = await client.get("/v1/runs", params={"status": "completed", "id_prefix": f"rv-ord-{tag}"})
     listed = [i["run_id"] for i in r.json()["runs"]]
-    assert listed == list(reversed(runs))
+    assert listed == runs  # each ended after the one before
+    doc = (await client.get("/openapi.json")).json()
+    assert "oldest first" in doc["paths"]["/v1/runs"]["get"]["description"]
 
 
 # 7. A cursor whose position does not fit in a u64 (a client can build one: the
@@ -171,3 +174,114 @@ async def test_options_allow_lists_every_method(client: httpx.AsyncClient) -> No
     r = await client.options("/v1/runs")
     allowed = {m.strip() for m in r.headers.get("allow", "").split(",")}
     assert {"GET", "POST"} <= allowed, r.headers
+
+
+# -- beside the repros: the rest of each fix -------------------------------------------
+
+
+async def test_head_on_reads_has_the_headers_of_get_and_no_body(
+    client: httpx.AsyncClient,
+) -> None:
+    run = _rid("rv-head")
+    r = await client.post("/v1/runs", json={"workflow": "hr-echo", "id": run, "input": "x"})
+    assert r.status_code == 201, r.text
+    for path in (f"/v1/runs/{run}", "/v1/runs", "/openapi.json", "/v1/limits"):
+        got, head = await client.get(path), await client.head(path)
+        assert (head.status_code, head.content) == (got.status_code, b""), path
+        assert head.headers["content-type"] == got.headers["content-type"], path
+        assert head.headers["content-length"] == got.headers["content-length"], path
+    r = await client.head("/v1/runs/nope")  # an error: its status and headers
+    assert (r.status_code, r.content) == (404, b"")
+    assert r.headers["content-type"].startswith("application/json")
+
+
+async def test_options_and_405_list_every_method(client: httpx.AsyncClient) -> None:
+    for path, methods in (
+        ("/healthz", "GET, HEAD, OPTIONS"),
+        ("/v1/runs", "GET, HEAD, OPTIONS, POST"),
+        ("/v1/runs/x/cancel", "OPTIONS, POST"),
+        ("/v1/limits/x", "GET, HEAD, OPTIONS, PUT"),
+    ):
+        r = await client.options(path)
+        assert (r.status_code, r.headers["allow"]) == (204, methods), path
+    r = await client.delete("/v1/runs")
+    assert_http_error(r, 405, "method_not_allowed")
+    assert r.headers["allow"] == "GET, HEAD, OPTIONS, POST"
+
+
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("/v1/runs", {"limit": "1.0"}),
+        ("/v1/runs", {"limit": "1e1"}),
+        ("/v1/runs", {"limit": " 5"}),
+        ("/v1/runs/rv-none/journal", {"after": "0.0"}),
+        ("/v1/runs/rv-none/journal", {"limit": "true"}),
+    ],
+)
+async def test_numeric_query_parameters_are_strict(
+    client: httpx.AsyncClient, path: str, params: dict[str, str]
+) -> None:
+    r = await client.get(path, params=params)
+    assert next(iter(params)) in assert_http_error(r, 400, "invalid_argument")["message"]
+
+
+async def test_strict_bodies_still_take_what_they_document(client: httpx.AsyncClient) -> None:
+    name = f"rv-strict-{secrets.token_hex(3)}"
+    r = await client.put(f"/v1/limits/{name}", json={"per_second": 20, "burst": 5})
+    assert r.status_code == 200, r.text  # an integer is a number
+    r = await client.put(f"/v1/limits/{name}", json={"concurrent": 3.0})
+    assert r.json()["concurrent"] == 3, r.text  # a whole number is an integer (JSON Schema)
+    r = await client.put(f"/v1/limits/{name}", json={"concurrent": 3.5})
+    assert "concurrent" in assert_http_error(r, 400, "invalid_argument")["message"]
+    r = await client.post("/v1/runs", json={"workflow": "hr-echo", "id": 7})
+    assert "'id'" in assert_http_error(r, 400, "invalid_argument")["message"]
+    r = await client.post("/v1/runs/bulk/cancel", json={"dry_run": 1, "id_prefix": "rv-none-"})
+    assert "dry_run" in assert_http_error(r, 400, "invalid_argument")["message"]
+    r = await client.post("/v1/runs/bulk/cancel", json={"dry_run": True, "id_prefix": "rv-none-"})
+    assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize("path", ["/openapi", "/openapi/", "/openapi/openapi.json", "/openapi/x/y"])
+async def test_nothing_is_served_under_openapi(client: httpx.AsyncClient, path: str) -> None:
+    assert_http_error(await client.get(path), 404, "not_found")
+
+
+def _cursor(value: Any) -> str:
+    return base64.urlsafe_b64encode(msgspec.json.encode(value)).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [-1, 1, "x"],
+        [0, 0, "x"],
+        [10**6, 1, "x"],
+        [True, 1, "x"],
+        [0, 1.5, "x"],
+        [0, 1],
+        {"stage": 0},
+        "abc",
+    ],
+)
+async def test_every_cursor_field_is_checked(client: httpx.AsyncClient, value: Any) -> None:
+    r = await client.get("/v1/runs", params={"cursor": _cursor(value)})
+    assert "cursor" in assert_http_error(r, 400, "invalid_argument")["message"]
+    r = await client.get("/v1/runs", params={"cursor": "!!not base64"})
+    assert_http_error(r, 400, "invalid_argument")
+
+
+async def test_the_run_id_bulk_is_refused(client: httpx.AsyncClient) -> None:
+    r = await client.post("/v1/runs", json={"workflow": "hr-echo", "id": "bulk", "input": "x"})
+    assert "reserved" in assert_http_error(r, 400, "invalid_id")["message"]
+    r = await client.post("/v1/runs", json={"workflow": "hr-echo", "id": "bulk/x", "input": "x"})
+    assert r.status_code == 201, r.text  # only the one segment the bulk routes take
+
+
+async def test_the_document_takes_names_of_128(client: httpx.AsyncClient) -> None:
+    doc = (await client.get("/openapi.json")).json()
+    signal = doc["paths"]["/v1/runs/{run_id}/signals/{name}"]["post"]["parameters"]
+    name = next(p for p in signal if p["name"] == "name")
+    assert name["schema"]["maxLength"] == 128
+    r = await client.post(f"/v1/runs/rv-none/signals/{'n' * 128}", json=1)
+    assert_http_error(r, 404, "run_not_found")  # the name was taken
