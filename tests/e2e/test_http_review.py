@@ -217,6 +217,7 @@ async def test_options_and_405_list_every_method(client: httpx.AsyncClient) -> N
         ("/v1/runs", {"limit": " 5"}),
         ("/v1/runs/rv-none/journal", {"after": "0.0"}),
         ("/v1/runs/rv-none/journal", {"limit": "true"}),
+        ("/v1/runs/rv-none/journal", {"after": str(2**70)}),  # past a stream sequence
     ],
 )
 async def test_numeric_query_parameters_are_strict(
@@ -285,3 +286,25 @@ async def test_the_document_takes_names_of_128(client: httpx.AsyncClient) -> Non
     assert name["schema"]["maxLength"] == 128
     r = await client.post(f"/v1/runs/rv-none/signals/{'n' * 128}", json=1)
     assert_http_error(r, 404, "run_not_found")  # the name was taken
+
+
+@pytest.mark.parametrize(
+    "params", [{"workflow": "\x80l"}, {"workflow": "w" * 129}, {"id_prefix": "a\x07"}]
+)
+async def test_a_filter_no_run_can_match_is_a_400(
+    client: httpx.AsyncClient, params: dict[str, str]
+) -> None:
+    # found by schemathesis's negative checks: the document's pattern refuses it
+    r = await client.get("/v1/runs", params=params)
+    assert next(iter(params)) in assert_http_error(r, 400, "config_error")["message"]
+    r = await client.post("/v1/runs/bulk/cancel", json={**params, "dry_run": True})
+    assert_http_error(r, 400, "config_error")
+
+
+async def test_the_document_takes_a_null_time_bound(client: httpx.AsyncClient) -> None:
+    # found by schemathesis's negative checks: the server takes "since": null (no bound)
+    doc = (await client.get("/openapi.json")).json()
+    since = doc["components"]["schemas"]["BulkCancel"]["properties"]["since"]
+    assert {"type": "null"} in since["anyOf"], since
+    body = {"since": None, "dry_run": True, "id_prefix": "rv-none-"}
+    assert (await client.post("/v1/runs/bulk/cancel", json=body)).status_code == 200

@@ -18,11 +18,14 @@ def _doc(**schema: Any) -> msgspec.Meta:
 
 
 _DURATION = "^([0-9]{1,6}(\\.[0-9]{1,3})?(ms|s|m|h|d))+$"
-# a duration back from now ("1h", "90m") or an RFC 3339 time
+# a duration back from now ("1h", "90m") or an RFC 3339 time; null: no bound (each
+# field of this type is optional, and the generator's oneOf [string, null] is ANDed
+# with this anyOf)
 _WHEN = _doc(
     any_of=[
         {"type": "string", "pattern": "^([0-9]{1,6}(ms|s|m|h|d))+$"},
         {"type": "string", "format": "date-time"},
+        {"type": "null"},
     ]
 )
 WorkflowName = Annotated[str, _doc(**NAME_SCHEMA)]

@@ -26,7 +26,7 @@ from fusee.adapters.http.models import (
     SignalSent,
     StartRun,
 )
-from fusee.adapters.http.params import parse_wait
+from fusee.adapters.http.params import filter_names, parse_wait
 from fusee.adapters.http.schemas import (
     BAD_ID,
     ID_SCHEMA,
@@ -53,7 +53,7 @@ ENDED = "`run_ended`: the run has ended; nothing was stored."  # signal and canc
 AnyRequest = Request[Any, Any, Any]
 # a cursor's fields, bounded: a made-up one is a 400, never a position NATS refuses
 _MAX_STAGE = 64  # the index's stages a listing reads (a handful)
-_MAX_SEQ = 2**63 - 1  # a stream sequence
+_MAX_SEQ = 2**53  # a stream sequence, as far as JSON numbers are exact (clients, tools)
 
 
 @post(
@@ -121,7 +121,7 @@ def _after(cursor: str | None, filters: tuple[str | None, ...]) -> tuple[int, in
     "not ended, the paused, then each ended status), each group oldest first (in the "
     "order its index entries were written: an ended run when it ended).",
     responses=errors(
-        e400="`config_error`: an unknown status, a bad time, `until` not after `since`; `invalid_argument`: a bad cursor or limit."
+        e400="`config_error`: an unknown status, a bad time, `until` not after `since`, a workflow or ID prefix no run can have; `invalid_argument`: a bad cursor or limit."
     ),
 )
 async def list_runs(
@@ -170,6 +170,7 @@ async def list_runs(
 ) -> RunPage:
     filters = (status, workflow, since, until, id_prefix)
     after = _after(cursor, filters)
+    workflow, id_prefix = filter_names(workflow, id_prefix)
     engine = api_state(request).engine
     runs, next_at = await engine.runs_page(
         status=status,
@@ -207,7 +208,9 @@ async def describe(request: AnyRequest, run_id: RunId) -> RunInfo:
 async def journal(
     request: AnyRequest,
     run_id: RunId,
-    after: Annotated[int, Parameter(ge=0, description="The last `seq` already read.")] = 0,
+    after: Annotated[
+        int, Parameter(ge=0, le=_MAX_SEQ, description="The last `seq` already read.")
+    ] = 0,
     limit: Annotated[int, Parameter(ge=1, le=1000, description="Records at most.")] = 100,
 ) -> JournalPage:
     run = _run(request, run_id)
