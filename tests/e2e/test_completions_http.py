@@ -125,3 +125,17 @@ async def test_null_is_a_value_and_an_empty_body_is_not(nats_server: Any, namesp
             )
             assert r.json() == {"completed": True, "stored": True, "value": None}
         assert await engine.run("by-null").result(timeout=15) is None
+
+
+async def test_curl_d_true_completes(nats_server: Any, namespace: str) -> None:
+    # `curl -X POST URL -d true` sends `true` as a form (application/x-www-form-urlencoded)
+    form = {"content-type": "application/x-www-form-urlencoded", "accept": "*/*"}
+    async with _served(nats_server.url, namespace) as (engine, _):
+        url = await _url(engine, "by-curl")
+        async with httpx.AsyncClient(timeout=20) as client:
+            r = await client.post(url, content=b"reason=no", headers=form)
+            assert r.status_code == 400, r.text
+            assert "approved=true|false" in r.json()["error"]["message"]
+            r = await client.post(url, content=b"true", headers=form)
+            assert r.json() == {"completed": True, "stored": True, "value": True}
+        assert await engine.run("by-curl").result(timeout=15) is True

@@ -832,3 +832,26 @@ async def test_the_app_takes_middleware_that_sees_the_route() -> None:
         r = await c.post("/v1/runs/a%2Fb/signals/go", headers={"X-Request-ID": "t-1"})
     assert assert_http_error(r, 401, "unauthorized")["request_id"] == "t-1"
     assert seen == [("POST", "/v1/runs/{run_id}/signals/{name}")]
+
+
+async def test_head_of_a_live_stream_answers_its_headers(
+    client: httpx.AsyncClient, engine: fusee.Engine, api: Api
+) -> None:
+    run = _rid("head")
+    await engine.start("http-tokens", run, {"n": 2000, "delay": 0.05})
+    url = f"/v1/runs/{run}/streams/reply"
+    async with client.stream("GET", url, headers=SSE) as r:
+        await read_events(r, limit=1)  # the stream exists
+    r = await client.head(url, headers=SSE)
+    assert (r.status_code, r.content) == (200, b"")
+    assert r.headers["content-type"].startswith("text/event-stream")
+
+    # the server ended the HEAD request too (its log line is written as it ends), while
+    # the stream goes on: it does not read a stream for a request that has its answer
+    def ended() -> Any:
+        return [e for e in api.api.events("http.request") if e["method"] == "HEAD"]
+
+    [line] = await wait_until(ended, timeout=10, what="the HEAD request's end")
+    assert (line["path"], line["status"]) == (url, 200)
+    assert (await client.get(f"/v1/runs/{run}")).json()["status"] == "running"
+    assert (await client.post(f"/v1/runs/{run}/cancel", json={})).status_code == 202

@@ -1,8 +1,10 @@
 """The OpenAPI document tells the truth: schemathesis generates requests from
 ``/openapi.json`` for every operation and checks each answer against it (a status the
 document lists, a body of the documented shape and content type), against a real API
-server (tokens required, an admin token sent) and worker. Examples are bounded
-(``MAX_EXAMPLES`` per operation), and waits are short (``timeout`` is 0.2 s), so the run takes seconds."""
+server (tokens required, an admin token sent) and worker; and requests that break the document (a string for a number, a
+field too long, a value out of range) are refused (``negative_data_rejection``: a 4xx,
+not a 2xx). Examples are bounded (``MAX_EXAMPLES`` per operation, ``MAX_NEGATIVE``
+broken ones), and waits are short (``timeout`` is 0.2 s), so the run takes seconds."""
 
 from __future__ import annotations
 
@@ -10,15 +12,19 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 from schemathesis.core.result import Ok
 
 import fusee
 from tests.workers.procs import HERE, api_and_worker
 
 MAX_EXAMPLES = 10
+MAX_NEGATIVE = 5
 
 
 @pytest.fixture(scope="module")
@@ -36,17 +42,22 @@ def api(
         yield url, {"Authorization": f"Bearer {anyio.run(admin)}"}
 
 
-def _checker(operation: Any, api_url: str, auth: dict[str, str]) -> Any:
+def _checker(
+    operation: Any,
+    api_url: str,
+    auth: dict[str, str],
+    mode: GenerationMode = GenerationMode.POSITIVE,
+) -> Any:
     """A hypothesis test of one operation: each generated request's answer is checked
-    against the document."""
+    against the document (``mode``: requests that fit it, or that break it)."""
 
     @settings(
-        max_examples=MAX_EXAMPLES,
+        max_examples=MAX_EXAMPLES if mode is GenerationMode.POSITIVE else MAX_NEGATIVE,
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
     )
-    @given(case=operation.as_strategy())
+    @given(case=operation.as_strategy(generation_mode=mode))
     def check(case: Any) -> None:
         if any(p.name == "timeout" for p in operation.query):
             case.query = {**(case.query or {}), "timeout": "0.2s"}  # a call waits no longer
@@ -94,13 +105,16 @@ def test_every_answer_is_documented(api: tuple[str, dict[str, str]]) -> None:
     api_url, auth = api
     # (schemathesis's own pytest plugin does not load under pytest 9: its strategies
     # are driven by hypothesis here, one operation after the other)
-    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
+    document = httpx.get(f"{api_url}/openapi.json").json()
     failures: list[str] = []
-    for result in schema.get_all_operations():
-        assert isinstance(result, Ok), result.err()  # the schema's every operation loads
-        operation = result.ok()
-        try:
-            _checker(operation, api_url, auth)()
-        except BaseException as exc:  # noqa: BLE001 - every operation is checked, then reported
-            failures.append(f"{operation.label}: {exc}")
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        for result in schemathesis.openapi.from_dict(document).get_all_operations():
+            assert isinstance(result, Ok), result.err()  # the schema's every operation loads
+            operation = result.ok()
+            try:
+                _checker(operation, api_url, auth, mode)()
+            except Unsatisfiable:  # nothing of it can be broken (/healthz takes nothing)
+                assert mode is GenerationMode.NEGATIVE, operation.label
+            except BaseException as exc:  # noqa: BLE001 - every operation is checked, then reported
+                failures.append(f"{operation.label} ({mode.value}): {exc}")
     assert not failures, "\n\n".join(failures)

@@ -35,7 +35,8 @@ from fusee.adapters.http.errors import (
     status_of,
 )
 from fusee.adapters.http.limits import DEFAULT_MAX_BODY, BodyLimit
-from fusee.adapters.http.middleware import LastResort, RequestId
+from fusee.adapters.http.methods import AllowedMethods, HeadAsGet, allowed
+from fusee.adapters.http.middleware import LastResort, RequestId, Unserved
 from fusee.adapters.http.models import FIELD_SCHEMAS, STRUCTS
 from fusee.adapters.http.paths import DecodedParams, RawPath
 from fusee.adapters.http.redact import redacted
@@ -50,6 +51,7 @@ from fusee.adapters.http.routes import (
     tokens,
 )
 from fusee.adapters.http.state import ApiState
+from fusee.adapters.http.strict import strict_inputs
 from fusee.errors import FuseeError
 from fusee.logs import get_logger
 
@@ -58,6 +60,8 @@ __all__ = ("create_app", "api_state_of", "FuseeApi")
 log = get_logger()
 
 AnyRequest = Request[Any, Any, Any]
+# where Litestar's OpenAPI router is mounted (it must be somewhere): nothing there is served
+_LITESTAR_DOCS = "/openapi"
 
 
 class FuseeApi:
@@ -117,7 +121,8 @@ def create_app(
     ]
     app = Litestar(
         route_handlers=handlers,
-        middleware=[DecodedParams, *middleware],
+        middleware=[DecodedParams, AllowedMethods, *middleware],
+        before_request=strict_inputs,
         exception_handlers={
             HTTPException: _http_error,
             ApiError: _api_error,
@@ -133,8 +138,9 @@ def create_app(
             "`X-Request-ID`.",
             # no HTML viewers (they load scripts from CDNs): the document, served at
             # /openapi.json by routes/meta.py (Litestar's own router, which must be
-            # somewhere, is under /openapi/: its catch-all would answer unknown paths)
-            path="/openapi",
+            # somewhere, is under /openapi/, where the Unserved layer answers every path
+            # with the error shape: its catch-all would answer HTML)
+            path=_LITESTAR_DOCS,
             render_plugins=[JsonRenderPlugin()],
             components=Components(
                 security_schemes={
@@ -158,7 +164,8 @@ def create_app(
     inner: Any = BodyLimit(app, max_body=max_body)
     if auth:  # before the body is read: a refused request's body never is
         inner = AuthMiddleware(inner, verifier=engine.tokens, rules=DEFAULT_RULES)
-    outer = RequestId(RawPath(LastResort(inner)))
+    inner = Unserved(LastResort(inner), _LITESTAR_DOCS)
+    outer = RequestId(HeadAsGet(RawPath(inner)))
     return FuseeApi(app, outer)
 
 
@@ -184,8 +191,11 @@ def _http_error(request: AnyRequest, exc: Exception) -> Response[ErrorBody]:
             " (an ID is one path segment: write its '/' as %2F)"
         )
     elif status == 405:
-        allowed = headers.get("allow", headers.get("Allow", ""))
-        message = f"{request.method} is not allowed on {request.url.path} (allowed: {allowed})"
+        methods = headers.pop("allow", headers.pop("Allow", "")).split(",")
+        headers["Allow"] = allowed([m.strip() for m in methods if m.strip()])
+        message = (
+            f"{request.method} is not allowed on {request.url.path} (allowed: {headers['Allow']})"
+        )
     elif isinstance(exc, ValidationException):
         message = _validation_message(exc)
     else:
@@ -262,18 +272,22 @@ def _finish_document(app: Litestar) -> None:
     ``403``) on every operation that needs a token; and, from the bodies' own
     definitions, a Struct that
     refuses unknown fields (``forbid_unknown_fields``) says so
-    (``additionalProperties: false``), and the fields of ``FIELD_SCHEMAS`` get
-    their ranges."""
+    (``additionalProperties: false``), the fields of ``FIELD_SCHEMAS`` get
+    their ranges, and the completion routes their bodies."""
     document = app.openapi_schema
+    completions.finish_document(document)
+    shape = next(  # an error response (the error shape) to describe the refusals with
+        op.responses["400"]
+        for item in (document.paths or {}).values()
+        for op in (item.get, item.put, item.post, item.delete, item.patch)
+        if op is not None and op.responses and "400" in op.responses
+    )
     for item in (document.paths or {}).values():
         for method in ("get", "put", "post", "delete", "patch", "head"):
             operation = getattr(item, method, None)
             if operation is None or operation.security == [{}]:
                 continue  # open: /healthz, the document, the completion URLs
             responses = operation.responses or {}
-            shape = responses.get("400")
-            if shape is None:
-                continue
             for status, text in _REFUSALS.items():
                 responses.setdefault(status, replace(shape, description=text))
             operation.responses = responses

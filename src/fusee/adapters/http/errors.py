@@ -3,9 +3,9 @@
     {"error": {"code": "run_not_found", "message": "no run 'r1' in namespace 'fusee'",
                "request_id": "5f0c..."}}
 
-``code`` is stable snake case: a fusee error's class name (``RunNotFound`` is
-``run_not_found``, ``InvalidId`` is ``invalid_id``), or one of the HTTP codes below for
-errors that are not fusee's (``not_found`` for an unknown route). Clients branch on
+``code`` is stable snake case: a fusee error's entry in :data:`ERROR_CODES`
+(``RunNotFound`` is ``run_not_found``, ``InvalidId`` is ``invalid_id``), or one of the
+HTTP codes below for errors that are not fusee's (``not_found`` for an unknown route). Clients branch on
 ``code``; ``message`` is for people; ``request_id`` is the response's ``X-Request-ID``
 (also in the API's log lines). An object handler's failure adds ``handler`` and the
 handler's own ``error_type``.
@@ -17,7 +17,6 @@ shape: :func:`send_error`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -25,6 +24,7 @@ import msgspec
 
 __all__ = (
     "ApiError",
+    "ERROR_CODES",
     "ErrorBody",
     "ErrorDetail",
     "HTTP_CODES",
@@ -101,48 +101,71 @@ HTTP_CODES: dict[int, str] = {
     504: "timeout",
 }
 
-# fusee errors by class name, looked up along the MRO: names, not classes, so an error
-# class that another module adds later maps without an import here.
-_STATUS_BY_NAME: dict[str, int] = {
-    "Unauthorized": 401,
-    "Forbidden": 403,
-    "RunNotFound": 404,
-    "StreamNotFound": 404,
-    "UnknownLimit": 404,
-    "UnknownToken": 404,
-    "InvalidId": 400,
-    "InvalidArgument": 400,
-    "ConfigError": 400,
-    "NotEncodable": 400,
-    "RunExists": 409,
-    "NothingToCancel": 409,
-    "NotPausedError": 409,
-    "Timeout": 504,
-    "ConnectionLost": 503,
-    "StorageFull": 503,
+# Every fusee error the API can answer, by class name: its status and its stable code.
+# An explicit table (not derived from the class name), so renaming a class cannot change
+# what clients branch on. Names, not classes: an error class of another module (the
+# tokens' Unauthorized) maps without an import here. A class not listed takes the entry
+# of its nearest listed base class (its MRO): ``fusee_error``, 500 at worst.
+ERROR_CODES: dict[str, tuple[int, str]] = {
+    "FuseeError": (500, "fusee_error"),
+    "Unauthorized": (401, "unauthorized"),
+    "Forbidden": (403, "forbidden"),
+    "InvalidId": (400, "invalid_id"),
+    "InvalidArgument": (400, "invalid_argument"),
+    "ConfigError": (400, "config_error"),
+    "NotEncodable": (400, "not_encodable"),
+    "InvalidToken": (500, "invalid_token"),
+    "ToolInputError": (500, "tool_input_error"),
+    "RunNotFound": (404, "run_not_found"),
+    "StreamNotFound": (404, "stream_not_found"),
+    "UnknownLimit": (404, "unknown_limit"),
+    "UnknownToken": (404, "unknown_token"),
+    "UnknownTool": (500, "unknown_tool"),
+    "RunExists": (409, "run_exists"),
+    "NothingToCancel": (409, "nothing_to_cancel"),
+    "NotPausedError": (409, "not_paused_error"),
+    "Timeout": (504, "timeout"),
+    "StepTimeout": (500, "step_timeout"),
+    "ConnectionLost": (503, "connection_lost"),
+    "StorageFull": (503, "storage_full"),
+    "ServerNotFound": (500, "server_not_found"),
+    "NobodyListens": (500, "nobody_listens"),
+    "CommitterClosed": (500, "committer_closed"),
+    "RunFailed": (500, "run_failed"),
+    "RunCancelled": (500, "run_cancelled"),
+    "HandlerFailed": (500, "handler_failed"),
+    "HandlerCancelled": (500, "handler_cancelled"),
+    "StepError": (500, "step_error"),
+    "StepFailedError": (500, "step_failed_error"),
+    "FatalError": (500, "fatal_error"),
+    "DeterminismError": (500, "determinism_error"),
+    "JournalGap": (500, "journal_gap"),
 }
 
-_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+def _entry(exc: BaseException) -> tuple[int, str]:
+    for cls in type(exc).__mro__:
+        entry = ERROR_CODES.get(cls.__name__)
+        if entry is not None:
+            return entry
+    return 500, "internal_error"
 
 
 def code_of(exc: BaseException) -> str:
-    """A fusee error's stable code: its class name in snake case.
+    """A fusee error's stable code (:data:`ERROR_CODES`: its class's, or its nearest
+    listed base class's).
 
     Example:
         >>> from fusee.errors import RunNotFound, NotPausedError
         >>> code_of(RunNotFound("x")), code_of(NotPausedError("r", "running", "m"))
         ('run_not_found', 'not_paused_error')
     """
-    return _CAMEL.sub("_", type(exc).__name__).lower()
+    return _entry(exc)[1]
 
 
 def status_of(exc: BaseException) -> int:
-    """The HTTP status for a fusee error: its class's, or its nearest base class's; 500 if none."""
-    for cls in type(exc).__mro__:
-        status = _STATUS_BY_NAME.get(cls.__name__)
-        if status is not None:
-            return status
-    return 500
+    """The HTTP status for a fusee error (:data:`ERROR_CODES`); 500 if none."""
+    return _entry(exc)[0]
 
 
 def request_id_of(scope: Mapping[str, Any]) -> str:

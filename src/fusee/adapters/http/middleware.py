@@ -9,6 +9,8 @@ Both wrap the whole app (an unknown route gets its ID and the error shape too):
   writes while serving it names it (``request_id=...``).
 - :class:`LastResort`: any exception that is not fusee's is logged with its traceback
   (``http.internal_error``) and answered ``500 internal_error`` without it.
+- :class:`Unserved`: paths below a prefix that the router must not answer (Litestar's
+  OpenAPI router, which answers unknown paths with an HTML page) get ``404 not_found``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from fusee.adapters.http.errors import REQUEST_ID_KEY, TrackedSend, send_error
 from fusee.adapters.http.redact import redacted
 from fusee.logs import get_logger
 
-__all__ = ("RequestId", "LastResort", "HEADER")
+__all__ = ("RequestId", "LastResort", "Unserved", "HEADER")
 
 log = get_logger()
 
@@ -95,3 +97,19 @@ class LastResort:
                     "internal_error",
                     "internal error; the server logged it as http.internal_error",
                 )
+
+
+class Unserved:
+    """``404 not_found`` (the error shape) for ``prefix`` and every path below it."""
+
+    def __init__(self, app: Any, prefix: str) -> None:
+        self.app = app
+        self.prefix = prefix.rstrip("/")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == self.prefix or path.startswith(self.prefix + "/")):
+            message = f"no such endpoint: {scope['method']} {path} (the document is /openapi.json)"
+            await send_error(scope, send, 404, "not_found", message)
+            return
+        await self.app(scope, receive, send)

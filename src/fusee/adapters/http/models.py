@@ -18,11 +18,14 @@ def _doc(**schema: Any) -> msgspec.Meta:
 
 
 _DURATION = "^([0-9]{1,6}(\\.[0-9]{1,3})?(ms|s|m|h|d))+$"
-# a duration back from now ("1h", "90m") or an RFC 3339 time
+# a duration back from now ("1h", "90m") or an RFC 3339 time; null: no bound (each
+# field of this type is optional, and the generator's oneOf [string, null] is ANDed
+# with this anyOf)
 _WHEN = _doc(
     any_of=[
         {"type": "string", "pattern": "^([0-9]{1,6}(ms|s|m|h|d))+$"},
         {"type": "string", "format": "date-time"},
+        {"type": "null"},
     ]
 )
 WorkflowName = Annotated[str, _doc(**NAME_SCHEMA)]
@@ -122,13 +125,15 @@ class OutcomeError(msgspec.Struct, kw_only=True):
     message: str
 
 
-class RunOutcome(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """An ended run: ``completed`` with ``result``, ``failed``/``cancelled`` with ``error``."""
+class RunOutcome(msgspec.Struct, kw_only=True):
+    """An ended run: ``completed`` with ``result`` (always there, ``null`` included),
+    ``failed``/``cancelled`` with ``error``."""
 
     run_id: str
     status: Literal["completed", "failed", "cancelled"]
-    result: Any = None
-    error: OutcomeError | None = None
+    # UNSET (left out) unless completed: a run that returned None answers "result": null
+    result: Any | msgspec.UnsetType = msgspec.UNSET
+    error: OutcomeError | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunWaiting(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -291,6 +296,12 @@ class StreamToken(msgspec.Struct, kw_only=True):
 # Fields whose schema the generator loses (a field that may be left out, msgspec's
 # UNSET, keeps only its type): set on the document by the app (``app._finish_document``).
 FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
+    "RunOutcome": {
+        "result": {
+            "description": "What the run returned (any JSON, `null` included): when `completed`."
+        },
+        "error": {"$ref": "#/components/schemas/OutcomeError"},
+    },
     "LimitChange": {
         "per_second": {
             "oneOf": [{"type": "number", "exclusiveMinimum": 0}, {"type": "null"}],
@@ -298,7 +309,7 @@ FIELD_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "burst": {**_COUNT, "description": "Tokens the bucket holds."},
         "concurrent": {**_COUNT, "description": "Permits held at once at most; `null`: no cap."},
-    }
+    },
 }
 
 # every body above by its schema's name (the app closes those that refuse unknown fields)

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 import re
 
-from fusee.errors import ConfigError, InvalidArgument
+from fusee.errors import ConfigError, InvalidArgument, InvalidId
 from fusee.runtime.durations import format_duration, parse_duration
+from fusee.runtime.ids import validate_id, validate_name
 
-__all__ = ("DEFAULT_WAIT", "MAX_WAIT", "parse_wait", "parse_offset", "resume_offset")
+__all__ = (
+    "DEFAULT_WAIT",
+    "MAX_WAIT",
+    "parse_wait",
+    "parse_offset",
+    "resume_offset",
+    "filter_names",
+)
 
 DEFAULT_WAIT = 30.0
 # Longer waits than this are better done as several requests: proxies and load balancers
@@ -88,3 +96,25 @@ def resume_offset(from_query: str | None, last_event_id: str | None) -> int:
     if from_query is not None:
         return parse_offset(from_query, "query parameter from")
     return 0
+
+
+def filter_names(workflow: str | None, id_prefix: str | None) -> tuple[str | None, str | None]:
+    """A run filter's ``workflow`` and ``id_prefix`` (list, bulk), checked by the name and
+    ID rules: one that no run can have (a control character, too long) is refused, as
+    the document's schema for it says, rather than matching nothing.
+
+    Raises:
+        ConfigError: the rule it breaks, naming the field.
+
+    Example:
+        >>> filter_names("support", "ticket-")
+        ('support', 'ticket-')
+    """
+    try:
+        if workflow is not None and workflow != "":
+            workflow = validate_name(workflow, "workflow")
+        if id_prefix is not None and id_prefix != "":
+            id_prefix = validate_id(id_prefix, "id_prefix")
+    except InvalidId as exc:
+        raise ConfigError(str(exc)) from None
+    return workflow, id_prefix

@@ -3,9 +3,11 @@ the error responses each route lists in the OpenAPI document.
 
 IDs are checked by fusee's own rules (``runtime/ids.py``) inside the handlers, so a bad
 one gets ``invalid_id`` with a message naming the rule; the schemas below only document
-them (``schema_extra``: the framework does not enforce them), as the checks accept them:
-no control characters, and the byte limits (256 UTF-8 bytes for IDs and keys, 128 for
-names) as character limits that always fit.
+them (``schema_extra``: the framework does not enforce them): no control characters,
+and the byte limits (256 UTF-8 bytes for IDs and keys, 128 for names) as ``maxLength``
+of that many characters, since JSON Schema counts characters. An ASCII ID of 256
+characters is taken; one of 256 characters some of which take several bytes is
+refused (``invalid_id``, the message names the byte limit).
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ __all__ = (
 _NO_CONTROL = "\\x00-\\x1f\\x7f-\\x9f"
 ID_SCHEMA: dict[str, Any] = {
     "minLength": 1,
-    "maxLength": 64,
+    "maxLength": 256,
     "pattern": f"^[^{_NO_CONTROL}]+$",
 }
 NAME_SCHEMA: dict[str, Any] = {
     "minLength": 1,
-    "maxLength": 32,
+    "maxLength": 128,
     "pattern": f"^[^{_NO_CONTROL}]+$",
 }
 # a run ID must not start with "@" (objects' actors); an object type holds no "/" either

@@ -13,6 +13,7 @@ from litestar.params import Body
 
 from fusee import BulkSummary
 from fusee.adapters.http.models import BulkCancel, BulkResume
+from fusee.adapters.http.params import filter_names
 from fusee.adapters.http.schemas import errors
 from fusee.adapters.http.state import api_state
 
@@ -20,7 +21,7 @@ __all__ = ("handlers",)
 
 _BAD = errors(
     e400="`config_error`: an unknown status, a status the action cannot act on, a bad "
-    "time, `until` not after `since`; `bad_request`: a body of another shape."
+    "time, `until` not after `since`, a workflow or ID prefix no run can have; `bad_request`: a body of another shape."
 )
 
 
@@ -34,12 +35,13 @@ async def bulk_resume(
     request: Request[Any, Any, Any], data: Annotated[BulkResume | None, Body()] = None
 ) -> BulkSummary:
     body = data or BulkResume()
+    workflow, id_prefix = filter_names(body.workflow, body.id_prefix)
     return await api_state(request).engine.bulk_resume(
         status=body.status,
-        workflow=body.workflow,
+        workflow=workflow,
         since=body.since,
         until=body.until,
-        id_prefix=body.id_prefix,
+        id_prefix=id_prefix,
         dry_run=body.dry_run,
     )
 
@@ -54,12 +56,13 @@ async def bulk_cancel(
     request: Request[Any, Any, Any], data: Annotated[BulkCancel | None, Body()] = None
 ) -> BulkSummary:
     body = data or BulkCancel()
+    workflow, id_prefix = filter_names(body.workflow, body.id_prefix)
     return await api_state(request).engine.bulk_cancel(
         status=body.status,
-        workflow=body.workflow,
+        workflow=workflow,
         since=body.since,
         until=body.until,
-        id_prefix=body.id_prefix,
+        id_prefix=id_prefix,
         dry_run=body.dry_run,
         reason=body.reason or "cancelled in bulk over HTTP",
     )

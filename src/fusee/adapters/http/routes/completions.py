@@ -16,6 +16,8 @@ from urllib.parse import parse_qs
 import msgspec
 from litestar import MediaType, Request, Response, get, post
 from litestar.openapi import ResponseSpec
+from litestar.openapi.spec import OpenAPI, OpenAPIMediaType, RequestBody, Schema
+from litestar.openapi.spec.enums import OpenAPIType
 
 from fusee import CompletionInfo
 from fusee.adapters.http.errors import ApiError
@@ -24,7 +26,7 @@ from fusee.adapters.http.schemas import Token, errors
 from fusee.adapters.http.state import api_state, json_body
 from fusee.errors import InvalidArgument, InvalidToken
 
-__all__ = ("handlers",)
+__all__ = ("handlers", "finish_document")
 
 FORM = "application/x-www-form-urlencoded"
 AnyRequest = Request[Any, Any, Any]
@@ -78,13 +80,19 @@ async def show(request: AnyRequest, token: Token) -> Response[CompletionInfo]:
 async def complete(request: AnyRequest, token: Token) -> Response[Completed]:
     """Complete the wait with the body's value."""
     engine = api_state(request).engine
-    form = request.headers.get("content-type", "").split(";")[0].strip() == FORM
+    data = await request.body()
+    # a form of the page (approved=...); any other body sent as a form is tried as
+    # JSON: `curl -X POST URL -d true` sends `true` as application/x-www-form-urlencoded
+    form = _content_type(request) == FORM and _is_page_form(data)
     if form:
-        value = _form_value(await request.body())
+        value = _form_value(data)
     else:
-        if not (await request.body()).strip():
+        if not data.strip():
             raise InvalidArgument("the completion's value is missing: send JSON (true, false, ...)")
-        value = await json_body(request, "the completion's value")  # (null is a value)
+        what = "the completion's value"
+        if _content_type(request) == FORM:
+            what += " (a form without approved=true|false, read as JSON)"
+        value = await json_body(request, what)  # (null is a value)
     try:
         stored = await engine.complete(token, value)
     except InvalidToken as exc:
@@ -101,6 +109,15 @@ def _refused(exc: InvalidToken) -> ApiError:
     """A spent token (expired, used with another value): 409; any other: 404, since the
     URL names no wait (a forged one is told apart only in the message)."""
     return ApiError(409 if exc.spent else 404, str(exc), "invalid_token")
+
+
+def _content_type(request: AnyRequest) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _is_page_form(data: bytes) -> bool:
+    """The body holds the page form's field ``approved`` (else it is not that form)."""
+    return "approved" in parse_qs(data.decode("utf-8", "replace"), keep_blank_values=True)
 
 
 def _form_value(data: bytes) -> Any:
@@ -138,3 +155,36 @@ def _page(info: CompletionInfo, action: str) -> str:
 
 
 handlers = [show, complete]
+
+
+_FORM = Schema(
+    type=OpenAPIType.OBJECT,
+    properties={
+        "approved": Schema(type=OpenAPIType.STRING, enum=["true", "false"]),
+        "reason": Schema(type=OpenAPIType.STRING),
+    },
+    required=["approved"],
+)
+
+
+def finish_document(document: OpenAPI) -> None:
+    """What the generator cannot see of these routes: ``complete`` reads its body as it
+    comes (any JSON, or the page's form), and both answer a browser with the page
+    (``text/html``)."""
+    item = (document.paths or {}).get("/v1/completions/{token}")
+    if item is None or item.post is None or item.get is None:
+        return
+    item.post.request_body = RequestBody(
+        description="The value the wait returns: any JSON; or the page's form.",
+        required=True,
+        content={
+            "application/json": OpenAPIMediaType(schema=Schema(description="Any JSON value.")),
+            FORM: OpenAPIMediaType(schema=_FORM),
+        },
+    )
+    page = OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING))
+    for operation in (item.get, item.post):
+        answer = (operation.responses or {}).get("200")
+        content = getattr(answer, "content", None)
+        if content is not None:
+            content["text/html"] = page

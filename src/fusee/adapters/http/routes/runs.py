@@ -26,7 +26,7 @@ from fusee.adapters.http.models import (
     SignalSent,
     StartRun,
 )
-from fusee.adapters.http.params import parse_wait
+from fusee.adapters.http.params import filter_names, parse_wait
 from fusee.adapters.http.schemas import (
     BAD_ID,
     ID_SCHEMA,
@@ -40,15 +40,20 @@ from fusee.adapters.http.schemas import (
     errors,
 )
 from fusee.adapters.http.state import api_state, until_disconnect
-from fusee.errors import InvalidArgument, RunCancelled, RunFailed, Timeout
+from fusee.errors import InvalidArgument, InvalidId, RunCancelled, RunFailed, Timeout
 from fusee.runtime.ids import validate_id, validate_name
 
 __all__ = ("handlers",)
 
 MAX_PAGE = 500
+# the run ID the HTTP API cannot start: /v1/runs/bulk/{resume,cancel} are the bulk routes
+BULK = "bulk"
 ENDED = "`run_ended`: the run has ended; nothing was stored."  # signal and cancel
 
 AnyRequest = Request[Any, Any, Any]
+# a cursor's fields, bounded: a made-up one is a 400, never a position NATS refuses
+_MAX_STAGE = 64  # the index's stages a listing reads (a handful)
+_MAX_SEQ = 2**53  # a stream sequence, as far as JSON numbers are exact (clients, tools)
 
 
 @post(
@@ -61,12 +66,18 @@ AnyRequest = Request[Any, Any, Any]
     responses={
         200: also(RunInfo, "The run existed (a retried start)."),
         **errors(
-            e400=BAD_ID,
+            e400=BAD_ID
+            + " The ID `bulk` is refused (`invalid_id`): its paths are the bulk routes.",
             e409="`run_exists`: a run of this ID exists with another workflow, input or timeout.",
         ),
     },
 )
 async def start_run(request: AnyRequest, data: Annotated[StartRun, Body()]) -> Response[RunInfo]:
+    if data.id == BULK:
+        raise InvalidId(
+            f"run ID {BULK!r} is reserved by the HTTP API (/v1/runs/{BULK}/... are the bulk "
+            "operations): pick another"
+        )
     engine = api_state(request).engine
     run = await engine.start(data.workflow, data.id, data.input, timeout=data.timeout)
     return Response(await run.describe(), status_code=201 if run.created else 200)
@@ -85,11 +96,10 @@ def _after(cursor: str | None, filters: tuple[str | None, ...]) -> tuple[int, in
     if cursor is None or cursor == "":
         return None
     try:
-        stage, start, print_ = msgspec.json.decode(
-            base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        )
-        ok = isinstance(stage, int) and isinstance(start, int) and stage >= 0 and start >= 1
-    except (ValueError, TypeError, msgspec.DecodeError):
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        stage, start, print_ = msgspec.json.decode(raw, type=tuple[int, int, str], strict=True)
+        ok = 0 <= stage < _MAX_STAGE and 1 <= start <= _MAX_SEQ
+    except (ValueError, TypeError, msgspec.DecodeError):  # (binascii.Error is a ValueError)
         ok = False
     if not ok:
         raise InvalidArgument(
@@ -108,9 +118,10 @@ def _after(cursor: str | None, filters: tuple[str | None, ...]) -> tuple[int, in
     description="Reads one page of the run index per request (never every run). A "
     "page can hold fewer runs than `limit`, even none, and still have a `next_cursor`: "
     "follow it until it is null. Runs come grouped by where they are read (the runs "
-    "not ended, the paused, then each ended status), newest first within a page.",
+    "not ended, the paused, then each ended status), each group oldest first (in the "
+    "order its index entries were written: an ended run when it ended).",
     responses=errors(
-        e400="`config_error`: an unknown status, a bad time, `until` not after `since`; `invalid_argument`: a bad cursor or limit."
+        e400="`config_error`: an unknown status, a bad time, `until` not after `since`, a workflow or ID prefix no run can have; `invalid_argument`: a bad cursor or limit."
     ),
 )
 async def list_runs(
@@ -159,6 +170,7 @@ async def list_runs(
 ) -> RunPage:
     filters = (status, workflow, since, until, id_prefix)
     after = _after(cursor, filters)
+    workflow, id_prefix = filter_names(workflow, id_prefix)
     engine = api_state(request).engine
     runs, next_at = await engine.runs_page(
         status=status,
@@ -188,24 +200,31 @@ async def describe(request: AnyRequest, run_id: RunId) -> RunInfo:
 @get(
     "/v1/runs/{run_id:str}/journal",
     summary="A run's journal, a page at a time",
-    description="Records as `{seq, record}`, oldest first, with `seq` above `after`.",
+    description="Records as `{seq, record}`, oldest first, with `seq` above `after`. "
+    "Records that share a `seq` (a wait's end journaled with the record after it) come "
+    "in the same page, so a page can hold a few more than `limit`.",
     responses=errors(e400=BAD_ID, e404=NO_RUN),
 )
 async def journal(
     request: AnyRequest,
     run_id: RunId,
-    after: Annotated[int, Parameter(ge=0, description="The last `seq` already read.")] = 0,
+    after: Annotated[
+        int, Parameter(ge=0, le=_MAX_SEQ, description="The last `seq` already read.")
+    ] = 0,
     limit: Annotated[int, Parameter(ge=1, le=1000, description="Records at most.")] = 100,
 ) -> JournalPage:
     run = _run(request, run_id)
-    records = await run.journal()
-    if not records:
+    rest = await run.journal(after=after)
+    if not rest:
         await run.describe()  # RunNotFound
-    rest = [(seq, r) for seq, r in records if seq > after]
-    page = rest[:limit]
+    # records that share a seq (a wait's end unfolded from the record that carried it)
+    # come in one page: the next starts above the seq, so a page ends between seqs
+    end = min(limit, len(rest))
+    while end < len(rest) and rest[end][0] == rest[end - 1][0]:
+        end += 1
+    page = rest[:end]
     out = [JournalRecord(seq=seq, record=_as_json(r)) for seq, r in page]
-    more = len(rest) > limit
-    return JournalPage(records=out, next_after=page[-1][0] if more else None)
+    return JournalPage(records=out, next_after=page[-1][0] if end < len(rest) else None)
 
 
 def _as_json(record: Any) -> dict[str, Any]:
