@@ -1,3 +1,4 @@
+# ruff: noqa: T201, TID251, BLE001
 """Repro (review rev-clinats): the CLIENT role of nats/accounts.conf is not what the
 docs say. Run from the worktree root:
 
@@ -12,6 +13,7 @@ nothing but publishes its role allows on its own inbox subjects:
      on $KV.fusee_work.active.<anything>;
   C. empties the WHOLE journal stream (every run's journal) with Nats-Rollup: all on an
      inbox subject fusee.in.<p>.<eid>.
+  D. (the WORKER role) rewrites another run's journal: Nats-Rollup: sub on <ns>.run.<eid>.j.
 Each prints OK (defect reproduced) or not. Exit code 1 if any reproduced.
 """
 
@@ -31,8 +33,12 @@ from fusee.adapters.jetstream.server import EmbeddedServer
 from fusee.runtime.ids import escape
 
 ROOT = Path(__file__).resolve().parents[2]
-PW = {"FUSEE_ADMIN_PASS": "a", "FUSEE_WORKER_PASS": "w", "FUSEE_CLIENT_PASS": "c",
-      "FUSEE_SYS_PASS": "s"}
+PW = {
+    "FUSEE_ADMIN_PASS": "a",
+    "FUSEE_WORKER_PASS": "w",
+    "FUSEE_CLIENT_PASS": "c",
+    "FUSEE_SYS_PASS": "s",
+}
 
 
 async def main() -> int:
@@ -58,16 +64,19 @@ async def main() -> int:
         # A. a schedule on an inbox-tree subject the client may publish, target: a journal
         at = (datetime.now(UTC) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
-            await js.publish(f"{lay.inbox(0, 'x')}", b'{"forged": true}', headers={
-                "Nats-Schedule": f"@at {at}", "Nats-Schedule-Target": lay.journal(eid)})
+            await js.publish(
+                f"{lay.inbox(0, 'x')}",
+                b'{"forged": true}',
+                headers={"Nats-Schedule": f"@at {at}", "Nats-Schedule-Target": lay.journal(eid)},
+            )
             published = "accepted"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             published = f"refused: {e}"
         await asyncio.sleep(3)  # a repro script, not a test: let the schedule fire
         try:
             last = await js_admin.get_last_msg(lay.stream, lay.journal(eid))
             forged = b"forged" in last.data
-        except Exception:  # noqa: BLE001
+        except Exception:
             forged = False
         print(f"A schedule->journal: publish {published}; journal record forged: {forged}")
         bad += forged
@@ -76,13 +85,17 @@ async def main() -> int:
         kv = await js_admin.key_value(lay.work_bucket)
         keys_before = await kv.keys()
         try:
-            await js.publish(f"$KV.{lay.work_bucket}.active.0.zz", b"", headers={"Nats-Rollup": "all"})
+            await js.publish(
+                f"$KV.{lay.work_bucket}.active.0.zz", b"", headers={"Nats-Rollup": "all"}
+            )
             pb = "accepted"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             pb = f"refused: {e}"
         info = await js_admin.stream_info(f"KV_{lay.work_bucket}")
-        print(f"B rollup all on work bucket: {pb}; keys before {len(keys_before)} "
-              f"({sorted(keys_before)[:3]}...), messages now {info.state.messages}")
+        print(
+            f"B rollup all on work bucket: {pb}; keys before {len(keys_before)} "
+            f"({sorted(keys_before)[:3]}...), messages now {info.state.messages}"
+        )
         bad += pb == "accepted" and info.state.messages <= 1
 
         # C. rollup all on an inbox subject
@@ -90,14 +103,31 @@ async def main() -> int:
         try:
             await js.publish(lay.inbox(0, "x2"), b"{}", headers={"Nats-Rollup": "all"})
             pc = "accepted"
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             pc = f"refused: {e}"
         s1 = await js_admin.stream_info(lay.stream)
-        print(f"C rollup all on inbox: {pc}; stream messages {s0.state.messages} -> "
-              f"{s1.state.messages}; journal of victim before {before}")
+        print(
+            f"C rollup all on inbox: {pc}; stream messages {s0.state.messages} -> "
+            f"{s1.state.messages}; journal of victim before {before}"
+        )
         bad += pc == "accepted" and s1.state.messages < s0.state.messages
         print("permission errors seen:", errors)
         await nc.close()
+
+        # D. the WORKER role empties another run's journal with Nats-Rollup: sub
+        other = await admin.start("noop", "other", 1)
+        eo = escape("other")
+        wc = await nats.connect(server.url, user="fusee_worker", password="w")
+        await wc.jetstream().publish(lay.journal(eo), b"", headers={"Nats-Rollup": "sub"})
+        await wc.close()
+        try:
+            left: object = [s for s, _ in await other.journal()]
+        except Exception as e:
+            left = f"unreadable: {type(e).__name__}: {e}"
+        print(
+            f"D worker rollup sub on another run's journal: run.started replaced; "
+            f"its journal now: {left}"
+        )
         await admin.close()
     finally:
         server.stop()
