@@ -61,3 +61,16 @@ async def test_credentials_in_the_url_are_not_called_no_credentials(
     message = json.loads(done.stderr.splitlines()[-1])["error"]["message"]
     assert "no credentials" not in message, message
     assert "wrong" not in message
+
+
+async def test_a_bad_nkey_seed_is_a_config_error_not_a_traceback(
+    accounts_server: EmbeddedServer,
+) -> None:
+    """An nkey seed that does not decode: today nkeys.ErrInvalidSeed's traceback, exit 1,
+    from deep in nats-py's connect."""
+    done = await run_cli(
+        "runs", "list", "--json", "--nats", accounts_server.url, "--nats-nkey", "SUNOTASEED"
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-300:]
+    assert done.returncode == 2
+    assert "nkey" in json.loads(done.stderr.splitlines()[-1])["error"]["message"]
