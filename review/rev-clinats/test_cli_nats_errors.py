@@ -74,3 +74,15 @@ async def test_a_bad_nkey_seed_is_a_config_error_not_a_traceback(
     assert "Traceback" not in done.stderr, done.stderr[-300:]
     assert done.returncode == 2
     assert "nkey" in json.loads(done.stderr.splitlines()[-1])["error"]["message"]
+
+
+async def test_hints_do_not_repeat_a_password_given_in_the_url(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    """`runs start` prints `see it with: fusee runs show ID --nats <the URL as given>`
+    (options.command_hint), password included; `runs journal` its `more:` hint too."""
+    pw = ROLE["worker"]["password"]
+    url = accounts_server.url.replace("nats://", f"nats://fusee_worker:{pw}@")
+    done = await run_cli("runs", "start", "noop", "--id", "hinted", "--nats", url)
+    assert done.returncode == 0, done.stderr
+    assert pw not in done.stderr, done.stderr
