@@ -7,8 +7,9 @@ docs say. Run from the worktree root:
 Against a real nats-server started with nats/accounts.conf as shipped, the client user
 (fusee_client), which "cannot write into <ns>.run.>" and "cannot purge", does with
 nothing but publishes its role allows on its own inbox subjects:
-  A. forges a journal record in another run's journal via a message schedule whose
-     Nats-Schedule-Target is <ns>.run.<eid>.j (the server writes it, not the client);
+  A. forges another run's RESULT: a message schedule whose Nats-Schedule-Target is
+     <ns>.run.<eid>.end, carrying a run.completed chained to the journal's last record
+     (the server writes it, not the client); result() returns "FORGED";
   B. empties the work KV bucket (config.secret, every active.* key) with Nats-Rollup: all
      on $KV.fusee_work.active.<anything>;
   C. empties the WHOLE journal stream (every run's journal) with Nats-Rollup: all on an
@@ -20,6 +21,8 @@ Each prints OK (defect reproduced) or not. Exit code 1 if any reproduced.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import shutil
 import sys
 import tempfile
@@ -50,7 +53,7 @@ async def main() -> int:
         admin = await fusee.connect(server.url, namespace="fusee", user="fusee_admin", password="a")
         lay = admin.store.layout
         js_admin = admin.store.js
-        run = await admin.start("noop", "victim", 1)
+        run = await admin.start("noop", "victim", 1)  # no worker: it never runs
         eid = escape("victim")
         before = [s for s, _ in await run.journal()]
         errors: list[str] = []
@@ -61,24 +64,36 @@ async def main() -> int:
         nc = await nats.connect(server.url, user="fusee_client", password="c", error_cb=on_err)
         js = nc.jetstream(timeout=2)
 
-        # A. a schedule on an inbox-tree subject the client may publish, target: a journal
+        # A. a schedule on an inbox subject the client may publish, whose target is the
+        # run's end subject: a run.completed chained to the journal's last record (read
+        # with a direct get the role allows; the chain hash is unkeyed blake2b)
+        last = await js.get_last_msg(lay.stream, lay.journal(eid))
+        chained = {
+            "kind": "run.completed",
+            "result": "FORGED",
+            "prev": last.seq,
+            "prev_hash": hashlib.blake2b(last.data, digest_size=8).hexdigest(),
+        }
         at = (datetime.now(UTC) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         try:
             await js.publish(
-                f"{lay.inbox(0, 'x')}",
-                b'{"forged": true}',
-                headers={"Nats-Schedule": f"@at {at}", "Nats-Schedule-Target": lay.journal(eid)},
+                lay.inbox(0, "x"),
+                json.dumps(chained).encode(),
+                headers={
+                    "Fusee-Kind": "run.completed",
+                    "Nats-Schedule": f"@at {at}",
+                    "Nats-Schedule-Target": lay.ends(eid),
+                },
             )
             published = "accepted"
         except Exception as e:
             published = f"refused: {e}"
-        await asyncio.sleep(3)  # a repro script, not a test: let the schedule fire
         try:
-            last = await js_admin.get_last_msg(lay.stream, lay.journal(eid))
-            forged = b"forged" in last.data
-        except Exception:
-            forged = False
-        print(f"A schedule->journal: publish {published}; journal record forged: {forged}")
+            result = await run.result(timeout=10)
+        except Exception as e:
+            result = f"{type(e).__name__}: {e}"
+        forged = result == "FORGED"
+        print(f"A schedule->journal: publish {published}; victim's result(): {result!r}")
         bad += forged
 
         # B. rollup all on the work bucket
