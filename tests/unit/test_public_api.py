@@ -51,6 +51,7 @@ PUBLIC = (
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",
+    "PermissionDenied",
     "StorageFull",
     "Completion",
     "InvalidToken",

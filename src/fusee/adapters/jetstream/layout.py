@@ -72,16 +72,17 @@ class Layout:
         return f"{self.namespace}_work"
 
     @property
+    def auth_bucket(self) -> str:
+        # API tokens: their hashes, scopes and expiries (made when first needed)
+        return f"{self.namespace}_auth"
+
+    @property
     def objects_bucket(self) -> str:
         return f"{self.namespace}_objects"
 
     def shared_calls(self, object_type: str) -> str:
         # core NATS request/reply, answered by one worker of the queue group
         return f"_fusee.{self.namespace}.shared.{escape(object_type)}"
-
-    def replies(self, token: str) -> str:
-        # core NATS: where one client's callers wait for their invocations' replies
-        return f"_fusee.{self.namespace}.reply.{token}"
 
     def journal(self, eid: str) -> str:
         return f"{self.namespace}.run.{eid}.j"
