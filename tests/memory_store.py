@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -311,6 +312,9 @@ class MemoryStore:
         self, eid: str, partition: int, pos: int, until: float, *, start: int = 0
     ) -> None:
         self.timers[eid, pos] = Timer(partition, until, start)  # again: replaces it
+
+    def reply_prefix(self) -> str:
+        return f"_INBOX.{secrets.token_hex(8)}"
 
     async def wake(self, partition: int, eid: str) -> None:
         self.published.append((f"wake.{partition}", eid.encode()))

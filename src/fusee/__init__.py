@@ -38,6 +38,7 @@ from fusee.errors import InvalidToken as InvalidToken
 from fusee.errors import NotEncodable as NotEncodable
 from fusee.errors import NothingToCancel as NothingToCancel
 from fusee.errors import NotPausedError as NotPausedError
+from fusee.errors import PermissionDenied as PermissionDenied
 from fusee.errors import RunCancelled as RunCancelled
 from fusee.errors import RunExists as RunExists
 from fusee.errors import RunFailed as RunFailed
@@ -100,6 +101,7 @@ __all__ = (
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",
+    "PermissionDenied",
     "StorageFull",
     "Completion",
     "InvalidToken",

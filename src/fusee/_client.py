@@ -10,7 +10,6 @@ share: the reply subscription and when each object last answered.
 from __future__ import annotations
 
 import contextlib
-import secrets
 from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -54,7 +53,7 @@ class Replies:
 
     def __init__(self, store: HandleStore) -> None:
         self.store = store
-        self.prefix = store.layout.replies(secrets.token_hex(8))
+        self.prefix = store.reply_prefix()
         self.waiting: dict[str, anyio.Event] = {}
         self.got: dict[str, bytes] = {}
         self._sub: Any = None

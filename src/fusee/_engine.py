@@ -28,7 +28,7 @@ from fusee.actors.object_state import current_state
 from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
-from fusee.adapters.jetstream.credentials import Credentials
+from fusee.adapters.jetstream.credentials import Credentials, redact
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
@@ -199,7 +199,8 @@ async def connect(
         if server is not None:
             server.stop()
         raise
-    return Engine(store, url=",".join(urls), server=server, partitions=count)
+    # (redacted: a password or token in the URL stays out of reprs, logs and hints)
+    return Engine(store, url=redact(",".join(urls)), server=server, partitions=count)
 
 
 def _replicas(wanted: int | None) -> int:

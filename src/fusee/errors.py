@@ -21,6 +21,7 @@ __all__ = (
     "ConfigError",
     "ServerNotFound",
     "ConnectionLost",
+    "PermissionDenied",
     "NotEncodable",
     "DeterminismError",
     "FatalError",
@@ -243,6 +244,12 @@ class ConnectionLost(FuseeError):
     may or may not have happened. A client call retries for a while (30 s by default)
     before it raises this; a worker's actors wait as long as it takes, and the worker
     rides it out and tries again."""
+
+
+class PermissionDenied(FuseeError):
+    """The NATS server refused these credentials a write (a permission violation of
+    its configuration, e.g. the roles of ``nats/accounts.conf``): nothing was stored.
+    The message names the subject and the role that may write it."""
 
 
 class StorageFull(FuseeError):

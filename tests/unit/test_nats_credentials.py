@@ -19,12 +19,27 @@ def test_a_password_or_token_in_a_url_is_masked() -> None:
 
 
 def test_an_nkey_seed_is_a_seed_or_a_file(tmp_path: Path) -> None:
-    assert Credentials.make(nkey_seed="SUAEXAMPLE").options() == {"nkeys_seed_str": "SUAEXAMPLE"}
+    import secrets
+
+    import nkeys
+
+    given = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+    assert Credentials.make(nkey_seed=given).options() == {"nkeys_seed_str": given}
     seed = tmp_path / "u.nk"
-    seed.write_text("SUAEXAMPLE")
+    seed.write_text(given + "\n")
     assert Credentials.make(nkey_seed=seed).options() == {"nkeys_seed": str(seed)}
     with pytest.raises(ConfigError, match=r"nkey_seed=.*: no such file"):
         Credentials.make(nkey_seed=tmp_path / "nope")
+
+
+def test_an_nkey_seed_that_does_not_decode_is_named_never_shown(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"nkey_seed: the seed given is not") as err:
+        Credentials.make(nkey_seed="SUAEXAMPLE").options()
+    assert "SUAEXAMPLE" not in str(err.value)
+    seed = tmp_path / "u.nk"
+    seed.write_text("SUAEXAMPLE")
+    with pytest.raises(ConfigError, match=r"the seed file .*u\.nk is not"):
+        Credentials.make(nkey_seed=seed).options()
 
 
 def test_the_method_names_the_user_never_the_secret() -> None:

@@ -20,6 +20,9 @@ class _Store:
     def __init__(self, namespace: str) -> None:
         self.layout = Layout(namespace)
 
+    def reply_prefix(self) -> str:
+        return "_INBOX.unused"
+
     async def close(self) -> None:
         return None
 

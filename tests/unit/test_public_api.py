@@ -51,6 +51,7 @@ PUBLIC = (
     "StreamNotFound",
     "Timeout",
     "ConnectionLost",
+    "PermissionDenied",
     "StorageFull",
     "Completion",
     "InvalidToken",
@@ -93,7 +94,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 26
+    assert len(errors) == 27
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

@@ -386,10 +386,6 @@ class EndWatch(Protocol):
 class HandleLayout(Protocol):
     """The core NATS subjects the handles talk on."""
 
-    def replies(self, token: str) -> str:
-        """The prefix of a connection's reply subjects (its callers wait on them)."""
-        ...
-
     def shared_calls(self, object_type: str) -> str:
         """Where workers answer shared handler calls of ``object_type`` (a queue group)."""
         ...
@@ -455,6 +451,11 @@ class HandleStore(ObjectReads, Protocol):
     async def read_inbox(
         self, partition: int, eid: str, after: int = 0, *, limit: int = 0
     ) -> Sequence[StoredMessage]: ...
+
+    def reply_prefix(self) -> str:
+        """A new prefix of reply subjects under this connection's own inbox (a role's
+        subscribe permission names only its own replies)."""
+        ...
 
     async def wake(self, partition: int, eid: str) -> None:
         """Hint the partition's owner that the actor has news (may be lost)."""

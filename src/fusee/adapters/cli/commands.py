@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -19,6 +18,7 @@ from fusee.actors.registry import REGISTRY
 from fusee.adapters.cli.errors import CliError, Exit
 from fusee.adapters.cli.loader import load_file
 from fusee.adapters.cli.options import GlobalOptions
+from fusee.adapters.jetstream.credentials import redact
 from fusee.logs import get_logger
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.ids import unescape
@@ -49,10 +49,6 @@ CONNECT_TIMEOUT_SERVE = 30.0
 DEV_FINISH = 30.0
 
 
-def _redact(url: str) -> str:
-    return re.sub(r"//[^/@]*@", "//***@", url)
-
-
 @contextlib.asynccontextmanager
 async def open_engine(
     opts: GlobalOptions, *, connect_timeout: float
@@ -66,7 +62,7 @@ async def open_engine(
                 )
         except TimeoutError:
             raise CliError(
-                f"cannot reach NATS at {_redact(opts.nats)} "
+                f"cannot reach NATS at {redact(opts.nats)} "
                 f"(no connection within {format_duration(connect_timeout)})"
             ) from None
     else:
@@ -164,7 +160,7 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
     async def body() -> None:
         async with open_engine(opts, connect_timeout=CONNECT_TIMEOUT_SERVE) as engine:
             where = f"embedded, store {opts.store}" if opts.nats is None else "external"
-            log.info("dev.connected", nats=_redact(engine.url), server=where)
+            log.info("dev.connected", nats=engine.url, server=where)
             async with (
                 _dev_token(engine, api_port is not None),
                 engine.worker() as worker,

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from fusee.adapters.cli import commands, limits
+from fusee.adapters.cli.errors import CliError, Exit, tell
 from fusee.adapters.cli.objects_app import objects_app
 from fusee.adapters.cli.options import GlobalOptions
 from fusee.adapters.cli.params import ROOT_PARAMS, fusee_command, root_options
@@ -223,9 +224,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     Example:
         ``main(["runs", "list", "--status", "failed"])``
     """
+    args = list(argv) if argv is not None else sys.argv[1:]
     try:
-        app(args=list(argv) if argv is not None else sys.argv[1:], prog_name="fusee")
+        if _wants_json(args):
+            return _main_json(args)
+        app(args=args, prog_name="fusee")
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     return 0
+
+
+def _wants_json(args: list[str]) -> bool:
+    """Whether ``--json`` is among the options (before a ``--``)."""
+    options = args[: args.index("--")] if "--" in args else args
+    return "--json" in options
+
+
+def _main_json(args: list[str]) -> int:
+    """Run with ``--json``: a usage error (an unknown option, a missing argument) is
+    the one JSON error object on stderr that docs/reference/cli.md promises, exit 2,
+    not click's panel."""
+    try:
+        result = typer.main.get_command(app).main(
+            args=args, prog_name="fusee", standalone_mode=False
+        )
+    except typer.TyperException as exc:  # (click's errors: a usage error exits 2)
+        name = "bad_input" if exc.exit_code == Exit.USAGE else "error"
+        return tell(CliError(exc.format_message(), exc.exit_code, name=name), as_json=True)
+    except typer.Abort:
+        return tell(CliError("aborted"), as_json=True)
+    return result if isinstance(result, int) else 0

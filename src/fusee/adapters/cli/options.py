@@ -10,6 +10,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from fusee.adapters.jetstream.credentials import redact
 from fusee.logs import LogFormat
 
 __all__ = (
@@ -101,7 +102,7 @@ def command_hint(*args: str) -> str:
     opts = CURRENT.get()
     words = [*program(), *args]
     if opts.nats_flag and opts.nats:
-        words += ["--nats", opts.nats]
+        words += ["--nats", redact(opts.nats)]  # (a password in it stays out of hints)
     elif opts.nats is None and opts.store != DEFAULT_STORE:
         words += ["--store", opts.store]
     if opts.namespace != DEFAULT_NAMESPACE:

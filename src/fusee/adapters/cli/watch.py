@@ -13,7 +13,9 @@ display's refresh, not the end's detection). Shown as:
   line, then the final status;
 - with ``--json``, one compact JSON object a line: ``{"event": "record", "seq",
   "record"}``, ``{"event": "token", "stream", "index", "text", "attempt"}``,
-  ``{"event": "status", "run"}`` when it changes, and last ``{"event": "end", "run"}``.
+  ``{"event": "status", "run"}`` when it changes, ``{"event": "stream_not_found",
+  "stream", "message"}`` for a ``--stream`` the run has none of, and last
+  ``{"event": "end", "run"}``.
 
 Exit 0 when the run completed, 1 when it failed or was cancelled.
 """
@@ -93,6 +95,19 @@ class _View:
                 sys.stdout.write(f"-- stream {stream}:\n")
                 self.open_stream = stream
             sys.stdout.write(ev.text)
+            sys.stdout.flush()
+        self._redraw()
+
+    def missing(self, stream: str) -> None:
+        """``--stream NAME`` names no stream of the run (mistyped, or never started):
+        said in every mode, not only in the live view."""
+        message = f"the run has no stream {stream!r}"
+        self.text[stream] = f"({message})"
+        if self.mode == "json":
+            self._line({"event": "stream_not_found", "stream": stream, "message": message})
+        elif self.mode == "plain":
+            self._close_text()
+            sys.stdout.write(f"-- stream {stream}: ({message})\n")
             sys.stdout.flush()
         self._redraw()
 
@@ -184,7 +199,7 @@ async def runs_watch(opts: GlobalOptions, run_id: str, *, streams: Sequence[str]
                 async for ev in run.stream_events(name):
                     view.token(name, ev)
             except StreamNotFound:
-                view.text[name] = f"(the run has no stream {name!r})"
+                view.missing(name)
             finally:
                 finished[name].set()
 

@@ -127,6 +127,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "Timeout": (504, "timeout"),
     "StepTimeout": (500, "step_timeout"),
     "ConnectionLost": (503, "connection_lost"),
+    # the API's own NATS user may not do this: an operator's matter, not the caller's
+    "PermissionDenied": (500, "permission_denied"),
     "StorageFull": (503, "storage_full"),
     "ServerNotFound": (500, "server_not_found"),
     "NobodyListens": (500, "nobody_listens"),

@@ -16,7 +16,7 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from fusee.errors import ConfigError
 
@@ -150,12 +150,31 @@ class Credentials:
                 "nkey and .creds authentication need the nkeys package: pip install 'fusee[nkeys]'"
             )
         if self.nkey_seed is not None:
+            self._check_seed()
             out["nkeys_seed" if self.nkey_is_file else "nkeys_seed_str"] = self.nkey_seed
         if self.creds is not None:
             out["user_credentials"] = self.creds
         if self.tls_ca is not None or self.tls_cert is not None:
             out["tls"] = self._tls()
         return out
+
+    def _check_seed(self) -> None:
+        """Decode the nkey seed as nats-py will (a traceback from deep in its connect
+        otherwise); the error names the option, never the seed."""
+        import nkeys  # (present: checked by options)
+
+        where = f"the seed file {self.nkey_seed}" if self.nkey_is_file else "the seed given"
+        try:
+            if self.nkey_is_file:
+                seed = Path(self.nkey_seed or "").read_bytes().strip()
+            else:
+                seed = (self.nkey_seed or "").encode()
+            nkeys.from_seed(bytearray(seed))
+        except (OSError, ValueError, nkeys.NkeysError) as exc:
+            raise ConfigError(
+                f"nkey_seed: {where} is not an nkey seed ({type(exc).__name__}; a user's "
+                "seed is one line starting 'SU', as `nsc` or `nk -gen user` writes it)"
+            ) from None
 
     def _tls(self) -> ssl.SSLContext:
         try:
@@ -173,6 +192,32 @@ class Credentials:
                     f"and its private key ({exc})"
                 ) from None
         return ctx
+
+
+def url_user(url: str) -> str | None:
+    """The user named in ``url`` (the first of a comma-separated list that names one):
+    ``nats://w:secret@host`` -> ``"w"``; None when none does (or it is a bare token)."""
+    for part in url.split(","):
+        try:
+            netloc = urlsplit(part.strip()).netloc
+        except ValueError:
+            continue
+        userinfo, at, _ = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        if at and colon and user:
+            return unquote(user)
+    return None
+
+
+def url_method(url: str) -> str | None:
+    """How ``url`` authenticates, for messages (never the secret): ``user/password in
+    the URL (user 'w')``, ``token in the URL``; None when it carries no credentials."""
+    user = url_user(url)
+    if user is not None:
+        return f"user/password in the URL (user {user!r})"
+    if any("@" in part for part in url.split(",")):
+        return "token in the URL"
+    return None
 
 
 def redact(url: str) -> str:

@@ -134,6 +134,7 @@ async def retrying(
     *args: Any,
     what: str | Callable[[], str] = "",
     give_up: float | None = None,
+    refused: Callable[[], FuseeError | None] | None = None,
 ) -> T:
     """``fn(*args)``, tried again while NATS does not answer, until ``give_up`` (a
     ``time.monotonic()`` instant) or for as long as the context allows
@@ -143,6 +144,10 @@ async def retrying(
     An atomic batch refused for the batches in flight (``BATCH_INCOMPLETE``: nothing
     was stored), and a publish whose Msg-Id is being stored by another copy of it
     (``DUPLICATE_IN_PROCESS``, R3), are tried again the same way.
+
+    A call with no answer is not tried again when ``refused()`` returns an error (the
+    server refused this connection the call's subject: nats-py sees that as a
+    timeout): that error is raised.
 
     Raises:
         StorageFull: a write the server refused for want of storage (not retried).
@@ -166,6 +171,8 @@ async def retrying(
             # batches in flight, or its Msg-Id in process: tried again as it was
             failed: BaseException = exc
         except _NO_ANSWER as exc:
+            if refused is not None and (denied := refused()) is not None:
+                raise denied from None
             failed = exc
         except nats.errors.ConnectionClosedError:
             raise _closed(_named(what, fn, args)) from None

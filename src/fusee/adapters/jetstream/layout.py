@@ -84,10 +84,6 @@ class Layout:
         # core NATS request/reply, answered by one worker of the queue group
         return f"_fusee.{self.namespace}.shared.{escape(object_type)}"
 
-    def replies(self, token: str) -> str:
-        # core NATS: where one client's callers wait for their invocations' replies
-        return f"_fusee.{self.namespace}.reply.{token}"
-
     def journal(self, eid: str) -> str:
         return f"{self.namespace}.run.{eid}.j"
 

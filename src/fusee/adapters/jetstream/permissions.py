@@ -13,7 +13,14 @@ against a real server by ``tests/integration/test_nats_permissions.py``):
   consumer.
 - **client**: reads runs and token streams, signals and cancels runs, calls objects:
   writes only inbox messages (``<ns>.in.<partition>.<id>``), never a journal
-  (``<ns>.run.>``), a value, a token, a bucket, nor anything the worker may not.
+  (``<ns>.run.>``), a value, a token, a bucket, nor anything the worker may not; on
+  core NATS it only calls shared handlers and hears heartbeats (never poses as a
+  worker: no heartbeat, ping answer, take or wake), and subscribes to its own reply
+  inboxes only (:func:`inbox_prefix`).
+
+These roles are not a security boundary against a hostile client or worker: what each
+can still do is in ``docs/reference/nats-permissions.md`` ("What the roles do not
+stop"); untrusted callers go through the HTTP API and its tokens.
 """
 
 from __future__ import annotations
@@ -24,7 +31,15 @@ from dataclasses import dataclass
 
 from fusee.adapters.jetstream.layout import Layout
 
-__all__ = ("Permissions", "ROLES", "permissions", "accounts_config", "permission_denied")
+__all__ = (
+    "Permissions",
+    "ROLES",
+    "permissions",
+    "accounts_config",
+    "permission_denied",
+    "inbox_prefix",
+    "role_for",
+)
 
 ROLES = ("admin", "worker", "client")
 
@@ -61,8 +76,11 @@ class Permissions:
 
 
 def _streams(lay: Layout) -> tuple[list[str], list[str]]:
-    """(the streams anyone reads, the KV buckets' streams)."""
-    buckets = [f"KV_{b}" for b in (lay.runs_bucket, lay.work_bucket, lay.objects_bucket)]
+    """(the streams anyone reads, the KV buckets' streams): the API checks its tokens
+    in the ``<ns>_auth`` bucket with the client's credentials (read and watch only;
+    writing tokens is an admin's)."""
+    read = (lay.runs_bucket, lay.work_bucket, lay.objects_bucket, lay.auth_bucket)
+    buckets = [f"KV_{b}" for b in read]
     tokens = f"{lay.stream}_TOKENS"  # TokenStore.stream
     return [lay.stream, lay.values_stream, tokens], buckets
 
@@ -88,10 +106,36 @@ def _read(lay: Layout) -> list[str]:
     return out
 
 
-def _core(lay: Layout) -> list[str]:
-    # core NATS: wake hints, heartbeats, pings, hand-overs, object calls and replies,
-    # under one prefix; replies to requests go to the requester's inbox
-    return [f"_fusee.{lay.namespace}.>", "_INBOX.>"]
+def inbox_prefix(user: str | None) -> str:
+    """The reply inbox prefix of a connection as ``user``: ``_INBOX.<user>`` when the
+    name is one subject token (so a role's subscribe permission names its own replies
+    only: ``_INBOX.<user>.>``), else nats-py's ``_INBOX``.
+
+    Example:
+        ``inbox_prefix("fusee_client") == "_INBOX.fusee_client"``
+    """
+    if user and not any(c in user for c in ".*> \t\r\n"):
+        return f"_INBOX.{user}"
+    return "_INBOX"
+
+
+def _worker_core(lay: Layout, user: str) -> tuple[list[str], list[str]]:
+    """(publish, subscribe) on core NATS for a worker: wake hints, heartbeats, pings,
+    hand-overs, shared calls under ``_fusee.<ns>.>``; answers to any caller's inbox."""
+    core = f"_fusee.{lay.namespace}.>"
+    return [core, "_INBOX.>"], [core, f"{inbox_prefix(user)}.>"]
+
+
+def _client_core(lay: Layout, user: str) -> tuple[list[str], list[str]]:
+    """(publish, subscribe) on core NATS for a client: calls to shared handlers and
+    pings of a partition's owner (``Run.describe``), their replies to its own inbox;
+    the heartbeats ``Engine.live_workers`` hears. No heartbeat, ping answer, take or
+    wake of its own: it cannot pose as a worker (a worker follows every inbox, so a
+    signal needs no wake hint), nor take another's calls or replies."""
+    shared = lay.shared_calls("x").rpartition(".")[0] + ".*"  # every object type
+    pub = [shared, lay.ping("*")]
+    sub = [lay.heartbeat("*"), f"{inbox_prefix(user)}.>"]
+    return pub, sub
 
 
 def permissions(namespace: str, role: str) -> Permissions:
@@ -105,13 +149,16 @@ def permissions(namespace: str, role: str) -> Permissions:
     """
     lay = Layout(namespace)
     ns = lay.namespace
+    user = f"{ns}_{role}"  # as accounts_config names the role's user
     if role == "admin":
         return Permissions(None, (), None)
     if role == "worker":
         buckets = [f"$KV.{b}.>" for b in (lay.runs_bucket, lay.work_bucket, lay.objects_bucket)]
-        allow = [*_read(lay), f"{ns}.>", *buckets, *_core(lay)]
-        return Permissions(tuple(allow), _NO_ADMIN, tuple(_core(lay)))
+        pub, sub = _worker_core(lay, user)
+        allow = [*_read(lay), f"{ns}.>", *buckets, *pub]
+        return Permissions(tuple(allow), _NO_ADMIN, tuple(sub))
     if role == "client":
+        pub, sub = _client_core(lay, user)
         # inbox messages only: signals, cancels, invocations (``Layout.inbox``)
         allow = [
             *_read(lay),
@@ -119,7 +166,7 @@ def permissions(namespace: str, role: str) -> Permissions:
             # an object call marks its key active (``NatsStore.ensure_active``), so the
             # partition's owner activates it
             f"$KV.{lay.work_bucket}.active.>",
-            *_core(lay),
+            *pub,
         ]
         deny = (
             *_NO_ADMIN,
@@ -129,9 +176,40 @@ def permissions(namespace: str, role: str) -> Permissions:
             f"{ns}.tok.>",
             f"$KV.{lay.runs_bucket}.>",
             f"$KV.{lay.objects_bucket}.>",
+            f"$KV.{lay.auth_bucket}.>",
         )
-        return Permissions(tuple(allow), deny, tuple(_core(lay)))
+        return Permissions(tuple(allow), deny, tuple(sub))
     raise ValueError(f"role={role!r}: must be one of {', '.join(ROLES)}")
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """Whether NATS subject ``pattern`` (``*`` one token, ``>`` the rest) covers ``subject``."""
+    want, have = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(want) == len(have)
+
+
+def role_for(namespace: str, subject: str) -> str:
+    """The least of :data:`ROLES` (client, then worker, then admin) whose permissions
+    let it publish to ``subject`` (compared case-insensitively: the server's refusal
+    lowercases it).
+
+    Example:
+        ``role_for("fusee", "fusee.run.r1.j") == "worker"``
+    """
+    low = subject.lower()
+    for role in ("client", "worker"):
+        perms = permissions(namespace, role)
+        allow = perms.publish_allow or ()
+        if any(_matches(p.lower(), low) for p in allow) and not any(
+            _matches(p.lower(), low) for p in perms.publish_deny
+        ):
+            return role
+    return "admin"
 
 
 # nats-py's text for the server's ``-ERR 'Permissions Violation for Publish to "X"'``

@@ -39,7 +39,7 @@ from nats.js.kv import KeyValue
 from fusee.actors.ports import NobodyListens
 from fusee.adapters.jetstream.auth import AuthBucket
 from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, publish_batch
-from fusee.adapters.jetstream.credentials import Credentials, redact
+from fusee.adapters.jetstream.credentials import Credentials, redact, url_method, url_user
 from fusee.adapters.jetstream.direct import (
     CLIENT_PATIENCE,
     direct_batch,
@@ -62,7 +62,7 @@ from fusee.adapters.jetstream.layout import (
     Layout,
     StoredMsg,
 )
-from fusee.adapters.jetstream.permissions import permission_denied
+from fusee.adapters.jetstream.permissions import inbox_prefix, permission_denied, role_for
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import (
@@ -72,6 +72,7 @@ from fusee.errors import (
     FuseeError,
     JournalGap,
     NotEncodable,
+    PermissionDenied,
     StorageFull,
 )
 from fusee.logs import get_logger
@@ -215,6 +216,7 @@ class NatsStore:
         # subjects the server refused this connection (permission violations), with
         # its message: a denied request looks like a timeout to nats-py
         self.denied: dict[str, str] = {}
+        self.auth_method = "no credentials"  # how it authenticated, for messages
         # the journal stream has followers (R3): their Direct Gets may be behind the
         # leader's acks, so journal reads are checked against the leader's tail (see
         # read_journal): from the stream's config, read by ensure_layout or the first read
@@ -267,7 +269,14 @@ class NatsStore:
                 made[0].note_denied(subject, str(exc))
 
         options = creds.options()
-        shown = redact(url if isinstance(url, str) else ",".join(url))
+        joined = url if isinstance(url, str) else ",".join(url)
+        shown = redact(joined)
+        # the method for messages: the credentials given, else those in the URL
+        method = creds.method if creds.method != "no credentials" else None
+        method = method or url_method(joined) or creds.method
+        # replies come to an inbox of the user's own (``_INBOX.<user>``), which is all a
+        # role of nats/accounts.conf may subscribe to (permissions.inbox_prefix)
+        options["inbox_prefix"] = inbox_prefix(creds.user or url_user(joined))
         fatal = anyio.Event()
         nc: Client | None = None
         failed: BaseException | None = None
@@ -301,17 +310,18 @@ class NatsStore:
             refused = [e for e in errors if "authorization violation" in str(e).lower()]
             if refused:
                 raise ConfigError(
-                    f"NATS at {shown} refused the credentials ({creds.method}): "
+                    f"NATS at {shown} refused the credentials ({method}): "
                     "authorization violation (a wrong user, password, token, key or "
                     "certificate, or one the server does not know)"
                 )
             last = errors[-1] if errors else failed
             raise ConnectionLost(
-                f"cannot connect to NATS at {shown} ({creds.method}): {last or type(last).__name__}"
+                f"cannot connect to NATS at {shown} ({method}): {last or type(last).__name__}"
             )
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
         store = cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
+        store.auth_method = method
         made.append(store)
         return store
 
@@ -323,7 +333,38 @@ class NatsStore:
             subject = subject.rpartition(".")[0]
         if subject not in self.denied:
             self.denied[subject] = message
-            log.warning("nats.permission_denied", subject=subject, error=message)
+            # what a role is expected to be refused, and fusee does without: deleting an
+            # ordered consumer (the server drops it when idle), an inbox trim, a wake
+            # hint (the owner follows every inbox); anything else is a misconfiguration
+            lay = self.layout
+            expected = (
+                "$js.api.consumer.delete.",
+                f"$js.api.stream.purge.{lay.stream}".lower(),
+                lay.wake(0).rpartition(".")[0].lower() + ".",
+            )
+            level = log.debug if subject.startswith(expected) else log.warning
+            level("nats.permission_denied", subject=subject, error=message)
+
+    def refusal(self, *subjects: str) -> Callable[[], PermissionDenied | None]:
+        """For ``retrying(refused=...)``: the error to raise at once when the server
+        refused this connection a publish to one of ``subjects`` (a denied publish
+        looks like a timeout to nats-py), naming the subject and the role it takes."""
+
+        def check() -> PermissionDenied | None:
+            for subject in subjects:
+                if self.is_denied(subject):
+                    role = role_for(self.layout.namespace, subject)
+                    return PermissionDenied(
+                        f"NATS refused these credentials ({self.auth_method}) a publish "
+                        f"to {subject}: nothing was stored; it takes the {role} role of "
+                        "nats/accounts.conf (see docs/reference/nats-permissions.md)"
+                    )
+            return None
+
+        return check
+
+    def _work_subject(self, key: str) -> str:
+        return f"$KV.{self.layout.work_bucket}.{key}"
 
     def is_denied(self, subject: str) -> bool:
         """Whether the server refused this connection a publish to ``subject`` (the
@@ -494,7 +535,9 @@ class NatsStore:
         the subject or of ``EXPECTED_SUBJECT``): its stream sequence, or None when the
         expectation did not hold (nothing stored)."""
         try:
-            ack = await retrying(self.js.publish, subject, data, 5.0, None, headers)
+            ack = await retrying(
+                self.js.publish, subject, data, 5.0, None, headers, refused=self.refusal(subject)
+            )
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
@@ -625,6 +668,7 @@ class NatsStore:
                     self.committer.in_flight,
                     what=lambda: _record_of(item.kind, eid),
                     give_up=give_up,
+                    refused=self.refusal(*(m[0] for m in messages)),
                 )
                 return seq - len(item.riders)
             seq = await retrying(
@@ -636,6 +680,7 @@ class NatsStore:
                 2.0,
                 what=lambda: _record_of(item.kind, eid),
                 give_up=give_up,
+                refused=self.refusal(item.subject),
             )
         except nats.js.errors.APIError as exc:
             if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
@@ -730,7 +775,16 @@ class NatsStore:
         """Like :meth:`send_inbox`, and says whether the server took it for a duplicate of
         an earlier message with ``msg_id`` (then the sequence is the earlier one's)."""
         subject, headers, what = self._inbox_message(partition, eid, kind, body, msg_id)
-        return await retrying(publish_acked_once, self.nc, subject, body, headers, 5.0, what=what)
+        return await retrying(
+            publish_acked_once,
+            self.nc,
+            subject,
+            body,
+            headers,
+            5.0,
+            what=what,
+            refused=self.refusal(subject),
+        )
 
     async def send_unless_ended(
         self, partition: int, eid: str, kind: str, body: bytes, *, msg_id: str | None = None
@@ -787,7 +841,16 @@ class NatsStore:
         subject, headers, what = self._inbox_message(
             partition, eid, kind, body, msg_id, unless_ended=unless_ended
         )
-        return await retrying(publish_acked, self.nc, subject, body, headers, 5.0, what=what)
+        return await retrying(
+            publish_acked,
+            self.nc,
+            subject,
+            body,
+            headers,
+            5.0,
+            what=what,
+            refused=self.refusal(subject),
+        )
 
     async def init_config(self, key: str, value: bytes) -> bytes:
         """The namespace setting ``key`` (in the work bucket), stored as ``value`` by the
@@ -845,8 +908,9 @@ class NatsStore:
         }
         # "start" names the generation (or object invocation) whose wait set it
         body = encode_message(TimerFired(pos=pos, start=start))
+        subject = f"{lay.inbox(partition, eid)}.t{pos}"
         await retrying(
-            self.js.publish, f"{lay.inbox(partition, eid)}.t{pos}", body, 5.0, None, headers
+            self.js.publish, subject, body, 5.0, None, headers, refused=self.refusal(subject)
         )
 
     async def subscribe_inbox(
@@ -1106,7 +1170,7 @@ class NatsStore:
     # -- limits (config for listings in the work bucket; state in the limit's journal)
 
     async def put_limit(self, key: str, value: bytes) -> None:
-        await retrying(self.work.put, key, value)
+        await retrying(self.work.put, key, value, refused=self.refusal(self._work_subject(key)))
 
     async def get_limit(self, key: str) -> bytes | None:
         return await self._config(key)
@@ -1134,7 +1198,8 @@ class NatsStore:
         the actor's active marker: it stays active, and ``objects show`` reads it."""
         self._in_work(partition, eid)
         with lost_on_transient("writing a note in an active marker"):
-            await retrying(self.work.put, Layout.active_key(partition, eid), note)
+            key = Layout.active_key(partition, eid)
+            await retrying(self.work.put, key, note, refused=self.refusal(self._work_subject(key)))
 
     async def clear_note(self, partition: int, eid: str, field: str) -> None:
         """Replace the actor's active marker with ``{}`` if it still holds a note with
@@ -1174,8 +1239,8 @@ class NatsStore:
         after ``ttl`` seconds (a per-message TTL): until then a new owner still looks
         at the actor, in case something came just as it went idle."""
         self._in_work(partition, eid)
-        subject = f"$KV.{self.layout.work_bucket}.{Layout.active_key(partition, eid)}"
-        await retrying(self._publish_ttl, subject, IDLE_MARKER, ttl)
+        subject = self._work_subject(Layout.active_key(partition, eid))
+        await retrying(self._publish_ttl, subject, IDLE_MARKER, ttl, refused=self.refusal(subject))
 
     async def _publish_ttl(self, subject: str, data: bytes, ttl: float) -> None:
         await self.js.publish(subject, data, timeout=5.0, msg_ttl=ttl)
@@ -1396,13 +1461,17 @@ class NatsStore:
 
     async def mark_active(self, partition: int, eid: str) -> None:
         self._in_work(partition, eid)
-        await retrying(self.work.put, Layout.active_key(partition, eid), b"{}")
+        key = Layout.active_key(partition, eid)
+        await retrying(self.work.put, key, b"{}", refused=self.refusal(self._work_subject(key)))
         await self.wake(partition, eid)
 
     async def wake(self, partition: int, eid: str) -> None:
         """Tell the partition's owner (core NATS, a hint) that the run has news."""
+        subject = self.layout.wake(partition)
+        if self.is_denied(subject):  # (the client role: the owner follows every inbox)
+            return
         with contextlib.suppress(*TRANSIENT):
-            await self.nc.publish(self.layout.wake(partition), eid.encode())
+            await self.nc.publish(subject, eid.encode())
 
     async def clear_active(self, partition: int, eid: str) -> None:
         # A purge marker with a TTL: the key's subject disappears from the bucket a
@@ -1415,7 +1484,9 @@ class NatsStore:
         (a regenerated run's copies come first), or one a starter that died left out."""
         headers = {KIND: MARKER_KIND, ROLLUP: "sub"}
         subject = self.layout.marker(partition, eid)
-        await retrying(self.js.publish, subject, marker, 5.0, None, headers)
+        await retrying(
+            self.js.publish, subject, marker, 5.0, None, headers, refused=self.refusal(subject)
+        )
         await self.wake(partition, eid)
 
     def _listed(self, eid: str, value: bytes, journal_seq: int) -> Message | None:
@@ -1487,9 +1558,19 @@ class NatsStore:
                         2.0,
                         self.committer.in_flight,
                         what=what,
+                        refused=self.refusal(subject, *(r[0] for r in riders)),
                     )
                 else:
-                    await retrying(publish_acked, self.nc, subject, data, headers, 2.0, what=what)
+                    await retrying(
+                        publish_acked,
+                        self.nc,
+                        subject,
+                        data,
+                        headers,
+                        2.0,
+                        what=what,
+                        refused=self.refusal(subject),
+                    )
             except nats.js.errors.APIError as exc:
                 if exc.err_code != WRONG_LAST_SEQUENCE:
                     raise
@@ -1680,6 +1761,11 @@ class NatsStore:
                 await sub.unsubscribe()
 
         return unsubscribe
+
+    def reply_prefix(self) -> str:
+        """A new prefix of reply subjects under the connection's inbox prefix
+        (``permissions.inbox_prefix``: ``_INBOX.<user>`` for a named user)."""
+        return self.nc.new_inbox()
 
     async def publish_core(self, subject: str, data: bytes) -> None:
         self._check_fits(subject, data, {}, f"the message on {subject}")
