@@ -22,18 +22,18 @@ BUDGET seconds without one. Run:
 from __future__ import annotations
 
 import itertools
+import os
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import pytest
+from tests.cluster import LoopbackCluster, stream_leader
 
 import fusee
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import JournalGap
-from tests.cluster import LoopbackCluster, stream_leader
 
 pytestmark = [pytest.mark.nats, pytest.mark.cluster, pytest.mark.timeout(90)]
 
@@ -52,11 +52,11 @@ def cluster(tmp_path: Path) -> Iterator[LoopbackCluster]:
 
 
 @pytest.fixture
-async def ns(cluster: LoopbackCluster) -> AsyncIterator[str]:
-    name = f"rev{uuid.uuid4().hex[:8]}"
+async def ns(cluster: LoopbackCluster) -> str:
+    name = f"rev{os.urandom(4).hex()}"
     eng = await fusee.connect(cluster.urls, namespace=name, replicas=3, partitions=4)
     await eng.close()
-    yield name
+    return name
 
 
 async def _split(
