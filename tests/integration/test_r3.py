@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 import fusee
+from fusee.actors.object_state import read_object
 from fusee.adapters.jetstream.direct import publish_acked
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced, InvalidArgument, JournalGap
@@ -269,6 +270,29 @@ async def test_a_state_write_whose_reply_was_lost_is_read_back_as_ours(
 
     await _write_and_read(writers, readers, one, fenced)
     assert not fenced, f"{len(fenced)} retried state writes called fenced: {fenced[:3]}"
+
+
+async def test_an_object_activated_on_any_node_reads_the_current_revision(
+    nats_cluster: LoopbackCluster, engine: fusee.Engine, namespace: str
+) -> None:
+    """An object's activation reads its projection's revision, which its next state
+    write compares with: read from a follower a write behind, that write was refused
+    and the object fenced by the previous owner's own write."""
+    bucket = f"KV_{engine.store.layout.objects_bucket}"
+    writers, readers = await _split(nats_cluster, namespace, bucket)
+    behind: list[tuple[str, int, int]] = []
+
+    async def one(writer: NatsStore, readers: list[NatsStore], name: str) -> None:
+        key = f"o-{name}"
+        revision = await writer.put_state("T", key, b"{}", journal_seq=0, cursor=0, last=0)
+        assert revision is not None
+        for reader in readers:
+            snap = await read_object(reader, "T", key)
+            if snap.revision != revision:
+                behind.append((key, revision, snap.revision))
+
+    await _write_and_read(writers, readers, one, behind)
+    assert not behind, f"{len(behind)} activations read an old revision: {behind[:3]}"
 
 
 async def test_fusee_worker_takes_a_comma_separated_nats(

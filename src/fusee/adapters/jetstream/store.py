@@ -1015,10 +1015,13 @@ class NatsStore:
     def _state_subject(self, object_type: str, key: str) -> str:
         return f"$KV.{self.layout.objects_bucket}.{state_key(object_type, key)}"
 
-    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
+    async def get_state(
+        self, object_type: str, key: str, *, leader: bool = False
+    ) -> tuple[bytes, int, int] | None:
         """The object's state as projected: ``(JSON, journal sequence, KV revision)``.
-        A value without the journal header (written by hand) has sequence 0."""
-        found = await self.get_state_msg(object_type, key)
+        A value without the journal header (written by hand) has sequence 0.
+        ``leader``: as the bucket's leader has it (any replica answers otherwise)."""
+        found = await self.get_state_msg(object_type, key, leader=leader)
         if found is None:
             return None
         try:
