@@ -1212,7 +1212,9 @@ class NatsStore:
 
     # -- run index and active markers ------------------------------------------------
 
-    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+    async def get_index_entry(
+        self, eid: str, *, leader: bool = False
+    ) -> tuple[bytes, int, int] | None:
         """The run's index entry as stored: ``(value, journal sequence, revision)``.
 
         An ended run's entry is in the journal stream (``Layout.index_entry``, written
@@ -1220,14 +1222,15 @@ class NatsStore:
         ``<ns>_runs`` bucket holds. Otherwise the bucket's entry (a parked or paused
         run's, a note, a run of an older fusee), with its KV revision for the next
         compare-and-set. A delete marker has an empty value; an entry without the
-        journal tag (written by an older fusee) has sequence 0."""
-        final = await self.get_final_entry(eid)
+        journal tag (written by an older fusee) has sequence 0. ``leader``: as the
+        streams' leaders have it (any replica answers otherwise)."""
+        final = await self.get_final_entry(eid, leader=leader)
         if final is not None:
             return final[0], final[1], 0
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             raw = await retrying(
-                self.js.get_last_msg, f"KV_{self.layout.runs_bucket}", subject, True
+                self.js.get_last_msg, f"KV_{self.layout.runs_bucket}", subject, not leader
             )
         except nats.js.errors.NotFoundError:
             return None
@@ -1236,10 +1239,14 @@ class NatsStore:
             return b"", 0, raw.seq or 0
         return raw.data or b"", _journal_seq(headers), raw.seq or 0
 
-    async def get_final_entry(self, eid: str) -> tuple[bytes, int] | None:
+    async def get_final_entry(self, eid: str, *, leader: bool = False) -> tuple[bytes, int] | None:
         """An ended run's final entry (``Layout.index_entry``, in the journal stream):
         ``(value, journal sequence)``, or None; the ``<ns>_runs`` bucket is not read."""
-        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
+        subject = self.layout.index_entry(eid)
+        if leader:
+            msg = await self._leader_last(subject)
+        else:
+            msg = await retrying(self._direct_last, subject)
         if msg is not None and msg.data:
             return msg.data, _journal_seq(msg.headers)
         return None
@@ -1612,9 +1619,14 @@ class NatsStore:
         )
         return self._marker_entries(found), after
 
-    async def has_run_marker(self, partition: int, eid: str) -> bool:
-        """Whether the run has an active marker in the journal stream (one read)."""
-        msg = await retrying(self._direct_last, self.layout.marker(partition, eid))
+    async def has_run_marker(self, partition: int, eid: str, *, leader: bool = False) -> bool:
+        """Whether the run has an active marker in the journal stream (one read; as the
+        leader has it with ``leader``)."""
+        subject = self.layout.marker(partition, eid)
+        if leader:
+            msg = await self._leader_last(subject)
+        else:
+            msg = await retrying(self._direct_last, subject)
         return msg is not None and msg.headers.get(KIND) == MARKER_KIND
 
     async def _marker_subjects(self) -> list[tuple[int, str]]:
