@@ -200,6 +200,7 @@ async def _write_and_read(
             await s.close()
 
 
+@pytest.mark.slow  # 400 rounds of reads through both followers (3-15 s)
 async def test_an_inbox_message_just_acknowledged_is_read_on_every_node(
     nats_cluster: LoopbackCluster, engine: fusee.Engine, namespace: str
 ) -> None:
@@ -223,6 +224,7 @@ async def test_an_inbox_message_just_acknowledged_is_read_on_every_node(
     assert not missed, f"{len(missed)} inbox reads missed an acknowledged message: {missed[:3]}"
 
 
+@pytest.mark.slow  # 400 rounds of reads through both followers (3-15 s)
 async def test_a_value_just_stored_is_read_on_every_node(
     nats_cluster: LoopbackCluster, engine: fusee.Engine, namespace: str
 ) -> None:
@@ -247,6 +249,7 @@ async def test_a_value_just_stored_is_read_on_every_node(
     assert not gaps, f"{len(gaps)} value reads raised JournalGap: {gaps[:1]}"
 
 
+@pytest.mark.slow  # 400 rounds of reads through both followers (3-15 s)
 async def test_a_state_write_whose_reply_was_lost_is_read_back_as_ours(
     nats_cluster: LoopbackCluster, engine: fusee.Engine, namespace: str
 ) -> None:
@@ -272,6 +275,7 @@ async def test_a_state_write_whose_reply_was_lost_is_read_back_as_ours(
     assert not fenced, f"{len(fenced)} retried state writes called fenced: {fenced[:3]}"
 
 
+@pytest.mark.slow  # 400 rounds of reads through both followers (3-15 s)
 async def test_an_object_activated_on_any_node_reads_the_current_revision(
     nats_cluster: LoopbackCluster, engine: fusee.Engine, namespace: str
 ) -> None:
