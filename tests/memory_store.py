@@ -364,7 +364,9 @@ class MemoryStore:
 
     # -- keyed objects --------------------------------------------------------------------
 
-    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
+    async def get_state(
+        self, object_type: str, key: str, *, leader: bool = False
+    ) -> tuple[bytes, int, int] | None:
         return self.states.get((object_type, key))
 
     async def put_state(

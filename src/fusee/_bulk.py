@@ -67,8 +67,8 @@ async def _gather(items: list[T], fn: Callable[[T], Awaitable[R]], limit: int) -
     return [out[i] for i in range(len(items))]
 
 
-async def _entry(engine: Engine, eid: str) -> RunInfo | None:
-    entry = await engine.store.get_index_entry(eid)
+async def _entry(engine: Engine, eid: str, *, leader: bool = False) -> RunInfo | None:
+    entry = await engine.store.get_index_entry(eid, leader=leader)
     return info_or_none(entry[0]) if entry and entry[0] else None
 
 
@@ -82,14 +82,23 @@ async def _still_paused(
     (unless ``prune`` is False: a dry run writes nothing): removed if it is still the
     entry stored at ``seq`` (a run that paused again meanwhile wrote a newer one, which
     stays; one that pauses again later writes its own)."""
-    now = await _entry(engine, eid)
-    if (
-        now is None
-        or now.status != "paused"
-        or await engine.store.has_run_marker(info.partition, eid)
-    ):
-        if prune:
-            await engine.store.unlist("paused", info.workflow, eid, seq)
+    now = await _paused_now(engine, eid, info.partition, leader=False)
+    if now is not None or not prune:
+        return now
+    # before the listing goes, the leaders say: on R3 the replica that answered may not
+    # hold the pause yet (a paused run would drop out of the paused listing for good)
+    now = await _paused_now(engine, eid, info.partition, leader=True)
+    if now is None:
+        await engine.store.unlist("paused", info.workflow, eid, seq)
+    return now
+
+
+async def _paused_now(engine: Engine, eid: str, partition: int, *, leader: bool) -> RunInfo | None:
+    """The run's entry if it is paused and has no active marker (not resumed)."""
+    now = await _entry(engine, eid, leader=leader)
+    if now is None or now.status != "paused":
+        return None
+    if await engine.store.has_run_marker(partition, eid, leader=leader):
         return None
     return now
 

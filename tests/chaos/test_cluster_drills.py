@@ -1,15 +1,19 @@
 """Drills on a 3-node R3 cluster (research/reliability.md §3.3 F3, F11): the stream
-leader SIGKILLed under load, a node wiped and brought back, workers restarted in turn.
+leader SIGKILLed under load, a node wiped and brought back, runs reloaded through
+followers at every step, workers restarted in turn.
 
 Every drill checks what a user relies on: every run finishes with its result, nothing
-acknowledged is lost (each journal is whole, chained, every step once), and no finished
+acknowledged is lost (each journal is whole, chained, every step once; the write probe's
+journal holds exactly the appends it was acknowledged, on every node), and no finished
 step runs again (the side-effect file counts every execution, across processes).
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -18,14 +22,19 @@ import anyio
 import pytest
 
 import fusee
+from fusee.adapters.jetstream.layout import MSG_ID
+from fusee.adapters.jetstream.store import NatsStore
+from fusee.runtime.records import StepCompleted
 from tests.cluster import LoopbackCluster, move_leader, stream_leader
 from tests.workers.procs import (
     HERE,
+    WorkerProc,
     Workers,
     assert_chained,
     chain_input,
     chain_result,
     completed_keys,
+    execution_lines,
     executions,
     wait_until,
 )
@@ -42,6 +51,7 @@ class WritePause:
     def __init__(self, engine: fusee.Engine) -> None:
         self.engine = engine
         self.acked: list[float] = []
+        self.ids: list[str] = []  # the Msg-IDs of the appends acknowledged, in order
         self.stopped = anyio.Event()
 
     async def run(self) -> None:
@@ -54,11 +64,59 @@ class WritePause:
                     fence=fence, msg_id=f"probe:{n}",
                 )  # fmt: skip
                 self.acked.append(time.monotonic())
+                self.ids.append(f"probe:{n}")
                 await anyio.sleep(0.005)
+
+    async def check_on(self, cluster: LoopbackCluster, namespace: str) -> None:
+        """The probe's journal, read through each node alone, holds exactly the
+        appends acknowledged: none lost, none twice, in order."""
+        for node in cluster.nodes:
+            store = await NatsStore.connect([node.url], namespace)
+            try:
+                got = [m.headers.get(MSG_ID) for m in await store.read_journal("probe")]
+            finally:
+                await store.close()
+            assert got == self.ids, (node.name, len(got), len(self.ids))
 
     def longest_after(self, t: float) -> float:
         times = [x for x in self.acked if x >= t - 1.0]
         return max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+
+
+class FollowerReads:
+    """Writers on the leader's node append a record and send an inbox message, back
+    to back, and read both at once through every follower: what a worker's load and
+    its parking read do right after another writer's ack. Each read that misses what
+    was acknowledged is kept (``missed``); the writers stop at the first."""
+
+    def __init__(self, writers: list[NatsStore], readers: list[NatsStore]) -> None:
+        self.writers, self.readers = writers, readers
+        self.missed: list[tuple[str, str, int]] = []
+        self.rounds = 0
+        self.stopped = anyio.Event()
+
+    async def run(self, *, at_least: int) -> None:
+        async with anyio.create_task_group() as tg:
+            for k, writer in enumerate(self.writers):
+                tg.start_soon(self._write, k, writer, at_least)
+
+    async def _write(self, k: int, writer: NatsStore, at_least: int) -> None:
+        for i in itertools.count():
+            if self.missed or (self.stopped.is_set() and i >= at_least):
+                return
+            eid = f"reads-{k}-{i}"
+            seq = await writer.append(eid, "run.started", b"x" * 200, fence=0, msg_id=eid)
+            sent = await writer.send_inbox(0, eid, "signal", b'{"kind":"signal"}')
+            for reader in self.readers:
+                if [m.seq for m in await reader.read_journal(eid)] != [seq]:
+                    self.missed.append(("journal", eid, seq))
+                if [m.seq for m in await reader.read_inbox(0, eid, 0, limit=1)] != [sent]:
+                    self.missed.append(("inbox", eid, sent))
+            self.rounds += 1
+
+    async def close(self) -> None:
+        for store in (*self.writers, *self.readers):
+            await store.close()
 
 
 async def _results(engine: fusee.Engine, runs: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -147,6 +205,7 @@ async def test_the_stream_leader_sigkilled_under_load(
             timeout=30,
             what=f"{leader.name} to catch up",
         )
+        await probe.check_on(cluster, namespace)
     finally:
         await engine.close()
 
@@ -193,6 +252,71 @@ async def test_a_node_wiped_and_restarted_catches_up(
         await engine.close()
 
 
+async def test_runs_reloaded_through_followers_at_every_step(
+    nats_cluster: LoopbackCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Two workers, each connected to a follower of the journal stream only, evict every
+    run after each step (``FUSEE_ALWAYS_REPLAY=1``): each step reloads the run's journal
+    and inbox through a replica that may be a write behind the leader's ack. The test
+    signals each run from the leader the moment its step ran, so the signal lands while
+    the run reloads and parks. Beside them, writers on the leader's node read what they
+    were just acknowledged through the followers (``FollowerReads``): the window the
+    workers' reads fall in only now and then, opened a few thousand times. Every run
+    ends with every signal, every step ran once, no read missed an acknowledged write."""
+    cluster = nats_cluster
+    engine = await fusee.connect(
+        cluster.urls, namespace=namespace, replicas=3, partitions=PARTITIONS
+    )
+    try:
+        stream = engine.store.layout.stream
+        leader = await stream_leader(cluster, stream)
+        # signals and starts go through the leader's node
+        sender = await fusee.connect([leader.url], namespace=namespace)
+        pool = Workers(cluster.url, namespace, tmp_path, PARTITIONS, HERE / "waits.py")
+        followers = [n for n in cluster.nodes if n is not leader]
+        reads = FollowerReads(
+            [await NatsStore.connect([leader.url], namespace) for _ in range(4)],
+            [await NatsStore.connect([n.url], namespace) for n in followers],
+        )
+        try:
+            for node in followers:
+                await pool.start(url=node.url, extra_env={"FUSEE_ALWAYS_REPLAY": "1"})
+            log = tmp_path / "effects.log"
+            rounds = 2
+            runs = {f"f-{i}": {"log": str(log), "rounds": rounds} for i in range(30)}
+            for rid, arg in runs.items():
+                await sender.start("relay", rid, arg)
+            sent: set[str] = set()
+
+            async def signal_what_ran() -> bool:
+                for name, _, _ in execution_lines(log):
+                    if name not in sent:
+                        sent.add(name)
+                        rid, step = name.split(".")
+                        await sender.run(rid).signal(f"go{step[1:]}", {"n": step})
+                return len(sent) >= len(runs) * rounds
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(functools.partial(reads.run, at_least=100))
+                await wait_until(signal_what_ran, timeout=60, what="every step run and signalled")
+                got = await _results(sender, runs, timeout=60)
+                reads.stopped.set()
+            print(f"\nreads through followers right after their acks: {reads.rounds * 4}")
+            assert not reads.missed, f"reads through followers missed acked writes: {reads.missed}"
+            want = [{"n": f"s{i}"} for i in range(1, rounds + 1)]
+            assert got == dict.fromkeys(runs, want)
+            ran_again = {k: n for k, n in executions(log).items() if n != 1}
+            assert not ran_again, f"steps that ran more than once (no worker died): {ran_again}"
+            for w in pool.procs:
+                assert w.find("run.completed"), f"worker {w.name} completed no run"
+        finally:
+            pool.cleanup()
+            await reads.close()
+            await sender.close()
+    finally:
+        await engine.close()
+
+
 def _at_least(runs: dict[str, Any], count: int) -> bool:
     return len(runs) >= count
 
@@ -204,13 +328,24 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
     nats_cluster: LoopbackCluster, namespace: str, tmp_path: Path
 ) -> None:
     """Workers a, b, c (different registries: tests/workers/code_*.py) are restarted
-    one at a time while 200 runs are started: every run completes, none fails."""
+    one at a time (SIGTERM, then a new one) while 200 runs are started, each restart
+    with a run of its worker's own code mid-step (held on a file until the worker is
+    stopping): every run completes on a worker that has its code, each journal holds
+    its step once, and no step ran twice (the side-effect log)."""
     cluster = nats_cluster
     engine = await fusee.connect(cluster.urls, namespace=namespace, replicas=3, partitions=16)
     pool = {
         code: Workers(cluster.url, namespace, tmp_path, 16, HERE / f"code_{code}.py")
         for code in "abc"
     }
+    log = tmp_path / "effects.log"
+    byes: list[str] = []
+
+    async def on_heartbeat(msg: Any) -> None:
+        if json.loads(msg.data).get("bye"):
+            byes.append(msg.subject)
+
+    sub = await engine.store.nc.subscribe(engine.store.layout.heartbeat("*"), cb=on_heartbeat)
     try:
         procs = {code: await w.start() for code, w in pool.items()}
         workflows = list(SERVED_BY)
@@ -220,8 +355,36 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
         async def start_all() -> None:
             for i in range(200):
                 workflow = workflows[i % len(workflows)]
-                runs[f"roll-{i}"] = (workflow, await engine.start(workflow, f"roll-{i}", i))
+                rid = f"roll-{i}"
+                arg = {"i": i, "log": str(log), "tag": rid}
+                runs[rid] = (workflow, await engine.start(workflow, rid, arg))
                 await anyio.sleep(0.02)  # spread over the restarts, not a deadline
+
+        async def restart(code: str) -> None:
+            """A run only ``code`` serves, held mid-step; its worker stopped off the
+            event loop (the stop waits for the step), the step let go once the worker
+            says goodbye; then a new worker of that code."""
+            rid, hold = f"held-{code}", tmp_path / f"hold-{code}"
+            arg = {"log": str(log), "tag": rid, "hold": str(hold)}
+            runs[rid] = (f"only_{code}", await engine.start(f"only_{code}", rid, arg))
+            await wait_until(
+                lambda: any(line[0] == rid for line in execution_lines(log)),
+                timeout=30,
+                what=f"{rid} mid-step",
+            )
+            stopped, proc, before = anyio.Event(), procs[code], len(byes)
+
+            async def stop(proc: WorkerProc = proc) -> None:
+                code_ = await anyio.to_thread.run_sync(proc.stop)
+                assert code_ == 0, proc.tail()
+                stopped.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop)
+                await wait_until(lambda: len(byes) > before, timeout=15, what=f"{code} stopping")
+                hold.touch()
+                await stopped.wait()
+            procs[code] = await pool[code].start()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(start_all)
@@ -230,8 +393,7 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
                 await wait_until(
                     functools.partial(_at_least, runs, at), timeout=30, what=f"{at} runs started"
                 )
-                assert procs[code].stop() == 0, procs[code].tail()
-                procs[code] = await pool[code].start()
+                await restart(code)
         with anyio.fail_after(120):
             async with anyio.create_task_group() as tg:
                 for rid, (_, run) in runs.items():
@@ -240,10 +402,21 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
                         results[rid] = await run.result(timeout=110)
 
                     tg.start_soon(one)
-        assert len(results) == 200
+        assert len(results) == 203
         for rid, (workflow, _) in runs.items():
             assert results[rid]["by"] in SERVED_BY[workflow], (rid, workflow, results[rid])
+        for code in "abc":  # the held step finished on the worker that was stopping
+            assert results[f"held-{code}"]["by"] == code
+        for rid, (_, run) in runs.items():
+            done = [r for _, r in await run.journal() if isinstance(r, StepCompleted)]
+            assert len(done) == 1, (rid, done)
+        # one line per execution, named by its run (each run has one step)
+        counts = collections.Counter(name for name, _, _ in execution_lines(log))
+        assert set(counts) == set(runs)
+        ran_again = {k: n for k, n in counts.items() if n != 1}
+        assert not ran_again, f"steps that ran more than once: {ran_again}"
     finally:
+        await sub.unsubscribe()
         for w in pool.values():
             w.cleanup()
         await engine.close()

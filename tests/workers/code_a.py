@@ -7,15 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import fusee
+from tests.workers.effects import traced
 
 WHO = "a"
 
 
 async def _work(ctx: fusee.Context, arg: Any) -> dict[str, Any]:
-    def step(s: fusee.StepInfo) -> str:
-        return WHO
-
-    ran = await ctx.step("work", step)
+    # a dict argument may name a side-effect log and a file the step waits for
+    ran = await ctx.step("work", traced(WHO, arg))
     return {"arg": arg, "by": ran}
 
 

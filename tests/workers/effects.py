@@ -6,6 +6,8 @@ the ``fusee worker`` CLI loads it too, without that path."""
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 
@@ -29,3 +31,19 @@ async def wait_for_file(path: str) -> None:
     held this way outlasts any CPU contention, and a cancel or a kill still stops it)."""
     while not os.path.exists(path):
         await anyio.sleep(0.01)
+
+
+def traced(result: Any, arg: Any) -> Callable[[Any], Awaitable[Any]]:
+    """A step that returns ``result``. When ``arg`` is a dict naming a ``log``, each
+    execution is recorded there (``<tag> <key> <attempt>``, the tag ``work`` if it names
+    none), and when it names ``hold``
+    (a path) the step blocks until that file exists."""
+
+    async def step(s: Any) -> Any:
+        if isinstance(arg, dict) and "log" in arg:
+            record(arg["log"], str(arg.get("tag") or "work"), s.key, s.attempt)
+            if arg.get("hold"):
+                await wait_for_file(arg["hold"])
+        return result
+
+    return step

@@ -43,3 +43,19 @@ async def approver(ctx: fusee.Context, arg: dict[str, Any]) -> dict[str, Any]:
 
     await ctx.step("act", act)
     return {"approved": approval["approved"], "timed_out": False}
+
+
+@fusee.workflow("relay")
+async def relay(ctx: fusee.Context, arg: dict[str, Any]) -> list[Any]:
+    """``rounds`` times a step, then the signal ``go<i>``: each execution recorded as
+    ``<run>.s<i> <key> <attempt>``, so a test signals a run as soon as its step ran."""
+    got = []
+    for i in range(1, arg["rounds"] + 1):
+
+        def step(s: fusee.StepInfo, i: int = i) -> int:
+            record(arg["log"], f"{ctx.run_id}.s{i}", s.key, s.attempt)
+            return i
+
+        await ctx.step(f"s{i}", step)
+        got.append(await ctx.wait_for(f"go{i}"))
+    return got

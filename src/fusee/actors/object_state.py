@@ -60,7 +60,9 @@ async def read_object(store: ObjectReads, object_type: str, key: str) -> ObjectS
     """
     actor_id = object_id(object_type, key)
     snap = ObjectSnapshot(History(actor_id))
-    projection = await store.get_state(object_type, key)
+    # from the leader: its revision is what the next write compares with, and a
+    # replica a write behind would make that write look like another owner's (Fenced)
+    projection = await store.get_state(object_type, key, leader=True)
     anchor = 0
     if projection is not None:
         data, anchor, snap.revision = projection

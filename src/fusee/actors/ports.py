@@ -98,8 +98,11 @@ class ObjectReads(Protocol):
     """What reading an object takes (``fusee.actors.object_state``): its KV projection
     and its journal."""
 
-    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
-        """``(state JSON, journal sequence it was made at, KV revision)``, or None."""
+    async def get_state(
+        self, object_type: str, key: str, *, leader: bool = False
+    ) -> tuple[bytes, int, int] | None:
+        """``(state JSON, journal sequence it was made at, KV revision)``, or None;
+        ``leader``: as the bucket's leader has it (a replica may be a write behind)."""
         ...
 
     async def read_journal(self, eid: str, after: int = 0) -> Sequence[Stored]:
@@ -269,8 +272,11 @@ class RunStore(Protocol):
         ...
 
     # keyed objects: the state projection in the objects bucket
-    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
-        """``(state JSON, journal sequence it was made at, KV revision)``, or None."""
+    async def get_state(
+        self, object_type: str, key: str, *, leader: bool = False
+    ) -> tuple[bytes, int, int] | None:
+        """``(state JSON, journal sequence it was made at, KV revision)``, or None;
+        ``leader``: as the bucket's leader has it (a replica may be a write behind)."""
         ...
 
     async def put_state(

@@ -31,6 +31,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
+    RawStreamMsg,
     StorageType,
     StreamConfig,
 )
@@ -249,6 +250,10 @@ class NatsStore:
         async def reconnected() -> None:
             for store in made:
                 store.journal_watch.reconnected()
+                # read again whether the stream has followers: it may have been scaled
+                # (R1 to R3) while this process ran; a scale with no reconnect is not
+                # seen until the process restarts (docs/operations.md)
+                store.replicated = None
                 # which server of the cluster it is on now (no credentials: host and port)
                 where = store.nc.connected_url
                 server = f"{where.hostname}:{where.port}" if where is not None else None
@@ -717,9 +722,16 @@ class NatsStore:
         parts: list[bytes] = []
         for i in range(ref.chunks):
             subject = self.layout.value(ref.run, ref.digest, i)
+            raw: RawStreamMsg | None
             try:
                 raw = await retrying(self.js.get_last_msg, self.layout.values_stream, subject, True)
             except nats.js.errors.NotFoundError:
+                raw = None
+            if raw is None:
+                # the replica that answered may not hold it yet (R3: a quorum is the
+                # leader and one follower): ask the leader before calling it missing
+                raw = await self._leader_value(subject)
+            if raw is None:
                 raise JournalGap(
                     f"run {unescape(ref.run)!r}: chunk {i} of the value {ref.digest} "
                     f"({ref.size:,} bytes, stored out of line) is missing"
@@ -733,13 +745,20 @@ class NatsStore:
             )
         return data
 
+    async def _leader_value(self, subject: str) -> RawStreamMsg | None:
+        try:
+            return await retrying(self.js.get_last_msg, self.layout.values_stream, subject, False)
+        except nats.js.errors.NotFoundError:
+            return None
+
     async def read_inbox(
         self, partition: int, eid: str, after: int = 0, *, limit: int = 0
     ) -> list[StoredMsg]:
         """What others sent the run (signals, cancels, invocations, fired timers), above
-        sequence ``after``: all of it, or the first ``limit`` messages."""
-        return await direct_batch(
-            self.nc, self.layout.stream, self.layout.inbox(partition, eid), after + 1, limit=limit
+        sequence ``after``: all of it, or the first ``limit`` messages; on R3 too, every
+        message acknowledged before the call is in it (checked against the leader)."""
+        return await self._read_checked(
+            self.layout.inbox(partition, eid), after + 1, limit, f"the inbox of {unescape(eid)!r}"
         )
 
     async def purge_inbox(self, partition: int, eid: str, below: int) -> None:
@@ -984,17 +1003,9 @@ class NatsStore:
     async def read_journal(self, eid: str, after: int = 0) -> list[StoredMsg]:
         """Every record of the run's journal with a sequence above ``after``, in order,
         including every record acknowledged before the call (also on R3)."""
-        tree = self.layout.tree(eid)
-        found = await direct_batch(self.nc, self.layout.stream, tree, after + 1)
-        if not await self._replicated():
-            return found
-        last = await self._leader_last(tree)
-        catching_up = _CatchUp(f"the journal of {unescape(eid)!r}")
-        while last is not None and last.seq > (found[-1].seq if found else after):
-            await catching_up.wait()  # the replica catches up within milliseconds
-            start = found[-1].seq + 1 if found else after + 1
-            found += await direct_batch(self.nc, self.layout.stream, tree, start)
-        return found
+        return await self._read_checked(
+            self.layout.tree(eid), after + 1, 0, f"the journal of {unescape(eid)!r}"
+        )
 
     async def last_in_journal(self, eid: str) -> StoredMsg | None:
         """The journal's last record, as the leader has it on R3 (what a writer's
@@ -1008,19 +1019,33 @@ class NatsStore:
 
     async def journal_at(self, eid: str, seq: int) -> StoredMsg | None:
         """The first record of the run's journal at or after sequence ``seq``."""
-        tree = self.layout.tree(eid)
-        found = await direct_batch(self.nc, self.layout.stream, tree, seq, limit=1)
-        if found or not await self._replicated():
-            return found[0] if found else None
-        # none on this replica: there is one only if the leader's last is at or after seq
-        last = await self._leader_last(tree)
-        if last is None or last.seq < seq:
-            return None
-        catching_up = _CatchUp(f"the journal of {unescape(eid)!r}")
-        while not found:
-            await catching_up.wait()
-            found = await direct_batch(self.nc, self.layout.stream, tree, seq, limit=1)
-        return found[0]
+        found = await self._read_checked(
+            self.layout.tree(eid), seq, 1, f"the journal of {unescape(eid)!r}"
+        )
+        return found[0] if found else None
+
+    async def _read_checked(
+        self, subject: str, start: int, limit: int, what: str
+    ) -> list[StoredMsg]:
+        """The messages on ``subject`` of the journal stream from sequence ``start``
+        (the first ``limit``, 0: all) by Direct Get, read again on R3 until they reach
+        the subject's last message as the leader has it. A read of ``limit`` messages is
+        whole as it is; any other costs one leader request there (none on R1)."""
+        stream = self.layout.stream
+        found = await direct_batch(self.nc, stream, subject, start, limit=limit)
+        if (limit and len(found) >= limit) or not await self._replicated():
+            return found
+        last = await self._leader_last(subject)
+        catching_up = _CatchUp(what)
+        while last is not None and last.seq > (found[-1].seq if found else start - 1):
+            await catching_up.wait()  # the replica catches up within milliseconds
+            more = limit - len(found) if limit else 0
+            found += await direct_batch(
+                self.nc, stream, subject, found[-1].seq + 1 if found else start, limit=more
+            )
+            if limit and len(found) >= limit:
+                break
+        return found
 
     async def _replicated(self) -> bool:
         if self.replicated is None:
@@ -1057,10 +1082,13 @@ class NatsStore:
     def _state_subject(self, object_type: str, key: str) -> str:
         return f"$KV.{self.layout.objects_bucket}.{state_key(object_type, key)}"
 
-    async def get_state(self, object_type: str, key: str) -> tuple[bytes, int, int] | None:
+    async def get_state(
+        self, object_type: str, key: str, *, leader: bool = False
+    ) -> tuple[bytes, int, int] | None:
         """The object's state as projected: ``(JSON, journal sequence, KV revision)``.
-        A value without the journal header (written by hand) has sequence 0."""
-        found = await self.get_state_msg(object_type, key)
+        A value without the journal header (written by hand) has sequence 0.
+        ``leader``: as the bucket's leader has it (any replica answers otherwise)."""
+        found = await self.get_state_msg(object_type, key, leader=leader)
         if found is None:
             return None
         try:
@@ -1069,11 +1097,15 @@ class NatsStore:
             seq = 0
         return found.data, seq, found.seq
 
-    async def get_state_msg(self, object_type: str, key: str) -> StoredMsg | None:
+    async def get_state_msg(
+        self, object_type: str, key: str, *, leader: bool = False
+    ) -> StoredMsg | None:
+        """The projection's last message; ``leader``: as the bucket's leader has it (any
+        replica answers otherwise, which on R3 may be a write behind)."""
         subject = self._state_subject(object_type, key)
         try:
             raw = await retrying(
-                self.js.get_last_msg, f"KV_{self.layout.objects_bucket}", subject, True
+                self.js.get_last_msg, f"KV_{self.layout.objects_bucket}", subject, not leader
             )
         except nats.js.errors.NotFoundError:
             return None
@@ -1099,8 +1131,9 @@ class NatsStore:
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code != WRONG_LAST_SEQUENCE:
                 raise
-            # a lost reply to our own write looks the same: read it back
-            found = await self.get_state_msg(object_type, key)
+            # a lost reply to our own write looks the same: read it back, from the
+            # leader (a follower may not hold our landed write yet: a spurious Fenced)
+            found = await self.get_state_msg(object_type, key, leader=True)
             if found is not None and found.headers.get(JOURNAL_SEQ) == str(journal_seq):
                 return found.seq
             return None
@@ -1247,7 +1280,9 @@ class NatsStore:
 
     # -- run index and active markers ------------------------------------------------
 
-    async def get_index_entry(self, eid: str) -> tuple[bytes, int, int] | None:
+    async def get_index_entry(
+        self, eid: str, *, leader: bool = False
+    ) -> tuple[bytes, int, int] | None:
         """The run's index entry as stored: ``(value, journal sequence, revision)``.
 
         An ended run's entry is in the journal stream (``Layout.index_entry``, written
@@ -1255,14 +1290,15 @@ class NatsStore:
         ``<ns>_runs`` bucket holds. Otherwise the bucket's entry (a parked or paused
         run's, a note, a run of an older fusee), with its KV revision for the next
         compare-and-set. A delete marker has an empty value; an entry without the
-        journal tag (written by an older fusee) has sequence 0."""
-        final = await self.get_final_entry(eid)
+        journal tag (written by an older fusee) has sequence 0. ``leader``: as the
+        streams' leaders have it (any replica answers otherwise)."""
+        final = await self.get_final_entry(eid, leader=leader)
         if final is not None:
             return final[0], final[1], 0
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             raw = await retrying(
-                self.js.get_last_msg, f"KV_{self.layout.runs_bucket}", subject, True
+                self.js.get_last_msg, f"KV_{self.layout.runs_bucket}", subject, not leader
             )
         except nats.js.errors.NotFoundError:
             return None
@@ -1271,10 +1307,14 @@ class NatsStore:
             return b"", 0, raw.seq or 0
         return raw.data or b"", _journal_seq(headers), raw.seq or 0
 
-    async def get_final_entry(self, eid: str) -> tuple[bytes, int] | None:
+    async def get_final_entry(self, eid: str, *, leader: bool = False) -> tuple[bytes, int] | None:
         """An ended run's final entry (``Layout.index_entry``, in the journal stream):
         ``(value, journal sequence)``, or None; the ``<ns>_runs`` bucket is not read."""
-        msg = await retrying(self._direct_last, self.layout.index_entry(eid))
+        subject = self.layout.index_entry(eid)
+        if leader:
+            msg = await self._leader_last(subject)
+        else:
+            msg = await retrying(self._direct_last, subject)
         if msg is not None and msg.data:
             return msg.data, _journal_seq(msg.headers)
         return None
@@ -1663,9 +1703,14 @@ class NatsStore:
         )
         return self._marker_entries(found), after
 
-    async def has_run_marker(self, partition: int, eid: str) -> bool:
-        """Whether the run has an active marker in the journal stream (one read)."""
-        msg = await retrying(self._direct_last, self.layout.marker(partition, eid))
+    async def has_run_marker(self, partition: int, eid: str, *, leader: bool = False) -> bool:
+        """Whether the run has an active marker in the journal stream (one read; as the
+        leader has it with ``leader``)."""
+        subject = self.layout.marker(partition, eid)
+        if leader:
+            msg = await self._leader_last(subject)
+        else:
+            msg = await retrying(self._direct_last, subject)
         return msg is not None and msg.headers.get(KIND) == MARKER_KIND
 
     async def _marker_subjects(self) -> list[tuple[int, str]]:
