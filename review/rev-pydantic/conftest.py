@@ -1,8 +1,8 @@
 """The suite's fixtures (a real nats-server, an engine per test) for these repros."""
 
 from tests.conftest import (  # noqa: F401
-    nats_server,
     namespace,
+    nats_server,
     pytest_addoption,
     pytest_collection_modifyitems,
 )

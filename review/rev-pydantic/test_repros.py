@@ -12,7 +12,6 @@ from typing import Any
 
 import anyio
 import pytest
-
 from pydantic_ai import Agent, Tool
 from pydantic_ai.messages import (
     ModelMessage,
@@ -23,13 +22,11 @@ from pydantic_ai.messages import (
     ToolReturnPart,
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+from tests.workers.procs import wait_until
 
 import fusee
-from fusee.actors.worker import WorkerConfig
-from fusee.errors import InvalidToken, RunFailed
 from fusee.ai.pydantic import FuseeDurability, run
-from fusee.runtime.records import WaitStarted
-from tests.workers.procs import wait_until
+from fusee.errors import InvalidToken, RunFailed
 
 CALLS: collections.Counter[str] = collections.Counter()
 EFFECTS: list[str] = []
@@ -298,7 +295,8 @@ async def test_two_approvals_of_one_response(engine: fusee.Engine) -> None:
         with anyio.fail_after(20):
             out = await r.result()
     assert EFFECTS == ["refund"]
-    assert "refunded" in out and "not approved" in out
+    assert "refunded" in out
+    assert "not approved" in out
 
 
 async def test_approve_timeout_denies(engine: fusee.Engine) -> None:
@@ -362,3 +360,4 @@ async def test_tool_options_and_metadata_reach_the_step(engine: fusee.Engine) ->
         with anyio.fail_after(20), pytest.raises(RunFailed):
             await r.result()  # metadata's attempts=1 did not
     assert FLAKY["n"] == 1
+
