@@ -360,4 +360,3 @@ async def test_tool_options_and_metadata_reach_the_step(engine: fusee.Engine) ->
         with anyio.fail_after(20), pytest.raises(RunFailed):
             await r.result()  # metadata's attempts=1 did not
     assert FLAKY["n"] == 1
-
