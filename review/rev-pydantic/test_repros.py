@@ -360,3 +360,69 @@ async def test_tool_options_and_metadata_reach_the_step(engine: fusee.Engine) ->
         with anyio.fail_after(20), pytest.raises(RunFailed):
             await r.result()  # metadata's attempts=1 did not
     assert FLAKY["n"] == 1
+
+
+# -- 7. (missing test) a streamed response stored on its end marker is not asked again ---
+# Passes on fix/pydantic; no test there fails when _streamed_body's end-marker path
+# ("a death before the commit does not ask again") is removed. The attempt here fails
+# right after its end marker is stored, as a worker dying before the commit would.
+
+
+class _DieAfterEnd:
+    def __init__(self, writer: Any) -> None:
+        self._w = writer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._w, name)
+
+    async def end(self, final: Any = None) -> None:
+        await self._w.end(final)
+        if not CALLS["died"]:
+            CALLS["died"] += 1
+            raise ConnectionError("the worker died before the step's commit")
+
+
+async def once_streamed(messages: list[ModelMessage], info: AgentInfo) -> Any:
+    CALLS["model"] += 1
+    yield "the answer"
+
+
+ender = Agent(
+    FunctionModel(stream_function=once_streamed),
+    name="ender",
+    capabilities=[
+        FuseeDurability(model_options={"retry": fusee.Retry(attempts=2, initial=0.01, max=0.01)})
+    ],
+)
+
+
+@fusee.workflow("rev_pyd_ender")
+async def ender_wf(ctx: fusee.Context) -> str:
+    async def go() -> str:
+        async with ender.run_stream("q") as result:
+            return await result.get_output()
+
+    return await run(ctx, go)
+
+
+async def test_a_response_on_its_end_marker_is_not_asked_again(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import fusee.ai.pydantic as adapter
+
+    real = adapter.token_stream
+
+    class Stream:
+        def __init__(self, ctx: Any, name: str) -> None:
+            self._s = real(ctx, name)
+
+        async def open(self) -> Any:
+            return _DieAfterEnd(await self._s.open())
+
+    monkeypatch.setattr(adapter, "token_stream", Stream)
+    async with engine.worker():
+        r = await engine.start("rev_pyd_ender", "e", None)
+        with anyio.fail_after(20):
+            assert await r.result() == "the answer"
+    assert CALLS["died"] == 1
+    assert CALLS["model"] == 1  # the second attempt took the stored response
