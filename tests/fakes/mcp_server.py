@@ -1,6 +1,7 @@
 """A tiny MCP server over stdio (the ``mcp`` package's ``MCPServer``) for the Pydantic AI
 adapter's tests: one tool, ``stock(item)``, that appends a line to the file named by
-``FAKE_MCP_LOG`` for each call, so a test counts the calls the server got.
+``FAKE_MCP_LOG`` for each call, so a test counts the calls the server got, and a line
+``start`` to ``FAKE_MCP_STARTS`` each time the process starts.
 
     python tests/fakes/mcp_server.py
 """
@@ -25,4 +26,8 @@ def stock(item: str) -> str:
 
 
 if __name__ == "__main__":
+    starts = os.environ.get("FAKE_MCP_STARTS")
+    if starts:
+        with open(starts, "a") as f:
+            f.write("start\n")
     server.run("stdio")

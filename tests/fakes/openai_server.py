@@ -45,7 +45,7 @@ from typing import Any, Literal
 
 __all__ = ("FakeOpenAI", "Handler", "Reply", "Request", "tokenize")
 
-Ending = Literal["running", "done", "cut", "disconnected", "rejected"]
+Ending = Literal["running", "done", "cut", "disconnected", "rejected", "killed"]
 
 
 def tokenize(text: str) -> list[str]:
@@ -393,7 +393,7 @@ class Handler(BaseHTTPRequestHandler):
             self._event(chunk({"role": "assistant", "content": ""}, None))
             for token in self._tokens(request, reply, text):
                 self._event(chunk({"content": token}, None))
-            if request.ending == "cut":
+            if request.ending in ("cut", "killed"):
                 return
             for index, (call_id, name, args) in enumerate(reply.tool_calls):
                 head = {"index": index, "id": call_id, "type": "function"}

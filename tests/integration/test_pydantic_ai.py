@@ -8,7 +8,6 @@ and an upgrade that changes them strands runs in flight.
 from __future__ import annotations
 
 import collections
-import re
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ from pydantic_ai.toolsets import FunctionToolset
 import fusee
 from fusee.actors.worker import WorkerConfig
 from fusee.ai.pydantic import FuseeDurability, run, tool_key
-from fusee.errors import ConfigError
+from fusee.errors import ConfigError, RunFailed
 from fusee.runtime.records import StepCompleted, WaitStarted
 from tests.fakes.agent_openai import AgentFake
 from tests.fakes.openai_server import Reply, tokenize
@@ -315,9 +314,8 @@ def mcp_turns(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
 
 
 def mcp_agent(log: Path) -> Agent[None, str]:
-    warehouse = MCPToolset(
-        PythonStdioTransport(MCP_SERVER, env={"FAKE_MCP_LOG": str(log)}), id="warehouse"
-    )
+    env = {"FAKE_MCP_LOG": str(log), "FAKE_MCP_STARTS": str(log.with_suffix(".starts"))}
+    warehouse = MCPToolset(PythonStdioTransport(MCP_SERVER, env=env), id="warehouse")
     return Agent(
         FunctionModel(mcp_turns),
         name="stocker",
@@ -354,6 +352,10 @@ async def test_an_mcp_server_over_stdio_beside_a_function_toolset(
         "stocker__model.request",
     ], names
     assert log.read_text() == "stock bolt\n"  # the server got one call, replays or not
+    # the stdio server's process is started by the first step that needs it (inside
+    # that step, under its retries) and kept for the rest of the agent run; replays
+    # that run no MCP step start none
+    assert log.with_suffix(".starts").read_text().count("start") == 1
     assert CALLS["model"] == 3
 
 
@@ -429,7 +431,7 @@ async def test_an_approval_parks_the_run_until_its_callback_url_is_answered(
     assert ASKED["r1"] == [(token[0][0], "refund")]  # asked once, also across the replay
     ran = [t for t, _ in EFFECTS]
     assert ran == (["refund"] if answer is True else [])
-    assert names[:2] == ["approver__model.request", "ask/approver__approve:refund"]
+    assert names[:2] == ["approver__model.request", "ask/approve:refund:r1"]
     assert names[-1] == "approver__model.request"
     assert ("approver__function_toolset__<agent>.call_tool:refund" in names) == (answer is True)
     assert CALLS["model"] == 2
@@ -540,22 +542,21 @@ async def unasked_wf(ctx: fusee.Context) -> str:
     return (await run(ctx, lambda: unasked.run("refund A1"))).output
 
 
-async def test_an_approval_without_approve_logs_its_url(
+async def test_an_approval_without_approve_fails_naming_the_tool(
     engine: fusee.Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level("WARNING", logger="fusee")
+    # The callback URL is a credential and no engine call lists a run's waiting
+    # completions: without approve= nobody could answer, so the run fails, naming the
+    # tool, before the tool runs; the URL is in no log.
+    caplog.set_level("DEBUG", logger="fusee")
     async with engine.worker():
         r = await engine.start("pyd_unasked", "un", None)
-
-        def logged() -> str | None:
-            found = [m for m in caplog.messages if "ai.approval_needed" in m]
-            match = re.search(r"token='([^']+)'", found[0]) if found else None
-            return match.group(1) if match else None
-
-        token = await wait_until(logged, timeout=20, what="the logged approval")
-        assert await engine.complete(token, True)
-        with anyio.fail_after(20):
-            assert await r.result() == "refund: refunded 40"
+        with anyio.fail_after(20), pytest.raises(RunFailed) as failed:
+            await r.result()
+    assert "tool 'refund' of agent 'unasked' needs approval" in str(failed.value)
+    assert "approve=" in str(failed.value)
+    assert not EFFECTS
+    assert not [m for m in caplog.messages if "/v1/completions/" in m]
 
 
 async def test_run_checks_its_context() -> None:

@@ -8,7 +8,8 @@ one file per key in ``deps["store"]``, and one line per execution in ``deps["eff
 ``deps["kill_at"]`` (``<tool>:before`` / ``<tool>:after`` its side effect, or
 ``model:refund``: right after the model response that asks for the refund reached the
 workflow, its step journaled) makes the worker running it SIGKILL itself there, once
-per run (``deps["killed"]`` marks it).
+per run (``deps["killed"]`` marks it). ``deps["stream"]`` runs the agent with
+``run_stream`` (every request a streamed one).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from openai import AsyncOpenAI
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse, ToolCallPart
@@ -33,7 +35,11 @@ URL = os.environ.get("FUSEE_TEST_OPENAI_URL", "http://127.0.0.1:9/v1")
 
 
 def _model() -> OpenAIChatModel:
-    return OpenAIChatModel("fake-gpt", provider=OpenAIProvider(base_url=URL, api_key="test"))
+    # the PID lets the fake server SIGKILL this worker mid-request (AgentFake.kill_at)
+    client = AsyncOpenAI(
+        base_url=URL, api_key="test", default_headers={"X-Fake-Pid": str(os.getpid())}
+    )
+    return OpenAIChatModel("fake-gpt", provider=OpenAIProvider(openai_client=client))
 
 
 def _hook(deps: dict[str, Any], point: str) -> None:
@@ -101,5 +107,12 @@ support = Agent(
 
 @fusee.workflow("pyd_support")
 async def support_wf(ctx: fusee.Context, arg: dict[str, Any]) -> str:
+    if arg.get("stream"):  # the same turns as streamed requests
+
+        async def streamed() -> str:
+            async with support.run_stream(arg["prompt"], deps=arg) as result:
+                return await result.get_output()
+
+        return await run(ctx, streamed)
     result = await run(ctx, lambda: support.run(arg["prompt"], deps=arg))
     return result.output

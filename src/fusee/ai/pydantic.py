@@ -35,8 +35,8 @@ from __future__ import annotations
 import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, TypeVar, cast
 from weakref import WeakKeyDictionary
 
@@ -55,6 +55,13 @@ from pydantic_ai.durable_exec import (
     RoleBasedOperationConfig,
     ToolsetCallToolId,
     conversation_id_from_run_id,
+)
+from pydantic_ai.exceptions import (
+    ModelQuotaExceededError,
+    ModelRequestRejectedError,
+    ModelRequestTimeout,
+    UnexpectedModelBehavior,
+    UserError,
 )
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -85,7 +92,7 @@ except ImportError:  # pragma: no cover - the floor version: replays are traced 
 
 from fusee.actors.context import Context, token_stream
 from fusee.actors.ports import TokenWriterPort
-from fusee.actors.steps import StepInfo, in_step
+from fusee.actors.steps import DEFAULT_RETRY, StepInfo, in_step
 from fusee.errors import (
     ConfigError,
     ControlFlow,
@@ -94,11 +101,17 @@ from fusee.errors import (
     NotEncodable,
     Timeout,
 )
-from fusee.logs import get_logger
 from fusee.runtime.completions import Completion
 from fusee.runtime.retry import Retry
 
-__all__ = ("FuseeDurability", "run", "tool_key", "StepOptions", "STEP_OPTIONS")
+__all__ = (
+    "FuseeDurability",
+    "run",
+    "tool_key",
+    "StepOptions",
+    "STEP_OPTIONS",
+    "NON_RETRYABLE_MODEL_ERRORS",
+)
 
 T = TypeVar("T")
 
@@ -109,7 +122,18 @@ StepOptions = dict[str, Any]
 STEP_OPTIONS = frozenset({"retry", "timeout", "limit", "fairness_key"})
 """The keys a :data:`StepOptions` dict may hold."""
 
-log = get_logger()
+NON_RETRYABLE_MODEL_ERRORS: tuple[type[BaseException], ...] = (
+    UserError,
+    UnexpectedModelBehavior,
+    ModelRequestRejectedError,
+    ModelQuotaExceededError,
+    ModelRequestTimeout,
+)
+"""The errors another attempt of the same model request cannot fix (Temporal's
+integration does not retry them either): a misuse, a response Pydantic AI cannot use,
+a request the provider rejected (a bad key, an unknown model, a context overflow), an
+exhausted quota, a request past its run's deadline. A model step fails at once on them,
+even under ``Retry(on_exhausted="pause")``."""
 
 FLUSH_ON_FAILURE = 2.0  # seconds a failed streamed attempt waits for its tokens to be stored
 
@@ -277,10 +301,13 @@ class _Backend(JournalCallableOperationBackend[StepOptions]):
         if isinstance(operation_id, ToolsetCallToolId):
             fn = _tool_body(counted, _tool_call_id(cache_key))
         elif isinstance(operation_id, ModelRequestId) and operation_id.streaming:
+            # counted per stream name: two agents with one stream_prefix take turns
+            # (chat/0, chat/1), never one stream
+            base = self._owner.stream_prefix or name
             counters = _counters(ctx).streams
-            n = counters.get(name, 0)
-            counters[name] = n + 1
-            stream_name = f"{self._owner.stream_prefix or name}/{n}"
+            n = counters.get(base, 0)
+            counters[base] = n + 1
+            stream_name = f"{base}/{n}"
             fn = _streamed_body(ctx, stream_name, counted)
         else:
             fn = counted
@@ -312,17 +339,18 @@ def _tool_body(body: Callable[[], Awaitable[object]], call_id: str | None) -> Ca
 def _streamed_body(
     ctx: Context, stream_name: str, body: Callable[[], Awaitable[object]]
 ) -> Callable[..., Any]:
-    async def attempt() -> object:
+    async def attempt(s: StepInfo) -> object:
         # opened by the attempt: a replay that returns the journaled response never
         # touches the stream
         writer = await token_stream(ctx, stream_name).open()
         try:
             state = writer.state
-            if state.ended and not state.broken and state.final:
-                # The model finished in an attempt whose step was not journaled (its
-                # worker died between the end marker and the commit): the response
-                # stored with the marker is the result, the model is not asked again.
-                return msgspec.json.decode(state.final)
+            stored = _stored_response(state.final, s.key) if state.ended else None
+            if stored is not None and not state.broken:
+                # The model finished in an attempt of this step whose result was not
+                # journaled (its worker died between the end marker and the commit):
+                # the response stored with the marker is the result, not asked again.
+                return stored.response
             if state.chunks or state.ended:
                 # An earlier attempt wrote text (its worker died, or it failed): Pydantic
                 # AI's models cannot continue it, so readers drop it at this marker.
@@ -334,7 +362,7 @@ def _streamed_body(
                 _WRITER.reset(token)
             # the response (Pydantic AI's JSON) rides on the end marker (left out when
             # it is over a message's size: a death before the commit then asks again)
-            await writer.end(msgspec.json.encode(payload))
+            await writer.end(msgspec.json.encode(_Stored(step=s.key, response=payload)))
             return payload
         except BaseException:
             with anyio.CancelScope(shield=True), anyio.move_on_after(FLUSH_ON_FAILURE):
@@ -348,6 +376,26 @@ def _streamed_body(
                 await writer.close()
 
     return attempt
+
+
+class _Stored(msgspec.Struct, frozen=True):
+    """What a streamed model step's end marker holds: the step it answers (its key, one
+    run's one position) and Pydantic AI's response (JSON)."""
+
+    step: str
+    response: Any
+
+
+def _stored_response(final: bytes, step: str) -> _Stored | None:
+    """The response an end marker stored for the step ``step``, or None: no response
+    (over a message's size), or another step's (a stream another agent shares)."""
+    if not final:
+        return None
+    try:
+        stored = msgspec.json.decode(final, type=_Stored)
+    except msgspec.MsgspecError:
+        return None
+    return stored if stored.step == step else None
 
 
 def _serialization_failure(exc: Exception) -> BaseException:
@@ -365,6 +413,11 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         tool_options: ``ctx.step`` options of every tool call (MCP tools included); a
             tool's metadata ``{"fusee": {...}}`` overrides them, ``{"fusee": False}``
             calls it without a step.
+        event_options: ``ctx.step`` options of the event handler's steps (its tool
+            events); default none (the workflow's defaults), not the model's.
+        non_retryable_model_errors: errors a model step fails on at once, added to its
+            retry policy's (default :data:`NON_RETRYABLE_MODEL_ERRORS`; ``()`` retries
+            them all as the policy says).
         name: the name in the step names (default: the agent's ``name``).
         models: models a run may switch to (``agent.run(model=...)``), by ID.
         event_stream_handler: Pydantic AI's; it gets the model's events live inside the
@@ -374,14 +427,15 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         sdk_retries: the model client's own retries inside one step attempt (default 0:
             the step's retry policy retries); ``None`` leaves the client's setting.
         approve: ``approve(cb)`` or ``approve(cb, call)`` puts an approval's callback URL
-            (``cb.url``) in front of someone; it runs once, as a step. Without it the
-            worker logs the URL (``ai.approval_needed``, a warning).
+            (``cb.url``) in front of someone; it runs once, as a step. Without it a tool
+            that needs approval fails the run with a ``ConfigError`` naming the tool
+            (the URL is a credential: it is not logged, and nothing else lists it).
         approve_timeout: how long an approval may take (``None``: forever); after it the
             call is denied.
 
     Raises:
-        ConfigError: an option that is not a step option, or a ``retry`` that is not a
-            ``fusee.Retry``.
+        ConfigError: an option that is not a step option, a ``retry`` that is not a
+            ``fusee.Retry``, or a non-retryable error that is not an exception type.
 
     Example:
         ``FuseeDurability(model_options={"retry": fusee.Retry(on_exhausted="pause")})``
@@ -415,6 +469,8 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         *,
         model_options: Mapping[str, Any] | None = None,
         tool_options: Mapping[str, Any] | None = None,
+        event_options: Mapping[str, Any] | None = None,
+        non_retryable_model_errors: tuple[type[BaseException], ...] = NON_RETRYABLE_MODEL_ERRORS,
         name: str | None = None,
         models: Mapping[str, Model] | None = None,
         event_stream_handler: EventStreamHandler[AgentDepsT] | None = None,
@@ -424,8 +480,11 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         approve_timeout: str | float | timedelta | None = None,
     ) -> None:
         super().__init__(models=models, event_stream_handler=event_stream_handler, name=name)
-        self._model_options = _check_options(model_options, "model_options")
+        self._model_options = _model_step_options(
+            _check_options(model_options, "model_options"), non_retryable_model_errors
+        )
         self._tool_options = _check_options(tool_options, "tool_options")
+        self._event_options = _check_options(event_options, "event_options")
         if sdk_retries is not None and (not isinstance(sdk_retries, int) or sdk_retries < 0):
             raise ConfigError(f"sdk_retries must be an int >= 0 or None, not {sdk_retries!r}")
         if approve is not None and not callable(approve):
@@ -448,7 +507,7 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
             default_model_id=self.default_model_id,
             config=RoleBasedOperationConfig(
                 model=self._model_options,
-                event=self._model_options,
+                event=self._event_options,
                 capability=self._tool_options,
                 tool=self._tool_options,
                 resolve_tool=_tool_options(self._tool_options),
@@ -473,6 +532,19 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
 
     def get_default_conversation_id(self, run_id: str) -> str | None:
         return conversation_id_from_run_id(run_id) if self.in_durable_context else None
+
+    async def get_run_start_time(self, run_id: str) -> datetime | None:
+        # Journaled (ctx.now()): a replay counts the run's timeout= from when the run
+        # first started, so a run that parked past its deadline times out as it resumes.
+        ctx = _durable_ctx()
+        return ctx.now() if ctx is not None else None
+
+    def get_run_clock(self) -> Callable[[], datetime] | None:
+        # The deadline's remaining time is measured on the live clock: fusee's timer is
+        # the activation's own (a replay starts it again), so a journaled clock would
+        # give every replay the whole timeout again. (Temporal's workflow.now() can be
+        # replayed because its timer is durable.)
+        return _utc_now if self.in_durable_context else None
 
     def get_model_settings(self) -> Callable[[RunContext[AgentDepsT]], ModelSettings] | None:
         retries = self._sdk_retries
@@ -524,24 +596,49 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
 
     async def _approval(self, fctx: Context, call: ToolCallPart) -> ToolApproved | ToolDenied:
         approve = self._approve
-        two = approve is not None and _takes_call(approve)
+        if approve is None:
+            # The callback URL is a credential and no engine call lists a run's waiting
+            # completions: without approve= nobody could ever answer (a log line would
+            # leak it), so the run fails here, before anything waits.
+            raise ConfigError(
+                f"tool {call.tool_name!r} of agent {self.name!r} needs approval, but "
+                f"FuseeDurability has no approve=: pass approve=lambda cb: ... to put its "
+                f"callback URL (cb.url) in front of someone"
+            )
+        two = _takes_call(approve)
 
         def ask(cb: Completion) -> Any:
-            if approve is None:
-                # nobody was named to ask: the worker's log says where to answer
-                log.warning(
-                    "ai.approval_needed", tool=call.tool_name, tool_call_id=call.tool_call_id,
-                    url=cb.url, token=cb.token,
-                )  # fmt: skip
-                return None
             return approve(cb, call) if two else approve(cb)
 
-        name = f"{self.name}__approve:{call.tool_name}"
+        # the Agents SDK adapter's name (fusee.ai.openai): one wait per call
+        name = f"approve:{call.tool_name}:{call.tool_call_id}"
         try:
             value = await fctx.await_completion(name, ask=ask, timeout=self._approve_timeout)
         except Timeout:
             return ToolDenied(message="the call was not approved in time, so it did not run")
         return _verdict(value)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _model_step_options(
+    options: StepOptions, non_retryable: tuple[type[BaseException], ...]
+) -> StepOptions:
+    """The model step's options: its retry policy (``model_options``' or fusee's
+    default) also fails at once on ``non_retryable``."""
+    if not isinstance(non_retryable, tuple) or not all(
+        isinstance(t, type) and issubclass(t, BaseException) for t in non_retryable
+    ):
+        raise ConfigError(
+            f"non_retryable_model_errors must be a tuple of exception types, not {non_retryable!r}"
+        )
+    if not non_retryable:
+        return options
+    retry: Retry = options.get("retry") or DEFAULT_RETRY
+    merged = tuple(dict.fromkeys((*retry.non_retryable, *non_retryable)))
+    return {**options, "retry": replace(retry, non_retryable=merged)}
 
 
 def _takes_call(fn: Callable[..., Any]) -> bool:
