@@ -177,3 +177,41 @@ async def test_parallel_calls_of_one_tool_keep_their_own_results_after_a_replay(
             timeout=30
         )
     assert out["tools"] == {"c2": "o-1: shipped", "c3": "o-2: shipped"}
+
+
+# -- 4. run() on the seed's agent: the OpenAI client's own retries are on ---------------
+
+
+@fusee.workflow("rev_oa_default_client")
+async def default_client(ctx: fusee.Context, question: str) -> Any:
+    # the seed's agent: no model (the SDK's default), no client of the user's
+    agent = Agent(name="support", instructions="Help with orders.")
+    retry = fusee.Retry(attempts=2, initial=0.01, max=0.02)
+    try:
+        await run(ctx, agent, question, model_options={"retry": retry})
+    except Exception as e:  # noqa: BLE001 - the step failed for good: what we count
+        return type(e).__name__
+    return "answered"
+
+
+async def test_run_on_the_seeds_agent_makes_one_request_per_attempt(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task: "SDK retries off inside the step (AsyncOpenAI max_retries=0)".
+    ``durable_agent(agent)`` gives a model name a client with ``max_retries=0``, but
+    ``run(ctx, agent, ...)``, the issue's entry point, resolves the agent's model
+    through the run's default ``MultiProvider``, whose ``AsyncOpenAI`` keeps the
+    client's default ``max_retries=2``: each fusee attempt is 3 requests with the
+    client's in-memory backoff (what Temporal's default provider turns off). On
+    fix/agents the fake server gets 6 requests for 2 attempts."""
+    from tests.fakes.agents_server import AgentsFake
+    from tests.fakes.openai_server import Reply
+
+    with AgentsFake([Reply("never sent")]) as fake:
+        fake.down.set()  # every request a 500
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        async with engine.worker():
+            run_ = await engine.start("rev_oa_default_client", "client", "hi")
+            assert await run_.result(timeout=30) != "answered"
+        assert len(fake.snapshot()) == 2, f"{len(fake.snapshot())} requests for 2 attempts"
