@@ -11,10 +11,10 @@ crash, an eviction, a park/resume do the same in production).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
+import anyio
 import pytest
 from agents import (
     Agent,
@@ -52,7 +52,11 @@ def outputs(result: Any) -> dict[str, Any]:
 
 @fusee.workflow("rev_oa")
 async def wf(ctx: fusee.Context, question: str) -> Any:
-    hooks = SlowFirstStart() if ctx.run_id.startswith("swap") else None
+    hooks: Any = None
+    if ctx.run_id.startswith("swap"):
+        hooks = SlowFirstStart()
+    elif ctx.run_id.startswith("audit"):
+        hooks = AuditedStart(ctx)
     result = await run(ctx, AGENTS[ctx.run_id], question, hooks=hooks)
     return {"final": result.final_output, "tools": outputs(result)}
 
@@ -96,7 +100,7 @@ RUNS_OF_CHARGE: list[str] = []
 async def charge(amount: int) -> str:
     """Charge the card."""
     RUNS_OF_CHARGE.append(f"charge {amount}")  # the side effect, then a slow reply
-    await asyncio.sleep(2)
+    await anyio.sleep(2)
     return f"charged {amount}"
 
 
@@ -146,7 +150,7 @@ class SlowFirstStart(RunHooks[Any]):
         call_id = getattr(context, "tool_call_id", None)
         if call_id == "c2" and call_id not in SLOWED:
             SLOWED.add(call_id)
-            await asyncio.sleep(0.1)
+            await anyio.sleep(0.1)
 
 
 async def test_parallel_calls_of_one_tool_keep_their_own_results_after_a_replay(
@@ -173,9 +177,7 @@ async def test_parallel_calls_of_one_tool_keep_their_own_results_after_a_replay(
         ),
     )
     async with engine.worker(config=WorkerConfig(always_replay=True)):
-        out = await (await engine.start("rev_oa", "swap", "where are o-1, o-2")).result(
-            timeout=30
-        )
+        out = await (await engine.start("rev_oa", "swap", "where are o-1, o-2")).result(timeout=30)
     assert out["tools"] == {"c2": "o-1: shipped", "c3": "o-2: shipped"}
 
 
@@ -215,3 +217,61 @@ async def test_run_on_the_seeds_agent_makes_one_request_per_attempt(
             run_ = await engine.start("rev_oa_default_client", "client", "hi")
             assert await run_.result(timeout=30) != "answered"
         assert len(fake.snapshot()) == 2, f"{len(fake.snapshot())} requests for 2 attempts"
+
+
+# -- 5. docs/openai-agents.md: "Call ctx.step in them [hooks]" ---------------------------
+
+AUDITS: list[str] = []
+
+
+class AuditedStart(RunHooks[Any]):
+    """What docs/openai-agents.md tells a user to do with a hook that is not
+    deterministic: "Call ``ctx.step`` in them". ``on_tool_start`` runs in the SDK's
+    tool tasks, outside ``concurrent_calls``: two of a turn's hooks commit at once
+    (unlocked: the fence), and each tool's position now follows its hook's step's
+    timing (live) or none (replay)."""
+
+    def __init__(self, ctx: fusee.Context) -> None:
+        self.ctx = ctx
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        call_id = context.tool_call_id
+
+        def audit() -> str:
+            AUDITS.append(call_id)
+            return call_id
+
+        await self.ctx.step(f"audit:{call_id}", audit)
+
+
+@pytest.mark.parametrize("attempt", range(8))
+async def test_a_hook_that_calls_ctx_step_as_the_docs_say(
+    engine: fusee.Engine, attempt: int
+) -> None:
+    """Eight runs (an ordinary in-process worker, no always-replay): each must end
+    with each call's own result, each tool and each audit run once. On fix/agents all
+    8 fence (``actor.fenced``: the two audits' commits are not under the commit lock,
+    the same fault ``concurrent_calls`` fixed for the tool steps alone), replay, and
+    run the second audit step twice; the tool positions then follow the audits'
+    timing (see test 3)."""
+    EFFECTS.clear()
+    AUDITS.clear()
+    run_id = f"audit-{attempt}"
+    AGENTS[run_id] = Agent(
+        name="support",
+        tools=[lookup_order],
+        model=ScriptedModel(
+            [
+                [
+                    function_call("lookup_order", {"order": "o-1"}, call_id="c2"),
+                    function_call("lookup_order", {"order": "o-2"}, call_id="c3"),
+                ],
+                [assistant_message("done")],
+            ]
+        ),
+    )
+    async with engine.worker():
+        out = await (await engine.start("rev_oa", run_id, "o-1, o-2?")).result(timeout=30)
+    assert out["tools"] == {"c2": "o-1: shipped", "c3": "o-2: shipped"}
+    assert sorted(EFFECTS) == ["lookup:o-1", "lookup:o-2"]
+    assert sorted(AUDITS) == ["c2", "c3"]
