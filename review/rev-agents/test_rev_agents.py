@@ -275,3 +275,48 @@ async def test_a_hook_that_calls_ctx_step_as_the_docs_say(
     assert out["tools"] == {"c2": "o-1: shipped", "c3": "o-2: shipped"}
     assert sorted(EFFECTS) == ["lookup:o-1", "lookup:o-2"]
     assert sorted(AUDITS) == ["c2", "c3"]
+
+
+# -- 6. a guardrail's output_info comes back as a dict ---------------------------------
+
+from agents import (  # noqa: E402
+    GuardrailFunctionOutput,
+    InputGuardrailTripwireTriggered,
+    input_guardrail,
+)
+from pydantic import BaseModel  # noqa: E402
+
+
+class Verdict(BaseModel):
+    is_homework: bool
+    reasoning: str
+
+
+@input_guardrail
+async def homework(ctx: Any, agent: Any, text: Any) -> GuardrailFunctionOutput:
+    verdict = Verdict(is_homework=True, reasoning="asks for an essay")
+    return GuardrailFunctionOutput(output_info=verdict, tripwire_triggered=True)
+
+
+@fusee.workflow("rev_oa_guard")
+async def guarded(ctx: fusee.Context, question: str) -> Any:
+    try:
+        await run(ctx, AGENTS[ctx.run_id], question)
+    except InputGuardrailTripwireTriggered as e:
+        return e.guardrail_result.output.output_info.reasoning  # the SDK docs' pattern
+    return "ran"
+
+
+async def test_a_guardrails_output_info_keeps_its_type(engine: fusee.Engine) -> None:
+    """The SDK docs' guardrail returns a pydantic model as ``output_info`` and the
+    caller reads its fields. The durable guardrail hands back the journaled JSON (a
+    dict), live and on replay: ``.reasoning`` is an AttributeError and the run fails.
+    "Guardrails keep working" (the task) is not true for this, the docs' own example."""
+    AGENTS["guard"] = Agent(
+        name="tutor", input_guardrails=[homework], model=ScriptedModel([[assistant_message("x")]])
+    )
+    async with engine.worker():
+        out = await (await engine.start("rev_oa_guard", "guard", "write my essay")).result(
+            timeout=30
+        )
+    assert out == "asks for an essay"
