@@ -1,16 +1,17 @@
-"""Repros of the rev-agents review (fix/agents, issue 14: fusee.ai.openai).
+"""The reviewed defects of fusee.ai.openai (issue 14, review rev-agents), each the
+behaviour a user is promised: parallel calls of one tool keep their own results after
+a replay (and a mismatch is a DeterminismError, never a wrong result), a hook may call
+``ctx.step``, a tool the SDK timed out is not run again, a built handoff agent is the
+one built, the default client does not retry inside a step, a guardrail's
+``output_info`` keeps its type, and what cannot be made durable is refused by name.
 
-Run: cd <tree> && PYTHONPATH=<tree>/src:<tree> /work/main/.venv/bin/python -m pytest -q \
-        -p no:xdist review/rev-agents/test_rev_agents.py
-
-Each test asserts what a user of the adapter is promised and FAILS on fix/agents.
-A replay is forced the way the builder's own tests do it (``FUSEE_ALWAYS_REPLAY``:
-``WorkerConfig(always_replay=True)``, every step boundary evicts and replays; a
-crash, an eviction, a park/resume do the same in production).
+A replay is forced with ``WorkerConfig(always_replay=True)``: every step boundary
+outside a tool phase evicts and replays (a crash, an eviction, a park do the same).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -29,6 +30,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 import fusee
 from fusee.actors.worker import WorkerConfig
 from fusee.ai.openai import durable_agent, run
+from tests.workers.procs import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -50,10 +52,10 @@ def outputs(result: Any) -> dict[str, Any]:
     return out
 
 
-@fusee.workflow("rev_oa")
+@fusee.workflow("oa_review")
 async def wf(ctx: fusee.Context, question: str) -> Any:
     hooks: Any = None
-    if ctx.run_id.startswith("swap"):
+    if ctx.run_id.startswith(("swap", "unordered")):
         hooks = SlowFirstStart()
     elif ctx.run_id.startswith("audit"):
         hooks = AuditedStart(ctx)
@@ -68,7 +70,7 @@ async def test_a_handoff_that_builds_its_agent_gets_the_agent_it_built() -> None
     """``_Maker.seen`` is keyed by ``id(agent)`` and keeps no reference to the agent:
     an agent built in ``on_invoke_handoff`` dies once its clone is made, and the next
     one built often gets its address, so the durable Handoff returns the clone of the
-    EARLIER agent (other instructions, tools, model). On fix/agents: hundreds of the
+    EARLIER agent (other instructions, tools, model). Before the fix: hundreds of the
     300 calls below get a stale agent."""
 
     async def build(_ctx: Any, args: str) -> Agent[Any]:
@@ -118,7 +120,7 @@ async def test_a_tool_call_the_sdk_timed_out_does_not_run_again_on_replay(
     ``on_invoke_tool``, i.e. around the step: the timeout cancels the step (nothing is
     journaled), the SDK hands the model its timeout message, and every later replay
     (a crash, an eviction, a park) finds the position empty and runs the charge again,
-    each time. On fix/agents the one call c1 charges 3 times in this run."""
+    each time. Before the fix the one call c1 charges 3 times in this run."""
     RUNS_OF_CHARGE.clear()
     AGENTS["timeout"] = Agent(
         name="billing",
@@ -132,7 +134,7 @@ async def test_a_tool_call_the_sdk_timed_out_does_not_run_again_on_replay(
         ),
     )
     async with engine.worker(config=WorkerConfig(always_replay=True)):
-        out = await (await engine.start("rev_oa", "timeout", "charge 5")).result(timeout=30)
+        out = await (await engine.start("oa_review", "timeout", "charge 5")).result(timeout=30)
     assert out["final"] == "done"
     assert "timed out" in str(out["tools"]["c1"])  # what the model was told, live
     assert RUNS_OF_CHARGE == ["charge 5"], f"one call ran {len(RUNS_OF_CHARGE)} times"
@@ -177,14 +179,16 @@ async def test_parallel_calls_of_one_tool_keep_their_own_results_after_a_replay(
         ),
     )
     async with engine.worker(config=WorkerConfig(always_replay=True)):
-        out = await (await engine.start("rev_oa", "swap", "where are o-1, o-2")).result(timeout=30)
+        out = await (await engine.start("oa_review", "swap", "where are o-1, o-2")).result(
+            timeout=30
+        )
     assert out["tools"] == {"c2": "o-1: shipped", "c3": "o-2: shipped"}
 
 
 # -- 4. run() on the seed's agent: the OpenAI client's own retries are on ---------------
 
 
-@fusee.workflow("rev_oa_default_client")
+@fusee.workflow("oa_review_default_client")
 async def default_client(ctx: fusee.Context, question: str) -> Any:
     # the seed's agent: no model (the SDK's default), no client of the user's
     agent = Agent(name="support", instructions="Help with orders.")
@@ -214,7 +218,7 @@ async def test_run_on_the_seeds_agent_makes_one_request_per_attempt(
         monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
         monkeypatch.setenv("OPENAI_API_KEY", "test")
         async with engine.worker():
-            run_ = await engine.start("rev_oa_default_client", "client", "hi")
+            run_ = await engine.start("oa_review_default_client", "client", "hi")
             assert await run_.result(timeout=30) != "answered"
         assert len(fake.snapshot()) == 2, f"{len(fake.snapshot())} requests for 2 attempts"
 
@@ -249,7 +253,7 @@ async def test_a_hook_that_calls_ctx_step_as_the_docs_say(
     engine: fusee.Engine, attempt: int
 ) -> None:
     """Eight runs (an ordinary in-process worker, no always-replay): each must end
-    with each call's own result, each tool and each audit run once. On fix/agents all
+    with each call's own result, each tool and each audit run once. Before the fix all
     8 fence (``actor.fenced``: the two audits' commits are not under the commit lock,
     the same fault ``concurrent_calls`` fixed for the tool steps alone), replay, and
     run the second audit step twice; the tool positions then follow the audits'
@@ -271,7 +275,7 @@ async def test_a_hook_that_calls_ctx_step_as_the_docs_say(
         ),
     )
     async with engine.worker():
-        out = await (await engine.start("rev_oa", run_id, "o-1, o-2?")).result(timeout=30)
+        out = await (await engine.start("oa_review", run_id, "o-1, o-2?")).result(timeout=30)
     assert out["tools"] == {"c2": "o-1: shipped", "c3": "o-2: shipped"}
     assert sorted(EFFECTS) == ["lookup:o-1", "lookup:o-2"]
     assert sorted(AUDITS) == ["c2", "c3"]
@@ -298,7 +302,7 @@ async def homework(ctx: Any, agent: Any, text: Any) -> GuardrailFunctionOutput:
     return GuardrailFunctionOutput(output_info=verdict, tripwire_triggered=True)
 
 
-@fusee.workflow("rev_oa_guard")
+@fusee.workflow("oa_review_guard")
 async def guarded(ctx: fusee.Context, question: str) -> Any:
     try:
         await run(ctx, AGENTS[ctx.run_id], question)
@@ -316,7 +320,190 @@ async def test_a_guardrails_output_info_keeps_its_type(engine: fusee.Engine) -> 
         name="tutor", input_guardrails=[homework], model=ScriptedModel([[assistant_message("x")]])
     )
     async with engine.worker():
-        out = await (await engine.start("rev_oa_guard", "guard", "write my essay")).result(
+        out = await (await engine.start("oa_review_guard", "guard", "write my essay")).result(
             timeout=30
         )
     assert out == "asks for an essay"
+
+
+# -- 7. a call outside the turnstile: a swap is a DeterminismError, not a wrong result ---
+
+
+async def never(_ctx: Any, _params: Any, _call_id: str) -> bool:
+    return False
+
+
+async def test_a_call_that_takes_another_calls_result_is_a_determinism_error(
+    engine: fusee.Engine,
+) -> None:
+    """A callable ``needs_approval`` keeps a tool out of the response's order (the SDK
+    may skip its calls, which would hold the later ones up): with the hook's skew the
+    replay hands c2's position to c3, and the call ID journaled beside the result
+    makes that the run's DeterminismError (a determinism pause), never c2's answer
+    given to c3."""
+    SLOWED.clear()
+    EFFECTS.clear()
+    tool = dataclasses.replace(lookup_order, needs_approval=never)
+    AGENTS["unordered"] = Agent(
+        name="support",
+        tools=[tool],
+        model=ScriptedModel(
+            [
+                [
+                    function_call("lookup_order", {"order": "o-1"}, call_id="c2"),
+                    function_call("lookup_order", {"order": "o-2"}, call_id="c3"),
+                ],
+                [assistant_message("done")],
+            ]
+        ),
+    )
+    async with engine.worker(config=WorkerConfig(always_replay=True)):
+        run_ = await engine.start("oa_review", "unordered", "o-1, o-2?")
+
+        async def paused() -> Any:
+            info = await run_.describe()
+            return info if info.status == "paused" else None
+
+        info = await wait_until(paused, timeout=30, what="the run to pause")
+    assert "the journaled step 'tool:lookup_order' is the result of the tool call 'c3'" in (
+        info.reason or ""
+    )
+    assert "but the call 'c2' now takes its position" in (info.reason or "")
+
+
+# -- 8. what cannot be made durable is refused, by name ---------------------------------
+
+
+class Editor:
+    def create_file(self, op: Any) -> None: ...
+    def update_file(self, op: Any) -> None: ...
+    def delete_file(self, op: Any) -> None: ...
+
+
+def _refused_kinds() -> list[tuple[Any, str]]:
+    from agents import (
+        ApplyPatchTool,
+        ComputerTool,
+        CustomTool,
+        HostedMCPTool,
+        LocalShellTool,
+        ShellTool,
+    )
+
+    async def custom(_ctx: Any, _input: str) -> str:
+        return ""
+
+    mcp: Any = {"type": "mcp", "server_label": "docs", "server_url": "http://mcp.invalid"}
+    return [
+        (ComputerTool(computer=Editor()), "a ComputerTool, which runs local code"),
+        (LocalShellTool(executor=custom), "a LocalShellTool, which runs local code"),
+        (
+            ShellTool(executor=custom, environment={"type": "local"}),
+            "a ShellTool with a local environment",
+        ),
+        (ApplyPatchTool(editor=Editor()), "an ApplyPatchTool, which runs local code"),
+        (CustomTool("raw", "Raw text.", custom), "a CustomTool, which runs local code"),
+        (
+            HostedMCPTool(tool_config=mcp, on_approval_request=lambda _r: {"approve": True}),
+            "a HostedMCPTool with on_approval_request",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_every_tool_kind_that_runs_local_code_is_refused_by_name(index: int) -> None:
+    tool, why = _refused_kinds()[index]
+    with pytest.raises(fusee.ConfigError) as refused:
+        durable_agent(Agent(name="ops", tools=[tool]))
+    assert f"agent 'ops': tool {getattr(tool, 'name', type(tool).__name__)!r} is {why}" in str(
+        refused.value
+    )
+
+
+def test_an_agent_tool_whose_tool_needs_approval_is_refused_by_name() -> None:
+    """The agent tool is one step: the SDK's nested interruption (and its side table
+    of nested results) cannot be journaled, and after a replay the run would wait for
+    good; refused until that is journaled (design.md, Known gaps)."""
+
+    @function_tool(needs_approval=True)
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return f"wired {amount}"
+
+    treasurer = Agent(name="treasurer", tools=[wire])
+    desk = Agent(
+        name="desk",
+        tools=[treasurer.as_tool(tool_name="ask_treasurer", tool_description="Treasury.")],
+    )
+    with pytest.raises(fusee.ConfigError) as refused:
+        durable_agent(desk)
+    assert "tool 'ask_treasurer' runs an agent whose tool(s) ['wire'] need approval" in str(
+        refused.value
+    )
+
+
+@fusee.workflow("oa_review_no_approver")
+async def no_approver(ctx: fusee.Context, question: str) -> Any:
+    try:
+        await run(ctx, AGENTS[ctx.run_id], question)
+    except fusee.ConfigError as e:
+        return str(e)
+    return "ran"
+
+
+async def test_a_call_that_needs_approval_without_approve_is_refused(
+    engine: fusee.Engine,
+) -> None:
+    """``approve=None``: nobody would be told the completion's URL, so the run would
+    wait for good; it fails at the interruption, naming the tool."""
+
+    @function_tool(needs_approval=True)
+    def wire(amount: int) -> str:
+        """Wire money."""
+        EFFECTS.append(f"wire:{amount}")
+        return f"wired {amount}"
+
+    EFFECTS.clear()
+    AGENTS["approver"] = Agent(
+        name="treasurer",
+        tools=[wire],
+        model=ScriptedModel([[function_call("wire", {"amount": 7}, call_id="w1")]]),
+    )
+    async with engine.worker():
+        out = await (await engine.start("oa_review_no_approver", "approver", "wire 7")).result(
+            timeout=30
+        )
+    assert "tool(s) ['wire'] need approval, but run() has no approve=" in out
+    assert EFFECTS == []
+
+
+# -- 9. a dataclass output_info keeps its type too ----------------------------------------
+
+
+@dataclasses.dataclass
+class Flag:
+    topic: str
+
+
+@input_guardrail
+async def flagged(ctx: Any, agent: Any, text: Any) -> GuardrailFunctionOutput:
+    return GuardrailFunctionOutput(output_info=Flag(topic="orders"), tripwire_triggered=True)
+
+
+@fusee.workflow("oa_review_flag")
+async def flag_workflow(ctx: fusee.Context, question: str) -> Any:
+    try:
+        await run(ctx, AGENTS[ctx.run_id], question)
+    except InputGuardrailTripwireTriggered as e:
+        info = e.guardrail_result.output.output_info
+        return [type(info).__name__, info.topic]
+    return "ran"
+
+
+async def test_a_dataclass_output_info_keeps_its_type_after_a_replay(engine: fusee.Engine) -> None:
+    AGENTS["flag"] = Agent(
+        name="desk", input_guardrails=[flagged], model=ScriptedModel([[assistant_message("x")]])
+    )
+    async with engine.worker(config=WorkerConfig(always_replay=True)):
+        out = await (await engine.start("oa_review_flag", "flag", "hi")).result(timeout=30)
+    assert out == ["Flag", "orders"]
