@@ -46,7 +46,7 @@ def outputs(result: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in result.new_items:
         if isinstance(item, ToolCallOutputItem):
-            raw = item.raw_item
+            raw: Any = item.raw_item
             call_id = raw["call_id"] if isinstance(raw, dict) else raw.call_id
             out[call_id] = item.output
     return out
@@ -85,9 +85,10 @@ async def test_a_handoff_that_builds_its_agent_gets_the_agent_it_built() -> None
         agent_name="by-language",
     )
     durable = durable_agent(Agent(name="triage", handoffs=[transfer]))
+    built: Any = durable.handoffs[0]
     wrong = []
     for i in range(300):
-        got = await durable.handoffs[0].on_invoke_handoff(None, json.dumps({"lang": str(i)}))
+        got = await built.on_invoke_handoff(None, json.dumps({"lang": str(i)}))
         if got.name != f"agent-{i}":
             wrong.append((i, got.name))
     assert wrong == [], f"{len(wrong)} handoffs got another agent, e.g. {wrong[:3]}"
@@ -239,7 +240,7 @@ class AuditedStart(RunHooks[Any]):
         self.ctx = ctx
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        call_id = context.tool_call_id
+        call_id: str = context.tool_call_id
 
         def audit() -> str:
             AUDITS.append(call_id)
@@ -393,12 +394,15 @@ def _refused_kinds() -> list[tuple[Any, str]]:
     async def custom(_ctx: Any, _input: str) -> str:
         return ""
 
+    async def shell(_request: Any) -> str:
+        return ""
+
     mcp: Any = {"type": "mcp", "server_label": "docs", "server_url": "http://mcp.invalid"}
     return [
         (ComputerTool(computer=Editor()), "a ComputerTool, which runs local code"),
-        (LocalShellTool(executor=custom), "a LocalShellTool, which runs local code"),
+        (LocalShellTool(executor=shell), "a LocalShellTool, which runs local code"),
         (
-            ShellTool(executor=custom, environment={"type": "local"}),
+            ShellTool(executor=shell, environment={"type": "local"}),
             "a ShellTool with a local environment",
         ),
         (ApplyPatchTool(editor=Editor()), "an ApplyPatchTool, which runs local code"),
@@ -507,3 +511,56 @@ async def test_a_dataclass_output_info_keeps_its_type_after_a_replay(engine: fus
     async with engine.worker(config=WorkerConfig(always_replay=True)):
         out = await (await engine.start("oa_review_flag", "flag", "hi")).result(timeout=30)
     assert out == ["Flag", "orders"]
+
+
+# -- 10. group_id and tracing: the run's ID, tracing off --------------------------------
+
+TRACES: list[str] = []
+
+
+@function_tool
+def probe() -> str:
+    """Probe the trace the tool runs in."""
+    from agents.tracing import get_current_trace
+
+    TRACES.append(type(get_current_trace()).__name__)
+    return "probed"
+
+
+@fusee.workflow("oa_review_grouped")
+async def grouped(ctx: fusee.Context, question: str) -> Any:
+    agent = Agent(name="support", tools=[probe])  # the SDK's default model, by name
+    result = await run(ctx, agent, question)
+    return result.final_output
+
+
+async def test_a_run_traces_nothing_and_keeps_the_sdks_prompt_cache_key(
+    engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tracing is off in a durable run (the tool runs in a no-op trace), and the
+    durable model answers the SDK's question whether to send its ``prompt_cache_key``
+    (derived from ``RunConfig.group_id``, the run's ID) as the wrapped model does: for
+    an official OpenAI endpoint yes (it was never sent under fusee before), for the
+    fake server no (so that key cannot be seen offline)."""
+    from agents import OpenAIResponsesModel
+    from openai import AsyncOpenAI
+
+    from fusee.ai.openai import DurableModel
+    from tests.fakes.agents_server import AgentsFake
+    from tests.fakes.openai_server import Reply
+
+    TRACES.clear()
+    script = [Reply(tool_calls=[("p1", "probe", "{}")]), Reply("done")]
+    with AgentsFake(script) as fake:
+        monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "test")
+        async with engine.worker(config=WorkerConfig(always_replay=True)):
+            out = await (await engine.start("oa_review_grouped", "grouped", "hi")).result(
+                timeout=30
+            )
+        assert out == "done"
+        local = OpenAIResponsesModel("gpt-5", AsyncOpenAI(base_url=fake.base_url))
+        assert DurableModel(local)._supports_default_prompt_cache_key() is False
+    assert TRACES == ["NoOpTrace"]
+    official = OpenAIResponsesModel("gpt-5", AsyncOpenAI(base_url="https://api.openai.com/v1"))
+    assert DurableModel(official)._supports_default_prompt_cache_key() is True

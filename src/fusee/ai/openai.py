@@ -341,6 +341,13 @@ class DurableModel(Model):
     def get_retry_advice(self, request: Any) -> Any:
         return self.inner.get_retry_advice(request)
 
+    def _supports_default_prompt_cache_key(self) -> bool:
+        """The SDK's (duck-typed) question whether to send its ``prompt_cache_key``
+        (derived from ``group_id``): the wrapped model's answer, so the run's requests
+        share the key its ID gives them."""
+        supports = getattr(self.inner, "_supports_default_prompt_cache_key", None)
+        return bool(supports()) if callable(supports) else False
+
     async def close(self) -> None:
         if isinstance(self._inner, Model):
             await self._inner.close()
