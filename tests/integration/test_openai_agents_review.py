@@ -564,3 +564,53 @@ async def test_a_run_traces_nothing_and_keeps_the_sdks_prompt_cache_key(
     assert TRACES == ["NoOpTrace"]
     official = OpenAIResponsesModel("gpt-5", AsyncOpenAI(base_url="https://api.openai.com/v1"))
     assert DurableModel(official)._supports_default_prompt_cache_key() is True
+
+
+# -- 11. the approvals of one interruption are asked at once -------------------------
+
+ASKED: dict[str, str] = {}
+
+
+@fusee.workflow("oa_review_approvals")
+async def approvals(ctx: fusee.Context, question: str) -> Any:
+    def ask(cb: Any, item: Any) -> None:
+        ASKED[item.raw_item.call_id] = cb.token
+
+    result = await run(ctx, AGENTS[ctx.run_id], question, approve=ask)
+    return [result.final_output, sorted(outputs(result).values())]
+
+
+async def test_two_calls_that_need_approval_are_asked_at_once(engine: fusee.Engine) -> None:
+    """Two calls of one response need approval: both completions' URLs go out before
+    anyone answers (``ctx.all``), and each answer reaches its own call."""
+
+    @function_tool(needs_approval=True)
+    def wire(amount: int) -> str:
+        """Wire money."""
+        EFFECTS.append(f"wire:{amount}")
+        return f"wired {amount}"
+
+    EFFECTS.clear()
+    ASKED.clear()
+    AGENTS["approvals"] = Agent(
+        name="treasurer",
+        tools=[wire],
+        model=ScriptedModel(
+            [
+                [
+                    function_call("wire", {"amount": 7}, call_id="w1"),
+                    function_call("wire", {"amount": 8}, call_id="w2"),
+                ],
+                [assistant_message("done")],
+            ]
+        ),
+    )
+    async with engine.worker():
+        run_ = await engine.start("oa_review_approvals", "approvals", "wire 7 and 8")
+        await wait_until(lambda: len(ASKED) == 2 or None, timeout=20, what="both asks")
+        assert await engine.complete(ASKED["w2"], {"approved": False, "reason": "no"})
+        assert await engine.complete(ASKED["w1"], True)
+        final, tools = await run_.result(timeout=30)
+    assert final == "done"
+    assert EFFECTS == ["wire:7"]
+    assert tools == ["the call was not approved, so it did not run: no", "wired 7"]

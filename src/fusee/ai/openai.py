@@ -817,8 +817,13 @@ async def _run(
                     f"approve=lambda cb: notify(cb.url))"
                 )
             state = result.to_state()
-            for item in result.interruptions:
-                await decide(ctx, state, item, approve, approve_timeout)
+            # asked all at once: a person answering the second need not wait for the first
+            await ctx.all(
+                [
+                    decide(ctx, state, item, approve, approve_timeout)
+                    for item in result.interruptions
+                ]
+            )
             try:
                 result = await Runner.run(durable, state, **kwargs)
             finally:
