@@ -87,3 +87,59 @@ async def test_sigkill_during_the_second_turns_tool_calls(
         assert len(set(chosen)) > 1, chosen
     finally:
         await engine.close()
+
+
+MODEL_POINTS = tuple(
+    f"model:{turn}:{where}" for turn in (1, 2, 3) for where in ("start", "answered", "end")
+)
+
+
+async def test_sigkill_around_and_inside_the_model_steps_on_the_responses_api(
+    nats_server: Any, namespace: str, tmp_path: Path, worker_procs: Any
+) -> None:
+    """A kill before a model step, inside it (the server's answer read, not committed:
+    the one request asked again), and after its commit before the turn's tools (turns
+    1, 2 and 3), on the Responses API: every run ends right, only a cut model step is
+    asked again, every tool call runs once."""
+    seed = int(os.environ.get("FUSEE_CHAOS_SEED") or 13)
+    print(f"FUSEE_CHAOS_SEED={seed}")
+    points = list(MODEL_POINTS)
+    random.Random(seed).shuffle(points)
+    engine = await fusee.connect(nats_server.url, namespace=namespace, partitions=4)
+    try:
+        workers = worker_procs(partitions=4)
+        workers.module = MODULE
+        live: list[WorkerProc] = [await workers.start(), await workers.start()]
+        for i, point in enumerate(points):
+            here = tmp_path / f"m{i}"
+            here.mkdir()
+            context = f"seed {seed}, kill {i + 1} at {point}"
+            with AgentsFake(SCRIPT) as fake:
+                arg = agent_arg(here, fake, "responses", kill_at=point)
+                run = await engine.start("oa-support", f"model-chaos-{i}", arg)
+
+                def dead() -> list[WorkerProc]:
+                    return [w for w in live if not w.alive]
+
+                killed = await wait_until(dead, timeout=30, what=f"the kill ({context})")
+                assert Path(arg["killed"]).read_text().split()[0] == point, context
+                for w in killed:
+                    assert w.proc.returncode == -9, context
+                    live.remove(w)
+                live.append(workers.spawn())
+                assert await run.result(timeout=30) == FINAL, context
+                turn, where = int(point.split(":")[1]), point.split(":")[2]
+                # a journaled response is never asked for again; a cut one once more
+                again = [turn - 1] if where == "answered" else []
+                assert fake.turns() == sorted([0, 1, 2, *again]), context
+            ran = collections.Counter(
+                (what, key.partition("-")[2])
+                for what, key, _ in execution_lines(Path(arg["effects"]))
+            )
+            assert ran == {
+                ("lookup:o-1", "c1"): 1,
+                ("refund", "c2"): 1,
+                ("lookup:o-2", "c3"): 1,
+            }, (context, ran)
+    finally:
+        await engine.close()

@@ -110,8 +110,9 @@ async def test_model_calls_and_tools_are_steps_and_parallel_calls_keep_their_pos
         "tool:lookup_order",
         "model",
     ]
-    assert steps[3][1] == "refunded 3 on o-1"
-    assert steps[4][1] == "o-2: shipped"
+    # each tool step journals its call's ID beside its result (a replay checks it)
+    assert steps[3][1] == {"call_id": "c2", "output": "refunded 3 on o-1"}
+    assert steps[4][1] == {"call_id": "c3", "output": "o-2: shipped"}
     # refund's step ended after the lookup's beside it: positions are the model's order
     ended = [r.name for _, r in await run_.journal() if isinstance(r, StepCompleted)]
     assert ended[3:5] == ["tool:lookup_order", "tool:refund"]
@@ -328,7 +329,7 @@ async def test_tool_use_behaviour_and_an_agent_as_a_tool(engine: fusee.Engine) -
     assert [n for n, _ in await completed(engine, "t1")] == ["model", "tool:lookup_order"]
     assert await completed(engine, "t2") == [
         ("model", (await completed(engine, "t2"))[0][1]),
-        ("tool:ask_expert", "o-7 is late"),
+        ("tool:ask_expert", {"call_id": "e1", "output": "o-7 is late"}),
         ("model", (await completed(engine, "t2"))[2][1]),
     ]
     assert (len(stop_model.calls), len(expert_model.calls), len(outer_model.calls)) == (1, 1, 2)

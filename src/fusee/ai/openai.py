@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import inspect
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, cast
+
+import anyio
 
 try:
     from agents import (
@@ -53,7 +56,9 @@ try:
     from agents import (
         tool as agents_tool,
     )
+    from agents.exceptions import ToolTimeoutError
     from agents.items import ModelResponse, TResponseStreamEvent
+    from agents.models import _openai_shared as openai_defaults
     from pydantic import TypeAdapter
     from pydantic_core import to_jsonable_python
 except ImportError as e:  # pragma: no cover - the extra is missing
@@ -66,7 +71,8 @@ from fusee.actors.context import Context, concurrent_calls
 from fusee.actors.steps import StepInfo, in_step
 from fusee.ai._agents_approval import decide
 from fusee.ai._agents_stream import streamed_events
-from fusee.errors import ConfigError
+from fusee.ai._agents_turns import Turnstile
+from fusee.errors import ConfigError, DeterminismError
 
 __all__ = ("run", "run_streamed", "durable_agent", "bind", "idempotency_key", "REFUSED_TOOLS")
 
@@ -110,6 +116,21 @@ class _Bound:
 
     ctx: Context
     streams: Iterator[int]  # the next streamed model step's number
+    # the last model response's function calls: their steps take positions in its order
+    turn: Turnstile = field(default_factory=Turnstile)
+    # held from a model response to the next model call (the SDK's tool phase, whose
+    # hooks, tools and guardrails run as tasks of its own): commits take turns
+    _hold: contextlib.ExitStack | None = None
+
+    def hold(self) -> None:
+        if self._hold is None:
+            self._hold = contextlib.ExitStack()
+            self._hold.enter_context(concurrent_calls(self.ctx))
+
+    def release(self) -> None:
+        if self._hold is not None:
+            hold, self._hold = self._hold, None
+            hold.close()
 
 
 # A run's stream numbers, per context (one activation's code, replayed from the start).
@@ -138,10 +159,12 @@ def bind(ctx: Context) -> Iterator[None]:
     streams = _STREAMS.get(ctx)
     if streams is None:
         streams = _STREAMS[ctx] = _counter()
-    token = _BOUND.set(_Bound(ctx, streams))
+    bound = _Bound(ctx, streams)
+    token = _BOUND.set(bound)
     try:
         yield
     finally:
+        bound.release()
         _BOUND.reset(token)
 
 
@@ -217,13 +240,49 @@ def _tool_options(options: Any) -> Callable[[str], dict[str, Any] | None]:
 # -- the model ------------------------------------------------------------------------
 
 
-def _default_model(name: str | None) -> Model:
-    """A model given by name, from the SDK's default provider with an OpenAI client
-    whose own retries are off: the step's policy retries, with durable waits (the
-    client's would wait inside one attempt)."""
+def _default_client() -> Any:
+    """The SDK's default provider with an OpenAI client whose own retries are off: the
+    step's policy retries, with durable waits (the client's would wait inside one
+    attempt). The client is the SDK's default one (``set_default_openai_client``) or
+    the one its default key or the environment (``OPENAI_API_KEY``,
+    ``OPENAI_BASE_URL``) gives."""
     from openai import AsyncOpenAI
 
-    return MultiProvider(openai_client=AsyncOpenAI(max_retries=0)).get_model(name)
+    client = openai_defaults.get_default_openai_client()
+    if client is not None:
+        client = client.with_options(max_retries=0)
+    else:
+        client = AsyncOpenAI(api_key=openai_defaults.get_default_openai_key(), max_retries=0)
+    return client
+
+
+def _default_model(name: str | None) -> Model:
+    """A model given by name, from the SDK's default provider over :func:`_default_client`."""
+    return MultiProvider(openai_client=_default_client()).get_model(name)
+
+
+def _function_calls(items: Any) -> list[tuple[str, str]]:
+    """The (tool name, call ID) of each function call in a response's output items."""
+    calls = []
+    for item in items or ():
+        get = item.get if isinstance(item, Mapping) else lambda k, i=item: getattr(i, k, None)
+        if get("type") == "function_call" and get("call_id"):
+            calls.append((str(get("name")), str(get("call_id"))))
+    return calls
+
+
+def _in_turn(tools: Any) -> set[str]:
+    """The names of the tools whose calls take their steps in the response's order:
+    durable function tools the SDK calls at once (no approval, no tool input
+    guardrail: a call the SDK skips would hold the later ones up)."""
+    return {
+        t.name
+        for t in tools or ()
+        if isinstance(t, FunctionTool)
+        and isinstance(t.on_invoke_tool, _DurableInvoker)
+        and t.needs_approval is False
+        and not t.tool_input_guardrails
+    }
 
 
 class DurableModel(Model):
@@ -249,7 +308,9 @@ class DurableModel(Model):
             response = await self.inner.get_response(*args, **kwargs)
             return _MODEL_RESPONSE.dump_python(response, mode="json", by_alias=True)
 
+        bound.release()  # the tool phase before it has ended
         payload = await bound.ctx.step("model", call, **self._options)
+        _start_tools(bound, payload.get("output"), _tools_of(args, kwargs))
         return _MODEL_RESPONSE.validate_python(payload)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[TResponseStreamEvent]:
@@ -264,34 +325,74 @@ class DurableModel(Model):
                 yield event
             return
         name = f"model-{next(bound.streams)}"
+        bound.release()
         payload = await streamed_events(
             bound.ctx, name, lambda: self.inner.stream_response(*args, **kwargs), self._options
         )
+        output = [
+            e["item"]
+            for e in payload
+            if isinstance(e, Mapping) and e.get("type") == "response.output_item.done"
+        ]
+        _start_tools(bound, output, _tools_of(args, kwargs))
         for event in _EVENTS.validate_python(payload):
             yield event
 
     def get_retry_advice(self, request: Any) -> Any:
         return self.inner.get_retry_advice(request)
 
+    def _supports_default_prompt_cache_key(self) -> bool:
+        """The SDK's (duck-typed) question whether to send its ``prompt_cache_key``
+        (derived from ``group_id``): the wrapped model's answer, so the run's requests
+        share the key its ID gives them."""
+        supports = getattr(self.inner, "_supports_default_prompt_cache_key", None)
+        return bool(supports()) if callable(supports) else False
+
     async def close(self) -> None:
         if isinstance(self._inner, Model):
             await self._inner.close()
 
 
-class _DurableProvider(ModelProvider):
-    """The run's provider with each model it gives made durable."""
+def _tools_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``tools``, the fourth argument of ``Model.get_response`` / ``stream_response``."""
+    return kwargs["tools"] if "tools" in kwargs else (args[3] if len(args) > 3 else ())
 
-    def __init__(self, inner: ModelProvider, options: Mapping[str, Any] | None) -> None:
+
+def _start_tools(bound: _Bound, output: Any, tools: Any) -> None:
+    """A model response came: its tool phase begins (commits take turns until the
+    next model call), and its function calls take their steps in its order."""
+    names = _in_turn(tools)
+    bound.turn.reset([cid for name, cid in _function_calls(output) if name in names])
+    bound.hold()
+
+
+class _DurableProvider(ModelProvider):
+    """The run's provider with each model it gives made durable (the default one,
+    made when a model is first asked for, has its client's retries off)."""
+
+    def __init__(self, inner: ModelProvider | None, options: Mapping[str, Any] | None) -> None:
         self._inner = inner
         self._options = options
+        self._client: Any = None  # the default provider's client, made (and closed) here
 
     def get_model(self, model_name: str | None) -> Model:
+        if self._inner is None:
+            self._client = _default_client()
+            self._inner = MultiProvider(openai_client=self._client)
         return DurableModel(self._inner.get_model(model_name), self._options)
 
     async def aclose(self) -> None:
         close = getattr(self._inner, "aclose", None)
         if close is not None:
             await close()
+        await self.close_own()
+
+    async def close_own(self) -> None:
+        """Close the default provider's client, if this made one (a provider of the
+        caller's stays open: it is theirs)."""
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()
 
 
 # -- tools, guardrails, handoffs --------------------------------------------------------
@@ -302,7 +403,11 @@ def _jsonable(value: Any) -> Any:
 
 
 class _DurableInvoker:
-    """A function tool's ``on_invoke_tool`` as the step ``tool:<name>``.
+    """A function tool's ``on_invoke_tool`` as the step ``tool:<name>``, which
+    journals the call's ID beside its result (a replay that hands the step to another
+    call raises :class:`DeterminismError`, never a wrong result). The tool's
+    ``timeout_seconds`` is enforced inside the step, so a call the SDK timed out is
+    journaled with the SDK's timeout result and does not run again.
 
     Attribute reads go to the SDK's invoker (approvals and introspection read
     ``prepare_arguments`` and ``_get_wrapped_callable``), but not dunders: the
@@ -313,6 +418,9 @@ class _DurableInvoker:
         self._inner = tool.on_invoke_tool
         self._name = tool.name
         self._options = options
+        self._timeout = tool.timeout_seconds
+        self._on_timeout = tool.timeout_behavior
+        self._timeout_error = tool.timeout_error_function
         if getattr(self._inner, "__agents_sync_function_tool__", False):
             self.__agents_sync_function_tool__ = True
 
@@ -321,22 +429,97 @@ class _DurableInvoker:
             raise AttributeError(item)
         return getattr(self._inner, item)
 
+    async def _invoke(self, tool_context: Any, arguments: str) -> dict[str, Any]:
+        """The call, and the SDK's result of a timeout (``timed_out``: raise it)."""
+        if self._timeout is None:
+            return {"output": _jsonable(await self._inner(tool_context, arguments))}
+        out: Any = None
+        with anyio.move_on_after(self._timeout) as scope:
+            out = await self._inner(tool_context, arguments)
+        if scope.cancelled_caught:
+            if self._on_timeout == "raise_exception":
+                return {"timed_out": True}
+            error = ToolTimeoutError(tool_name=self._name, timeout_seconds=self._timeout)
+            if self._timeout_error is None:
+                out = f"Tool '{self._name}' timed out after {self._timeout:g} seconds."
+            else:
+                out = self._timeout_error(tool_context, error)
+                if inspect.isawaitable(out):
+                    out = await out
+        return {"output": _jsonable(out)}
+
     async def __call__(self, tool_context: Any, arguments: str) -> Any:
         bound = _active()
         if bound is None:
-            return await self._inner(tool_context, arguments)
+            if self._timeout is None:
+                return await self._inner(tool_context, arguments)
+            payload = await self._invoke(tool_context, arguments)
+        else:
+            payload = await self._step(bound, tool_context, arguments)
+        if payload.get("timed_out"):
+            assert self._timeout is not None
+            raise ToolTimeoutError(tool_name=self._name, timeout_seconds=self._timeout)
+        return payload["output"]
+
+    async def _step(self, bound: _Bound, tool_context: Any, arguments: str) -> dict[str, Any]:
         call_id = tool_context.tool_call_id
+        name = f"tool:{self._name}"
 
         async def call(s: StepInfo) -> Any:
             token = _TOOL_KEY.set(f"{s.key}-{call_id}")
             try:
-                return _jsonable(await self._inner(tool_context, arguments))
+                return {"call_id": call_id, **await self._invoke(tool_context, arguments)}
             finally:
                 _TOOL_KEY.reset(token)
 
+        await bound.turn.enter(call_id)  # the response's earlier calls go first
         # the SDK runs a turn's calls as tasks of its own: their commits take turns
         with concurrent_calls(bound.ctx):
-            return await bound.ctx.step(f"tool:{self._name}", call, **self._options)
+            payload = await bound.ctx.step(name, call, **self._options)
+        if not isinstance(payload, Mapping) or payload.get("call_id") != call_id:
+            journaled = payload.get("call_id") if isinstance(payload, Mapping) else payload
+            raise DeterminismError(
+                f"run {bound.ctx.run_id!r}: the journaled step {name!r} is the result of "
+                f"the tool call {journaled!r}, but the call {call_id!r} now takes its "
+                f"position; the agent's code or its tool calls changed while the run was "
+                f"in flight"
+            )
+        return dict(payload)
+
+
+def _type_of(info: Any) -> dict[str, str]:
+    """``{"type": "module:QualName"}`` for an ``output_info`` a pydantic model or a
+    dataclass (rebuilt from its JSON on the way back), else nothing (JSON as is)."""
+    cls = type(info)
+    is_model = hasattr(cls, "model_validate") and hasattr(cls, "model_fields")
+    if not (is_model or (dataclasses.is_dataclass(info) and not isinstance(info, type))):
+        return {}
+    return {"type": f"{cls.__module__}:{cls.__qualname__}"}
+
+
+def _rebuilt(payload: Mapping[str, Any]) -> Any:
+    """A guardrail's journaled ``output_info``, of its type again when it had one.
+
+    Raises:
+        ConfigError: the type is not importable by its qualified name (a class made
+            inside a function): its JSON could not be read back the same way.
+    """
+    info = payload["info"]
+    name = payload.get("type")
+    if name is None:
+        return info
+    module, _, qualname = name.partition(":")
+    try:
+        cls: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(
+            f"fusee.ai.openai: a guardrail's output_info is a {name}, which cannot be "
+            f"imported by its qualified name to rebuild it from the journal (define the "
+            f"class at a module's top level)"
+        ) from e
+    return TypeAdapter(cls).validate_python(info)
 
 
 def _durable_guardrail(guardrail: Any) -> Any:
@@ -349,7 +532,12 @@ def _durable_guardrail(guardrail: Any) -> Any:
             out = fn(context, agent, value)
             if inspect.isawaitable(out):
                 out = await out
-            return {"info": _jsonable(out.output_info), "tripped": out.tripwire_triggered}
+            info = out.output_info
+            return {
+                "info": _jsonable(info),
+                "tripped": out.tripwire_triggered,
+                **_type_of(info),
+            }
 
         bound = _active()
         if bound is None:
@@ -359,7 +547,7 @@ def _durable_guardrail(guardrail: Any) -> Any:
         with concurrent_calls(bound.ctx):  # output guardrails run at once, as tasks
             payload = await bound.ctx.step(f"guardrail:{name}", call)
         return GuardrailFunctionOutput(
-            output_info=payload["info"], tripwire_triggered=payload["tripped"]
+            output_info=_rebuilt(payload), tripwire_triggered=payload["tripped"]
         )
 
     changes: dict[str, Any] = {"guardrail_function": checked, "name": name}
@@ -384,7 +572,8 @@ def _refusal(agent: Agent[Any], tool: Any) -> str | None:
         if environment.get("type") != "local":
             return None  # a hosted container: the provider runs it
         return "a ShellTool with a local environment, which runs commands outside any step"
-    return f"a {kind}, which runs local code outside any step"
+    article = "an" if kind[:1].lower() in "aeiou" else "a"
+    return f"{article} {kind}, which runs local code outside any step"
 
 
 @dataclass
@@ -394,20 +583,21 @@ class _Maker:
     model_options: Mapping[str, Any] | None
     tool_options: Callable[[str], dict[str, Any] | None]
     resolve_names: bool  # durable_agent alone: a model name goes to the default provider
-    seen: dict[int, Agent[Any]] = field(default_factory=dict)
+    # id(original) -> (original, clone): the original is kept, so its id is not reused
+    seen: dict[int, tuple[Agent[Any], Agent[Any]]] = field(default_factory=dict)
 
     def agent(self, agent: Agent[Any]) -> Agent[Any]:
         if not isinstance(agent, Agent):
             raise ConfigError(f"fusee.ai.openai: {agent!r} is not an agents.Agent")
         made = self.seen.get(id(agent))
-        if made is not None:
-            return made
+        if made is not None and made[0] is agent:
+            return made[1]
         _check(agent)
         model = agent.model
         if isinstance(model, Model) or self.resolve_names:
             model = DurableModel(model, self.model_options)
         clone = agent.clone(model=model)
-        self.seen[id(agent)] = clone
+        self.seen[id(agent)] = (agent, clone)
         clone.tools = [self._tool(t) for t in agent.tools]
         clone.handoffs = [self._handoff(h) for h in agent.handoffs]
         clone.input_guardrails = [_durable_guardrail(g) for g in agent.input_guardrails]
@@ -420,7 +610,9 @@ class _Maker:
         options = self.tool_options(tool.name)
         if options is None:
             return tool
-        return dataclasses.replace(tool, on_invoke_tool=_DurableInvoker(tool, options))
+        invoker = _DurableInvoker(tool, options)
+        # the timeout is the invoker's, inside the step (the SDK's would be around it)
+        return dataclasses.replace(tool, on_invoke_tool=invoker, timeout_seconds=None)
 
     def _handoff(self, handoff: Agent[Any] | Handoff[Any, Any]) -> Any:
         if isinstance(handoff, Agent):
@@ -428,9 +620,30 @@ class _Maker:
         invoke = handoff.on_invoke_handoff
 
         async def durable_target(context: Any, arguments: str) -> Any:
-            return self.agent(await invoke(context, arguments))
+            # an agent built per call is made durable by a maker of its own (the
+            # agents made up front are shared, for cycles): kept, they would pile up
+            maker = dataclasses.replace(self, seen=dict(self.seen))
+            return maker.agent(await invoke(context, arguments))
 
         return dataclasses.replace(handoff, on_invoke_handoff=durable_target)
+
+
+def _nested_approvals(tool: Any, seen: set[int] | None = None) -> list[str]:
+    """The tools with ``needs_approval`` that ``tool`` (an agent run as a tool, made
+    by ``Agent.as_tool``) runs, at any depth."""
+    nested = getattr(tool, "_agent_instance", None)  # set by Agent.as_tool (SDK 0.24)
+    if not isinstance(tool, FunctionTool) or not isinstance(nested, Agent):
+        return []
+    seen = set() if seen is None else seen
+    if id(nested) in seen:
+        return []
+    seen.add(id(nested))
+    asking = []
+    for inner in nested.tools:
+        if isinstance(inner, FunctionTool) and inner.needs_approval is not False:
+            asking.append(inner.name)
+        asking += _nested_approvals(inner, seen)
+    return asking
 
 
 def _check(agent: Agent[Any]) -> None:
@@ -441,6 +654,14 @@ def _check(agent: Agent[Any]) -> None:
     """
     where = f"agent {agent.name!r}"
     for tool in agent.tools:
+        asking = _nested_approvals(tool)
+        if asking:
+            raise ConfigError(
+                f"{where}: tool {tool.name!r} runs an agent whose tool(s) {asking} need "
+                f"approval; the agent tool is one step, which cannot journal the nested "
+                f"run's interruption (give the tool to {agent.name!r}, or hand off to the "
+                f"agent instead)"
+            )
         why = _refusal(agent, tool)
         if why is not None:
             raise ConfigError(
@@ -500,6 +721,10 @@ def _prepare(
         )
     durable = _Maker(model_options, _tool_options(tool_options), resolve_names=False).agent(agent)
     config = runner_kwargs.pop("run_config", None)
+    # the SDK's default provider is made here, with its client's retries off
+    default_provider = config is None or (
+        isinstance(config, Mapping) and "model_provider" not in config
+    )
     if config is None:
         # Traces of a replay would be exported again, with new IDs: off unless asked for.
         config = RunConfig(tracing_disabled=True)
@@ -514,7 +739,9 @@ def _prepare(
     config = dataclasses.replace(
         config,
         model=DurableModel(model, model_options) if isinstance(model, Model) else model,
-        model_provider=_DurableProvider(config.model_provider, model_options),
+        model_provider=_DurableProvider(
+            None if default_provider else config.model_provider, model_options
+        ),
         group_id=config.group_id or ctx.run_id,  # a stable prompt-cache key
     )
     return durable, {**runner_kwargs, "run_config": config}
@@ -551,13 +778,56 @@ async def run(
         ``result = await run(ctx, agent, question, model_options={"retry": fusee.Retry(on_exhausted="pause")})``
     """
     durable, kwargs = _prepare(ctx, agent, model_options, tool_options, runner_kwargs)
+    try:
+        return await _run(ctx, durable, input, kwargs, approve, approve_timeout)
+    except Exception as e:
+        # the SDK wraps a tool's error in its own (UserError): a mismatch with the
+        # journal stays one, so the run pauses on it as on any other
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, DeterminismError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None or cause is e:
+            raise
+        raise cause from e
+    finally:
+        await kwargs["run_config"].model_provider.close_own()
+
+
+async def _run(
+    ctx: Context,
+    durable: Agent[Any],
+    input: Any,  # noqa: A002 - Runner.run's name
+    kwargs: dict[str, Any],
+    approve: Callable[..., Any] | None,
+    approve_timeout: str | float | None,
+) -> RunResult:
     with bind(ctx):
-        result = await Runner.run(durable, input, **kwargs)
+        bound = _BOUND.get()
+        assert bound is not None
+        try:
+            result = await Runner.run(durable, input, **kwargs)
+        finally:
+            bound.release()  # the last tool phase (or guardrails) has ended
         while result.interruptions:
+            if approve is None:
+                names = sorted({item.tool_name or "?" for item in result.interruptions})
+                raise ConfigError(
+                    f"fusee.ai.openai.run: tool(s) {names} need approval, but run() has no "
+                    f"approve= to put the completion's URL in front of someone (pass "
+                    f"approve=lambda cb: notify(cb.url))"
+                )
             state = result.to_state()
-            for item in result.interruptions:
-                await decide(ctx, state, item, approve, approve_timeout)
-            result = await Runner.run(durable, state, **kwargs)
+            # asked all at once: a person answering the second need not wait for the first
+            await ctx.all(
+                [
+                    decide(ctx, state, item, approve, approve_timeout)
+                    for item in result.interruptions
+                ]
+            )
+            try:
+                result = await Runner.run(durable, state, **kwargs)
+            finally:
+                bound.release()
     return result
 
 
@@ -582,4 +852,10 @@ def run_streamed(
     """
     durable, kwargs = _prepare(ctx, agent, model_options, tool_options, runner_kwargs)
     with bind(ctx):  # the runner's task copies the context as it is made
-        return Runner.run_streamed(durable, input, **kwargs)
+        bound = _BOUND.get()
+        assert bound is not None
+        result = Runner.run_streamed(durable, input, **kwargs)
+    task = result.run_loop_task
+    if task is not None:  # (the default provider's client is left to the collector)
+        task.add_done_callback(lambda _: bound.release())
+    return result
