@@ -172,6 +172,28 @@ async def execute(
     # A run that is being cancelled (its scope was cancelled before the workflow got
     # here, or it is replayed to find its compensations) runs nothing new.
     await anyio.lowlevel.checkpoint_if_cancelled()
+    host.steps_in_flight += 1
+    try:
+        return await _attempts(
+            host, replayer, name, fn, decision, policy, limit, type_, permits, pause=pause
+        )
+    finally:
+        host.steps_in_flight -= 1
+
+
+async def _attempts(
+    host: ActorHost,
+    replayer: Replayer,
+    name: str,
+    fn: Callable[..., Any],
+    decision: Execute,
+    policy: Retry,
+    limit: float | None,
+    type_: Any,
+    permits: tuple[str, str] | None,
+    *,
+    pause: bool,
+) -> Any:
     await host.before_step()
     key = step_key(host, replayer, decision.pos)
     attempt, base = decision.attempt, decision.base  # base: earlier budgets' failures
@@ -273,7 +295,7 @@ async def execute(
                     error=f"{etype}: {message}",
                     retry_in=format_duration(wait),
                 )
-                await host.maybe_evict()
+                await host.maybe_evict(in_step=True)
                 await anyio.sleep(wait)
                 attempt += 1
                 continue
@@ -305,7 +327,7 @@ async def execute(
                 )
                 break
             log.info("step.completed", attempt=attempt, duration_ms=elapsed_ms)
-            await host.maybe_evict()
+            await host.maybe_evict(in_step=True)
             return decode_value(data, type_)
     finally:
         structlog.contextvars.reset_contextvars(**bound)
