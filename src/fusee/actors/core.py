@@ -350,8 +350,10 @@ class ActorCore:
                         await changed.wait()
 
     def _may_park(self, *, idle: bool = True) -> bool:
-        # a step of another task runs: the run stays in memory (see may_park)
-        return may_park(idle=idle) and not self.steps_in_flight
+        # a step of another task runs: the run stays in memory (as may_park keeps it for
+        # a ctx.all branch's, which decides alone inside a combinator: a sibling waiting
+        # for a permit is idle)
+        return may_park(idle=idle) and (self.combinators > 0 or not self.steps_in_flight)
 
     def _may_ride(self, done: WaitDone) -> bool:
         """Whether ``done`` may wait for the next record instead of its own: a wait that
@@ -427,7 +429,7 @@ class ActorCore:
                 version, idle_since = view.version, self.clock()
             left = idle_since + self.park_after - self.clock()
             if left <= 0:
-                if may_park() and self.steps_in_flight <= 1:  # (this step's own)
+                if may_park() and (self.combinators > 0 or self.steps_in_flight <= 1):
                     # what came after this was read is looked at again by whoever parks
                     # it (read here, not after the awaits below: a grant pushed while
                     # they ran was neither taken nor read again, and the run waited for
