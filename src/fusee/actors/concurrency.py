@@ -90,6 +90,7 @@ def lane_of(lanes: Lanes) -> int:
         return ROOT  # (no root was entered: one task runs the code)
     if in_branch():
         return lane.lane
+    # (1.5 µs a call: asyncio.current_task() is cheaper, but actors/ stay off asyncio)
     task = anyio.get_current_task().id
     if lane.task == task:
         return lane.lane
