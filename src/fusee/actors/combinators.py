@@ -23,7 +23,7 @@ from fusee.runtime.records import CallCancelled
 from fusee.runtime.settle import BranchState, Ended, Settle, positions
 from fusee.runtime.settle import may_park as settle_may_park
 
-__all__ = ("Branch", "combine", "took_position", "may_park")
+__all__ = ("Branch", "combine", "took_position", "may_park", "in_branch")
 
 log = get_logger()
 
@@ -194,6 +194,11 @@ def took_position(pos: int, call: str, name: str) -> None:
         raise FuseeError(_SEALED.format(what=f"{call} {name!r}", location=f"position {pos}"))
     branch.positions.append((pos, call, name))
     branch.ready.set()
+
+
+def in_branch() -> bool:
+    """Whether the task calling is a branch of ``ctx.all`` / ``ctx.race``."""
+    return _BRANCH.get() is not None
 
 
 def may_park(*, idle: bool = True) -> bool:

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from fusee.actors.children import run_child
 from fusee.actors.combinators import combine, took_position
+from fusee.actors.concurrency import enter_root, lane_of
 from fusee.actors.host import ActorHost
 from fusee.actors.ports import TokenSink, TokenWriterPort
 from fusee.actors.steps import (
@@ -50,6 +51,7 @@ from fusee.runtime.completions import Completion
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import Replayed, ReplayedFailure, Replayer
 from fusee.runtime.ids import validate_id, validate_name
+from fusee.runtime.lanes import ROOT
 from fusee.runtime.objects import ReadOnlyState, StateView, check_run_id
 from fusee.runtime.records import RunContinued
 from fusee.runtime.retry import Retry
@@ -122,6 +124,10 @@ class Context:
         self._max_steps = max_steps
         self._new_steps: set[int] = set()  # positions first run in this activation
         replayer.on_position = took_position  # ctx.all / ctx.race track their branches
+        # calls from tasks the code starts itself are told apart (made in the task
+        # that runs the code: its root lane)
+        replayer.lane = lane_of
+        enter_root(replayer.lanes)
         self.run_id = host.run_id
         started = replayer.history.started
         assert started is not None
@@ -179,13 +185,10 @@ class Context:
         """
         location = _caller_location()
         seconds = parse_duration(duration, "the duration of ctx.sleep")
-        await wait(
-            self._host,
-            self._replayer,
-            validate_name(name, "sleep name"),
-            "sleep",
-            seconds,
-            location,
+        name = validate_name(name, "sleep name")
+        await self._in_lane(
+            f"sleep {name!r}",
+            wait(self._host, self._replayer, name, "sleep", seconds, location),
         )
 
     async def wait_for(
@@ -210,7 +213,10 @@ class Context:
         seconds = (
             parse_duration(timeout, "timeout of ctx.wait_for") if timeout is not None else None
         )
-        done = await wait(self._host, self._replayer, name, "signal", seconds, location)
+        done = await self._in_lane(
+            f"signal {name!r}",
+            wait(self._host, self._replayer, name, "signal", seconds, location),
+        )
         if done.timed_out:
             assert seconds is not None
             raise Timeout(f"no signal {name!r} within {format_duration(seconds)}")
@@ -247,7 +253,10 @@ class Context:
             if timeout is not None
             else None
         )
-        done = await wait_completion(self._host, self._replayer, name, ask, seconds, location)
+        done = await self._in_lane(
+            f"completion {name!r}",
+            wait_completion(self._host, self._replayer, name, ask, seconds, location),
+        )
         if done.timed_out:
             assert seconds is not None
             raise Timeout(f"no completion {name!r} within {format_duration(seconds)}")
@@ -292,9 +301,19 @@ class Context:
         data = canonical(
             arg, f"the input of child run {child_id!r}", limit=self._host.store.max_value
         )
-        return await run_child(
-            self._host, self._replayer, name, child_id, data, seconds, location, type
+        return await self._in_lane(
+            f"child {child_id!r}",
+            run_child(self._host, self._replayer, name, child_id, data, seconds, location, type),
         )
+
+    async def _in_lane(self, what: str, call: Awaitable[T]) -> T:
+        """Await ``call``, a wait or a child of the calling task: in a task the code
+        started itself, stopped if the code's execution ends first."""
+        if lane_of(self._replayer.lanes) == ROOT:
+            return await call
+        with self._host.stragglers.running(what):
+            return await call
+        raise AssertionError("unreachable")  # (running() raises when it stopped the call)
 
     def compensate(
         self,
@@ -543,9 +562,17 @@ class Context:
             raise StepFailedError(rec.name, rec.error_type, rec.message, rec.attempt)
         if self._max_steps is not None and decision.attempt == 1:
             self._check_budget(name, decision.pos, self._max_steps)
-        return await execute(
-            self._host, self._replayer, name, fn, decision, policy, deadline, type, permits
-        )
+        host = self._host
+        if self._replayer.last_lane == ROOT:
+            return await execute(
+                host, self._replayer, name, fn, decision, policy, deadline, type, permits
+            )
+        # a task the code started itself: stopped if the code's execution ends first
+        with host.stragglers.running(f"step {name!r}"):
+            return await execute(
+                host, self._replayer, name, fn, decision, policy, deadline, type, permits
+            )
+        raise AssertionError("unreachable")  # (running() raises when it stopped the step)
 
     def _check_budget(self, name: str, pos: int, budget: int) -> None:
         """A new step at ``pos`` is about to start: within the workflow's ``max_steps``?
@@ -586,13 +613,16 @@ class Context:
         Example:
             ``weather, flights = await ctx.all([ctx.step("tool:weather", w), ctx.step("tool:flights", f)])``
         """
-        branches = await combine(
-            self._host,
-            self._replayer,
-            aws,
-            race=False,
-            return_exceptions=return_exceptions,
-            location=_caller_location(),
+        branches = await self._in_lane(
+            "ctx.all",
+            combine(
+                self._host,
+                self._replayer,
+                aws,
+                race=False,
+                return_exceptions=return_exceptions,
+                location=_caller_location(),
+            ),
         )
         return [b.error if b.error is not None else b.value for b in branches]
 
@@ -608,13 +638,16 @@ class Context:
             ``answer = await ctx.race([ctx.step("model:fast", fast), ctx.step("model:large", large)])``
             ``reply = await ctx.race([ctx.step("llm", ask), ctx.sleep("30s")])  # a timeout``
         """
-        branches = await combine(
-            self._host,
-            self._replayer,
-            aws,
-            race=True,
-            return_exceptions=False,
-            location=_caller_location(),
+        branches = await self._in_lane(
+            "ctx.race",
+            combine(
+                self._host,
+                self._replayer,
+                aws,
+                race=True,
+                return_exceptions=False,
+                location=_caller_location(),
+            ),
         )
         winner = next(b for b in branches if b.won)
         return winner.value

@@ -24,6 +24,7 @@ from fusee.actors.combinators import may_park
 from fusee.actors.host import Stoppable
 from fusee.actors.outcomes import Outcome
 from fusee.actors.ports import NobodyListens, RunStore, Stored, TokenSink
+from fusee.actors.stragglers import Stragglers
 from fusee.errors import (
     CommitFailed,
     ConnectionLost,
@@ -144,10 +145,16 @@ class ActorCore:
         self.fence = 0
         self.writer = secrets.token_hex(6)
         self.commits = 0
-        # ctx.all / ctx.race commit from concurrent branches: one append at a time, each
-        # under the fence and the link the previous one left
+        # ctx.all / ctx.race branches, and tasks the code starts itself, commit
+        # concurrently: one append at a time, each under the fence and the link the
+        # previous one left
         self._commit_lock = anyio.Lock()
         self.combinators = 0  # ctx.all / ctx.race running: always_replay waits for their end
+        # steps running now (their attempt loops), of any task: the copy leaves memory
+        # only when one alone runs (its end evicts), and a wait parks only with none
+        self.steps_in_flight = 0
+        # the steps of tasks the code started itself (not ctx.all branches) running now
+        self.stragglers = Stragglers()
         self.running_steps: set[Stoppable] = set()  # the running steps' StepInfo
         self.workflow_scope: anyio.CancelScope | None = None  # the code running now
         # the driver's: what happens before a step's function first runs
@@ -196,21 +203,29 @@ class ActorCore:
         # Nothing more is journaled from code whose scope was cancelled (the run is
         # being cancelled, or replayed to find its compensations).
         await anyio.lowlevel.checkpoint_if_cancelled()
-        if not self.combinators:
-            # one task commits at a time: no lock, no shield (each costs a trip through
-            # the event loop on every step)
-            return await self._append(record, unlist)
-        async with self._commit_lock:
-            # shielded: a branch cancelled mid-append (a race's loser) still records what
-            # landed, so the next commit links to it under the right fence
+        lock = self._commit_lock
+        try:
+            lock.acquire_nowait()  # (free: no trip through the event loop)
+        except anyio.WouldBlock:
+            await lock.acquire()  # another task's commit is out: this one goes next
+        try:
+            if not self.combinators and not self.stragglers:
+                # one task commits: no shield (a trip through the event loop each step)
+                return await self._append(record, unlist)
+            # shielded: a branch cancelled mid-append (a race's loser, a task stopped)
+            # still records what landed, so the next commit links to it under the
+            # right fence
             with anyio.CancelScope(shield=True):
                 seq = await self._append(record, unlist)
+        finally:
+            lock.release()
         return seq
 
     async def _append(self, record: AnyRecord, unlist: str | None = None) -> int:
         prev, prev_hash = self.history.link()
         # what rides on whatever record comes next (ctx.now() values, an invocation)
         riders = self.history.take_riders()
+        record = self.history.stamp(record)  # (a call of a concurrent task: its `after`)
         record = msgspec.structs.replace(record, prev=prev, prev_hash=prev_hash, **riders)
         data = encode_record(record)
         # The ID names this writer too: when a reply is lost and the fence refuses the
@@ -295,7 +310,7 @@ class ActorCore:
                 consumed=history.consumed,
                 start=history.started_seq,
                 now=self.clock(),
-                may_park=may_park,
+                may_park=self._may_park,
             )
             if isinstance(cmd, Commit):
                 may_park(idle=False)  # busy again: a sibling branch must not park the run
@@ -333,6 +348,12 @@ class ActorCore:
                 if self.view.version == cmd.version:  # (else: read meanwhile, look again)
                     with anyio.move_on_after(max(0.0, cmd.until - self.clock())):
                         await changed.wait()
+
+    def _may_park(self, *, idle: bool = True) -> bool:
+        # a step of another task runs: the run stays in memory (as may_park keeps it for
+        # a ctx.all branch's, which decides alone inside a combinator: a sibling waiting
+        # for a permit is idle)
+        return may_park(idle=idle) and (self.combinators > 0 or not self.steps_in_flight)
 
     def _may_ride(self, done: WaitDone) -> bool:
         """Whether ``done`` may wait for the next record instead of its own: a wait that
@@ -408,7 +429,7 @@ class ActorCore:
                 version, idle_since = view.version, self.clock()
             left = idle_since + self.park_after - self.clock()
             if left <= 0:
-                if may_park():
+                if may_park() and (self.combinators > 0 or self.steps_in_flight <= 1):
                     # what came after this was read is looked at again by whoever parks
                     # it (read here, not after the awaits below: a grant pushed while
                     # they ran was neither taken nor read again, and the run waited for
@@ -479,9 +500,13 @@ class ActorCore:
             self.workflow_scope.cancel()
         await anyio.lowlevel.checkpoint()
 
-    async def maybe_evict(self) -> None:
-        """Drop the in-memory copy at this step boundary when asked to (or always)."""
+    async def maybe_evict(self, *, in_step: bool = False) -> None:
+        """Drop the in-memory copy at this step boundary when asked to (or always).
+        ``in_step``: called by a step's own attempt loop. While another task's step
+        runs, the copy stays: the last of them to end evicts it."""
         if (self.always_replay and not self.combinators) or self.evict_requested():
+            if self.steps_in_flight > in_step:
+                return
             await self.flush()
             raise Evicted
 

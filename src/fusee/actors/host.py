@@ -8,13 +8,16 @@ object's both fit it, and a test can hand them a fake.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from fusee.actors.ports import RunStore, TokenSink
 from fusee.runtime.history import History
 from fusee.runtime.limits import Permit
 from fusee.runtime.records import AnyRecord, ValueRef, WaitDone, WaitStarted
 from fusee.runtime.waits import InboxView
+
+if TYPE_CHECKING:
+    from fusee.actors.stragglers import Stragglers
 
 __all__ = ("ActorHost", "Stoppable")
 
@@ -106,7 +109,11 @@ class ActorHost(Protocol):
 
     async def release_permit(self, permit: Permit) -> None: ...
 
-    async def maybe_evict(self) -> None:
+    # steps running now (of any task); the steps of tasks the code started itself
+    steps_in_flight: int
+    stragglers: Stragglers
+
+    async def maybe_evict(self, *, in_step: bool = False) -> None:
         """At a step boundary: raise ``Evicted`` when the copy is to leave memory."""
         ...
 

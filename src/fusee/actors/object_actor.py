@@ -31,6 +31,7 @@ import msgspec
 import structlog
 
 from fusee.actors.children import cancel_children, live_children
+from fusee.actors.concurrency import control_in
 from fusee.actors.context import ObjectContext, run_compensations
 from fusee.actors.core import ActorCore
 from fusee.actors.object_state import read_object
@@ -374,12 +375,19 @@ class ObjectActor:
             if self.life.cancel_reason is not None:
                 scope.cancel()
             try:
-                if handler.takes_input:
-                    result = handler.fn(ctx, decode_value(bytes(inv.input), handler.input_type))
-                else:
-                    result = handler.fn(ctx)
-                if inspect.isawaitable(result):
-                    result = await result
+                try:
+                    if handler.takes_input:
+                        result = handler.fn(ctx, decode_value(bytes(inv.input), handler.input_type))
+                    else:
+                        result = handler.fn(ctx)
+                    if inspect.isawaitable(result):
+                        result = await result
+                except BaseExceptionGroup as group:
+                    raise control_in(group) from None  # (as a run's)
+                finally:
+                    # (as a run's: tasks the handler left running stop first)
+                    replayer.closed = True
+                    await self.core.stragglers.stop()
                 if replayer.broken is not None:
                     raise replayer.broken
                 replayer.check_finished(f"the return of {where}")

@@ -21,6 +21,7 @@ import anyio
 import structlog
 
 from fusee.actors.children import cancel_children, notify_parent
+from fusee.actors.concurrency import control_in
 from fusee.actors.context import Context, run_compensations
 from fusee.actors.core import ActorCore
 from fusee.actors.outcomes import Outcome, failure_of
@@ -289,6 +290,14 @@ class RunActor:
                     continued = exc
                 except StepBudgetExceeded as exc:  # (the code cannot catch it)
                     return Raised(error_type_name(exc), str(exc), exc.step)
+                except BaseExceptionGroup as group:
+                    # a task group of the code's: its control flow is the actor's
+                    raise control_in(group) from None
+                finally:
+                    # tasks the code started and left running make no more calls, and
+                    # their steps stop before anything follows the code's end
+                    replayer.closed = True
+                    await self.core.stragglers.stop()
                 if replayer.broken is not None:
                     raise replayer.broken  # raised at a step, and the workflow caught it
                 replayer.check_finished(f"the return of {wf.fn.__qualname__}")

@@ -455,10 +455,10 @@ class FuseeDurability(BaseDurabilityCapability[AgentDepsT]):
         },
         unsupported_runtime_toolset_kinds=frozenset({"function", "mcp", "dynamic"}),
         tool_config_key="fusee",
-        # A run's steps are journaled one at a time outside ctx.all (the actor's commit
-        # path has no lock then); Pydantic AI's parallel tool calls are its own tasks,
-        # not fusee branches, so two tool steps committing at once fence the run.
-        sequential_tools_in_durable_context=True,
+        # Pydantic AI's parallel tool calls are tasks of its own: fusee serializes
+        # their commits and checks on replay that they take the positions they had
+        # (see "Concurrent calls outside ctx.all" in docs/design.md)
+        sequential_tools_in_durable_context=False,
         # fusee's suspension (a park, a pause, an eviction, a fence) is BaseException
         # control flow: the run must let it through untouched.
         cancellation_error_types=(ControlFlow,),

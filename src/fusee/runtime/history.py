@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from fusee.errors import ControlFlow, DeterminismError, JournalGap
+from fusee.runtime.lanes import ROOT, Lanes
 from fusee.runtime.records import (
     TERMINAL,
     AnyRecord,
@@ -43,6 +44,7 @@ __all__ = (
     "ReplayedFailure",
     "Execute",
     "ReplayedCancel",
+    "Abandoned",
     "load_journal",
 )
 
@@ -95,6 +97,10 @@ class History:
     # per position, generation_size once its last record so far was added (journal_size()
     # on replay: what the run had journaled when its code was there)
     size_at: dict[int, int] = field(default_factory=dict)
+    # per position, what its call came after when not ``pos - 1`` (runtime/lanes.py):
+    # journaled (its first record's), and handed out and not journaled yet
+    afters: dict[int, int] = field(default_factory=dict)
+    after_due: dict[int, int] = field(default_factory=dict)
     # objects: the invocation running (its generation), and the last one that ended
     invocation: Invocation | None = None
     pending_invocation: Invocation | None = None  # begun, not journaled yet
@@ -154,6 +160,9 @@ class History:
         pos = getattr(record, "pos", None)
         if isinstance(pos, int):
             self.size_at[pos] = self.generation_size
+            if isinstance(record.after, int):
+                self.afters.setdefault(pos, record.after)
+                self.after_due.pop(pos, None)
 
     def begin(self, invocation: Invocation, partition: int = 0) -> None:
         """Start an object handler's invocation in memory: a new generation whose first
@@ -183,6 +192,7 @@ class History:
         self.pauses, self.resumed_failed, self.resumed_retries = {}, {}, {}
         self.paused_seq = 0
         self.size_at = {}
+        self.afters, self.after_due = {}, {}
         self.values = []
         self.end = self.paused = None
         self.cancelled, self.ends = {}, {}
@@ -207,6 +217,9 @@ class History:
                 self._wait_done(seq, done)
                 self.generation_size += 1
                 self.size_at[done.pos] = self.generation_size
+                if isinstance(done.after, int):
+                    self.afters.setdefault(done.pos, done.after)
+                    self.after_due.pop(done.pos, None)
         match record:
             case RunStarted():
                 if isinstance(record, RunContinued):  # a new generation: forget the last
@@ -289,8 +302,18 @@ class History:
         if self.pending_invocation is not None:
             riders["invoked"], self.pending_invocation = self.pending_invocation, None
         if self.resolved:
-            riders["waited"], self.resolved = self.resolved, []
+            riders["waited"], self.resolved = [self.stamp(d) for d in self.resolved], []
         return riders
+
+    def stamp(self, record: AnyRecord) -> AnyRecord:
+        """``record`` with the ``after`` its position was handed out with, when that
+        is not ``pos - 1`` and not journaled yet (calls of concurrent tasks)."""
+        if not self.after_due:
+            return record
+        pos = getattr(record, "pos", None)
+        if isinstance(pos, int) and pos in self.after_due:
+            return msgspec.structs.replace(record, after=self.after_due[pos])
+        return record
 
     def give_back(self, riders: dict[str, Any]) -> None:
         """The record that was to carry ``riders`` was not stored (too large, refused
@@ -366,6 +389,11 @@ class ReplayedCancel(ControlFlow):
         self.record = record
 
 
+class Abandoned(ControlFlow):
+    """A call from a task the workflow's code left running once that code's execution
+    ended (it returned, or the actor left memory): not the code the actor runs now."""
+
+
 class Replayer:
     """Hands out step positions in call order and matches them against the journal."""
 
@@ -378,6 +406,14 @@ class Replayer:
         self.broken: DeterminismError | None = None
         # told each position as it is handed out (ctx.all / ctx.race track their branches)
         self.on_position: Callable[[int, str, str], None] | None = None  # pos, call, name
+        # which lane (task) the call being made comes from (set by the shell; None: one
+        # task makes every call), and what each lane took last (runtime/lanes.py)
+        self.lane: Callable[[Lanes], int] | None = None
+        self.lanes = Lanes()
+        self.last_lane = ROOT  # the lane of the last position handed out
+        # once the code's execution is over, a task it left running makes no more calls
+        # (the root's, the compensations, still do)
+        self.closed = False
 
     def begin_step(self, name: str, location: str) -> Replayed | ReplayedFailure | Execute:
         """Decide the fate of the code's next ``ctx.step(name, ...)``, made at ``location``.
@@ -462,8 +498,36 @@ class Replayer:
         if self.broken is not None:
             raise self.broken
         pos = self.next_pos
+        lane = ROOT if self.lane is None else self.lane(self.lanes)
+        if lane != ROOT and self.closed:
+            raise Abandoned(
+                f"run {self.history.run_id!r}: {call} {name!r} was called from a task the "
+                f"workflow left running after its code ended (or left memory); it takes "
+                f"no position"
+            )
         if self.on_position is not None:
             self.on_position(pos, call, name)  # may refuse: the position is not taken then
+        after = self.lanes.take(lane, pos)
+        history = self.history
+        # journaled: did its call come after the same one live? (A generation journaled
+        # with no `after` at all: recorded before fusee wrote them, or with every call
+        # after the one before it; not checked, so runs in flight across the upgrade
+        # keep replaying.)
+        if pos in history.size_at and history.afters:
+            journaled = history.afters.get(pos, pos - 1)
+            if journaled != after:
+                self.broken = DeterminismError(
+                    f"run {history.run_id!r}: {call} {name!r} took position {pos}, which "
+                    f"{self._journaled_at(pos) or 'a call'} took when the run first ran: "
+                    f"that call came after position {journaled}, this one after "
+                    f"{after}. Calls from concurrent tasks outside ctx.all reached ctx in "
+                    f"another order than they did live (a journaled call returns at "
+                    f"once on replay): run them with ctx.all, or make each task one call."
+                )
+                raise self.broken
+        elif after != pos - 1:
+            history.after_due[pos] = after
+        self.last_lane = lane
         self.next_pos += 1
         return pos
 

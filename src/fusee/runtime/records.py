@@ -95,13 +95,19 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind"):
     the ends of waits resolved since the previous record and not journaled on their own
     (a signal that ends a wait rides on whatever the run writes next, see "Waits" in
     docs/design.md); replay folds them before the record that carries them, as if each
-    had been journaled at its sequence. Omitted (``UNSET``) when it carries none."""
+    had been journaled at its sequence. Omitted (``UNSET``) when it carries none.
+    ``after``: on a record of the call at ``pos``, the position the same task took
+    before it (for a task's first call, the last one its parent task had taken), when
+    that is not ``pos - 1``: calls made from concurrent tasks outside ``ctx.all`` (see
+    "Concurrent calls outside ctx.all" in docs/design.md); a replay that reaches them
+    in another order raises a determinism error. Omitted otherwise."""
 
     prev: int = 0
     prev_hash: str = ""
     values: list[Value] | msgspec.UnsetType = msgspec.UNSET
     invoked: Invocation | msgspec.UnsetType = msgspec.UNSET
     waited: list[WaitDone] | msgspec.UnsetType = msgspec.UNSET
+    after: int | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunStarted(Record, tag="run.started", frozen=True):

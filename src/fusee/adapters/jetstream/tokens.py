@@ -170,9 +170,12 @@ class TokenStore:
         in order, no gap, no duplicate; stored events first, then live ones.
 
         Events with an index below ``offset`` are skipped; a marker at index ``offset``
-        is included. The iterator ends once the stream is over (its step completed,
-        so the end marker is stored, or failed for good, or the run ended) and every
-        stored event was given; a truncated stream ends without an ``end`` event.
+        is included. The iterator ends at the stream's ``end`` marker (nothing is
+        written after it: a new attempt of its step takes the stored text as its
+        result), or once the stream is over without one (its step failed for good, or
+        the run ended) and every stored event was given; a truncated stream ends
+        without an ``end`` event. (A stream whose name is not its step's, as Pydantic
+        AI's ``<step name>/<n>``, ends so while the run goes on.)
 
         Raises:
             RunNotFound: no run ``eid``.
@@ -210,11 +213,14 @@ class TokenStore:
             start, exists = await self._seek(subject, offset)
         journal_last = journal[-1].seq if journal else after
         last = start - 1
-        async for event in self._catch_up(subject, start):
-            last = event.cursor
-            exists = True
-            if event.index >= offset:
-                yield event
+        async with contextlib.aclosing(self._catch_up(subject, start)) as stored:
+            async for event in stored:
+                last = event.cursor
+                exists = True
+                if event.index >= offset:
+                    yield event
+                if event.kind == "end":
+                    return  # the stream's own end
         if watch.is_over():
             # The journal was read before the catch-up: everything was stored by then.
             if not exists:
@@ -264,11 +270,14 @@ class TokenStore:
                         continue
                     # Every token was stored before this record: take what the consumer
                     # has not delivered yet straight from the stream, and stop.
-                    async for event in self._catch_up(subject, last + 1):
-                        last = event.cursor
-                        exists = True
-                        if event.index >= offset:
-                            yield event
+                    async with contextlib.aclosing(self._catch_up(subject, last + 1)) as rest:
+                        async for event in rest:
+                            last = event.cursor
+                            exists = True
+                            if event.index >= offset:
+                                yield event
+                            if event.kind == "end":
+                                return
                     if not exists:
                         raise self._not_found(eid, name)
                     return
@@ -280,6 +289,8 @@ class TokenStore:
                 exists = True
                 if live is not None and live.index >= offset:
                     yield live
+                if live is not None and live.kind == "end":
+                    return  # the stream's own end, whether or not its step is journaled
         finally:
             for sub in subs:
                 with contextlib.suppress(Exception):
@@ -345,7 +356,7 @@ class TokenStore:
 
     async def _catch_up(
         self, subject: str, start: int, *, first_page: int = FIRST_PAGE
-    ) -> AsyncIterator[TokenEvent]:
+    ) -> AsyncGenerator[TokenEvent, None]:
         """Stored events of ``subject`` from sequence ``start``, by batched Direct Get,
         yielded as they arrive, until the end of what is stored."""
         async for event, _ in self._stored(subject, start, first_page=first_page):
