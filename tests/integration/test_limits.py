@@ -8,7 +8,6 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,20 +142,14 @@ async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
     engine: fusee.Engine, worker_procs: Any, tmp_path: Path
 ) -> None:
     """per_second=50 shared by 3 worker processes and 300 runs: over every 2 s window
-    of the times the limit granted their permits (each grant's store time in its run's
-    inbox, the server's clock) at most 2 * 50 + burst were granted (with 0.2 s of the
-    rate for the stamp's lag behind the decision), and every run ends.
-
-    Not asserted: the times the attempts began, which can bunch up past the bound (111-120
-    in 2 s against 110 in 5 of 8 runs here): runs woken by their grants take them after a
-    pickup delay that varies, and the token is taken at the grant (design.md Known gaps).
+    of the times the attempts began (each step body appends its clock to ``starts``) at
+    most 2 * 50 + burst began (with 0.1 s of the rate for the take's answer reaching
+    the body), and every run ends.
 
     The 300 runs queue at the limit first (at a rate of one token then none), then it
-    is set to 50/s: every grant goes to a waiting run, so the times the steps record
-    are the grants' plus a delay of about the same size (with a full bucket at the
-    start instead, the burst went to runs still in memory and the next grants to
-    parked ones, slower to start: the steps saw up to 122 in 2 s while the limit had
-    granted 109)."""
+    is set to 50/s: every grant goes to a parked run, woken by it, whose replay takes
+    the permit (the token spent then). With the token spent at the grant the starts
+    bunched by the varying time runs take to come back (111-121 in 2 s against 110)."""
     per_second, burst = 50, 10
     await engine.limit("r", per_second=0.001, burst=1)
     workers = worker_procs()
@@ -188,26 +181,16 @@ async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
         assert await run.result(timeout=120) is None
     starts = (tmp_path / "starts").read_text().split()
     assert len(starts) == 300
-    granted = sorted([t for run in runs if (t := await _granted_at(engine, run.run_id))])
-    # every run queued durably (the limit was out of tokens), so each has a grant message
-    assert len(granted) >= 300 - 1
-    most = max(bisect.bisect_right(granted, t + 2.0) - i for i, t in enumerate(granted))
-    # a stamp is when the grant was stored, a little after the limit decided it (the
-    # snapshot first, then the sends, in a loaded worker): 0.2 s of the rate allowed for
-    # that (111 seen once in 9 runs); a bucket that takes no token grants all 300 at once
-    slack = round(0.2 * per_second)
-    assert most <= 2 * per_second + burst + slack, f"{most} permits granted in 2 s"
-
-
-async def _granted_at(engine: fusee.Engine, run_id: str) -> float | None:
-    """When the limit stored its first grant to ``run_id`` (the server's time stamp)."""
-    p = partition_of(run_id, engine.partitions)
-    for m in await engine.store.read_inbox(p, escape(run_id)):
-        if isinstance(decode_message(m.data), PermitGrant):
-            stamp = m.headers.get("Nats-Time-Stamp", "").rstrip("Z")
-            head, _, frac = stamp.partition(".")
-            return datetime.fromisoformat(f"{head}.{frac[:6]:0<6}+00:00").timestamp()
-    return None
+    # the attempts' own starts (each step body's clock as it began): the token is spent
+    # as the attempt takes its permit, so they keep the bound; 0.1 s of the rate allowed
+    # for the take's answer on its way to the step body (decided at the limit's turn,
+    # journaled, then sent, in a starved worker: up to 113 beside 3 CPU hogs, 104-110
+    # at load 4). With the token spent at the grant: 116-121 beside the hogs, the runs
+    # woken by their grants coming back after a delay that varies (103-110 at load 0.3)
+    began = sorted(float(t) for t in starts)
+    most = max(bisect.bisect_right(began, t + 2.0) - i for i, t in enumerate(began))
+    slack = round(0.1 * per_second)
+    assert most <= 2 * per_second + burst + slack, f"{most} attempts began in 2 s"
 
 
 async def test_fairness_tenant_b_is_served_before_tenant_a_s_100th(
@@ -815,11 +798,13 @@ async def test_a_grant_to_a_parked_run_waits_for_it_longer_than_a_lease(
     asking, let_ask = anyio.Event(), anyio.Event()
     hold_back = False
 
-    async def held_back(self: ActorCore, eid: str, fairness: str, key: str) -> int | None:
+    async def held_back(
+        self: ActorCore, eid: str, fairness: str, key: str, *, taking: bool = False
+    ) -> int | None:
         if hold_back and self.run_id == "slow-w":
             asking.set()  # woken by its grant, replayed: about to ask again
             await let_ask.wait()
-        return await ask(self, eid, fairness, key)
+        return await ask(self, eid, fairness, key, taking=taking)
 
     monkeypatch.setattr(ActorCore, "_ask", held_back)
     eid = escape(limit_actor_id("slow"))

@@ -1,9 +1,12 @@
 """The limit's decisions (runtime/limits.py) under every order of requests, releases,
 renewals, leases running out, config changes, restarts from a snapshot and the clock,
-and permits asked on core NATS (the fast path: granted, its answer lost and the same
-attempt's durable request sent; refused; answered late, after the durable request):
-never more than ``concurrent`` held, never more than ``burst + per_second * w`` grants
-in any window of ``w`` seconds, a request never granted twice (but a moved permit),
+permits asked on core NATS (the fast path: granted, its answer lost and the same
+attempt's durable request sent; refused; answered late, after the durable request),
+and granted permits taken by their attempts (at once, late, after a lease ran out,
+waiting for a token): never more than ``concurrent`` held, never more than ``burst +
+per_second * w`` attempts *started* (a permit taken, or granted and taken on core NATS)
+in any window of ``w`` seconds, a grant spends no token, a take waits only while
+there is no token, a request never granted twice (but a moved permit),
 one permit at most per attempt, no fast grant while others wait, an expired holder
 reclaimed once, keys served round-robin, and every waiter served once the clock runs
 and holders release."""
@@ -12,10 +15,22 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from fusee.runtime.limits import LEASE, PICKUP, Ask, LimitConfig, LimitState, Waiter
+from fusee.runtime.limits import (
+    AHEAD,
+    LEASE,
+    PICKUP,
+    Ask,
+    Grant,
+    LimitConfig,
+    LimitState,
+    Queued,
+    Snapshot,
+    Waiter,
+)
 from tests.machines import machine_settings
 
 
@@ -27,7 +42,8 @@ class Limits(RuleBasedStateMachine):
         self.state = LimitState()
         self.state.configure(self.config, self.now)
         self.seq = 0
-        self.times: list[float] = []  # when each grant (not a move) was made
+        self.times: list[float] = []  # when each attempt started (took its permit)
+        self.lost_keys: list[str] = []  # attempts whose permit a lease took back
         self.granted: set[int] = set()  # request seqs granted
         self.reclaimed: set[int] = set()
         self.keys = 0
@@ -35,7 +51,13 @@ class Limits(RuleBasedStateMachine):
         self.rate_since = self.now  # the config's rate holds from here
 
     def _grant(self) -> None:
+        for g in self.state.takes(self.now):
+            assert g.waiter.seq in self.state.holders
+            assert self.state.holders[g.waiter.seq].taken
+            self.times.append(self.now)  # a take that waited for its token: it starts
+        tokens = self.state.tokens
         for g in self.state.grants(self.now):
+            assert self.state.tokens >= tokens, "a grant spent a token"
             self._granted(g.waiter.seq, g.moved, g.waiter.fairness)
 
     def _granted(self, seq: int, moved: bool, fairness: str) -> None:
@@ -46,19 +68,29 @@ class Limits(RuleBasedStateMachine):
             assert len(self.state.holders) <= self.config.concurrent, (
                 f"{len(self.state.holders)} permits held, over concurrent"
             )
-            self.times.append(self.now)
+            if seq < 0:  # granted on core NATS: taken at once, its attempt starts
+                self.times.append(self.now)
             self.queued_order.append((self.now, fairness))
 
-    @rule(fairness=st.sampled_from(["a", "b", "c"]))
-    def ask(self, fairness: str) -> None:
-        """A new attempt asks on core NATS: granted only when nobody waits and there is
+    @rule(fairness=st.sampled_from(["a", "b", "c"]), lost=st.booleans())
+    def ask(self, fairness: str, lost: bool) -> None:
+        """A new attempt asks on core NATS (or one whose permit a lease took back
+        before it took it: a late pickup): granted only when nobody waits and there is
         room; refused, it sends its durable request (and waits its turn)."""
-        self.keys += 1
-        key = f"k{self.keys}"
+        held = {h.key for h in self.state.holders.values()}
+        queued = {w.key for q in self.state.queues.values() for w in q}
+        again = [k for k in self.lost_keys if k not in held | queued]
+        if lost and again:
+            key = again[0]
+            self.lost_keys.remove(key)
+        else:
+            self.keys += 1
+            key = f"k{self.keys}"
         waited = bool(self.state.queues)
         g = self.state.ask(
             Ask(key=key, run="r", partition=0, worker="w1", fairness=fairness), self.now
         )
+        assert not isinstance(g, Queued), "an attempt holding nothing waits to take"
         if g is not None:
             assert not waited, "a fast grant jumped the waiters"
             assert g.waiter.seq < 0
@@ -92,25 +124,35 @@ class Limits(RuleBasedStateMachine):
         keys = [w.key for q in self.state.queues.values() for w in q]
         key = data.draw(st.sampled_from(sorted(keys)))
         before = self.state.snapshot(self.seq)
+        taking = list(self.state.taking)
         g = self.state.ask(Ask(key=key, run="r", partition=0, worker="w1"), self.now)
         assert g is None, "a late ask of an attempt that waits was granted"
         assert self.state.snapshot(self.seq) == before, "a refused ask changed the state"
+        assert self.state.taking == taking, "a refused ask changed the takes"
 
     @precondition(lambda self: self.state.holders)
     @rule(data=st.data())
-    def ask_holding(self, data: st.DataObject) -> None:
-        """An attempt holding a permit asks on core NATS (its run woken by its grant,
-        or an answer late): answered with the permit it holds, now the asker's; no
-        second permit, no token taken."""
+    def take(self, data: st.DataObject) -> None:
+        """An attempt holding a permit asks on core NATS (its run read its grant, or
+        was woken by it, or an answer came late; at once or long after): it takes the
+        permit it holds, now the asker's, a token spent as it starts; with no token it
+        waits for one (answered by ``takes``). No second permit."""
         h = data.draw(st.sampled_from(sorted(self.state.holders.values(), key=lambda h: h.seq)))
-        n, tokens = len(self.state.holders), self.state.tokens
+        n = len(self.state.holders)
         g = self.state.ask(Ask(key=h.key, run="r", partition=0, worker="w2"), self.now)
         assert g is not None, "an attempt's ask was not answered with its permit"
-        assert g.moved
-        assert g.waiter.seq == h.seq, "a held attempt's ask got another permit"
         assert len(self.state.holders) == n, "a held attempt's ask made a second permit"
-        assert self.state.tokens == tokens, "a held attempt's ask took a token"
         assert self.state.holders[h.seq].worker == "w2", "the asker does not hold it"
+        if isinstance(g, Queued):
+            assert g.seq == h.seq
+            assert h.seq in self.state.taking
+            assert self.state.taking.count(h.seq) == 1, "one take queued twice"
+        else:
+            assert isinstance(g, Grant)
+            assert g.moved
+            assert g.waiter.seq == h.seq, "a held attempt's ask got another permit"
+            assert self.state.holders[h.seq].taken
+            self.times.append(self.now)
 
     @rule(fairness=st.sampled_from(["a", "b", "c"]), again=st.booleans())
     def request(self, fairness: str, again: bool) -> None:
@@ -145,7 +187,9 @@ class Limits(RuleBasedStateMachine):
         for h in self.state.expire(self.now):
             assert h.seq not in self.reclaimed, "reclaimed twice"
             assert h.expires <= self.now
+            assert h.seq not in self.state.taking, "a reclaimed permit's take waits on"
             self.reclaimed.add(h.seq)
+            self.lost_keys.append(h.key)
         self._grant()
 
     @rule()
@@ -171,8 +215,18 @@ class Limits(RuleBasedStateMachine):
             for j in range(i, len(t)):
                 w = t[j] - t[i]
                 assert j - i + 1 <= burst + per * w + 1e-6, (
-                    f"{j - i + 1} grants in {w:.3f} s: over burst + rate"
+                    f"{j - i + 1} attempts started in {w:.3f} s: over burst + rate"
                 )
+
+    @invariant()
+    def a_take_waits_only_for_a_token(self) -> None:
+        s = self.state
+        assert all(seq in s.holders for seq in s.taking), "a take of a permit nobody holds"
+        if s.taking:
+            assert s.tokens < 1.0, "a take left waiting while the bucket has a token"
+            look = s.next_look(self.now)
+            assert look is not None
+            assert look <= self.now + 1 / 5.0 + 1e-9
 
     @invariant()
     def one_permit_per_attempt(self) -> None:
@@ -188,11 +242,20 @@ class Limits(RuleBasedStateMachine):
             return
         cfg = self.config
         full = cfg.concurrent is not None and len(s.holders) >= cfg.concurrent
-        assert full or s.tokens < 1.0, "a waiter left waiting while the limit has room"
+        ahead = s.pickups() + 1 > s.tokens + 5.0 * AHEAD + 1e-9  # grants ahead of tokens
+        assert full or ahead, "a waiter left waiting while the limit has room"
         look = s.next_look(self.now)
-        assert full or (look is not None and look <= self.now + 1 / 5.0 + 1e-9)
+        # (waiting for a take, or a lease to run out, with tokens at the burst)
+        assert look is not None, "a waiter and no time to look again"
 
     def teardown(self) -> None:
+        # the clock runs: every take waiting for a token is answered
+        for _ in range(100):
+            if not self.state.taking:
+                break
+            self.now += 1.0
+            self._grant()
+        assert not self.state.taking, "a take never answered"
         # everything released, the clock runs: every waiter is served, in turn
         for _ in range(1000):
             if not self.state.queues:
@@ -245,3 +308,44 @@ def test_a_lease_not_renewed_is_reclaimed_once() -> None:
     state.renew([2], "w", t + 1)  # taken: LEASE from here, the pickup's time is over
     assert state.expire(t + 1 + LEASE - 0.1) == []
     assert [h.seq for h in state.expire(t + 1 + LEASE)] == [2]
+
+
+def test_a_permit_never_taken_spends_no_token() -> None:
+    """The bucket is spent as attempts take their permits (start), not as they are
+    granted: grants to runs that never come back cost no token, and the takes wait
+    for tokens in the order they asked."""
+    state = LimitState()
+    state.configure(LimitConfig(per_second=2.0, burst=2), 0.0)
+    for i in range(1, 4):
+        state.request(Waiter(i, f"a{i}", "r", 0, "w", ""), 0.0)
+    # 2 tokens + 2/s * AHEAD granted ahead, none spent
+    assert [g.waiter.seq for g in state.grants(0.0)] == [1, 2, 3]
+    assert state.tokens == 2.0
+    assert [h.seq for h in state.expire(PICKUP)] == [1, 2, 3]  # never taken
+    assert state.tokens == 2.0
+    for i in range(4, 7):
+        state.request(Waiter(i, f"a{i}", "r", 0, "w", ""), PICKUP)
+    assert [g.waiter.seq for g in state.grants(PICKUP)] == [4, 5, 6]
+    t = PICKUP
+    asks = [Ask(key=f"a{i}", run="r", partition=0, worker="w") for i in (6, 4, 5)]
+    answers = [state.ask(a, t) for a in asks]
+    assert [type(a).__name__ for a in answers] == ["Grant", "Grant", "Queued"]
+    assert state.takes(t + 0.1) == []  # no token yet
+    assert [g.waiter.seq for g in state.takes(t + 0.5)] == [5]
+
+
+def test_a_snapshot_of_the_previous_version_restores_its_holders_as_not_taken() -> None:
+    """A ``limit.state`` record journaled before holders said whether they were taken:
+    each is read as not taken (its attempt, asking again, spends a token: at worst one
+    too few, never one too many)."""
+    old = (
+        b'{"config":{"per_second":5.0,"burst":3},"tokens":2.0,"refilled_at":1.0,'
+        b'"holders":[{"seq":7,"key":"k.1","run":"r","partition":0,"worker":"w",'
+        b'"expires":3.0}],"queues":[],"seen":7,"fast":0,"untrimmed":1}'
+    )
+    state = LimitState.restore(msgspec.json.decode(old, type=Snapshot), {})
+    assert [(h.seq, h.taken) for h in state.holders.values()] == [(7, False)]
+    g = state.ask(Ask(key="k.1", run="r", partition=0, worker="w"), 1.0)
+    assert isinstance(g, Grant)
+    assert g.waiter.seq == 7
+    assert state.tokens == 1.0

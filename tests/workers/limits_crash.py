@@ -35,7 +35,7 @@ async def answer(self, grant, reply):  # type: ignore[no-untyped-def]
     await _answer(self, grant, reply)
 
 
-async def no_ask(self, eid, fairness, key):  # type: ignore[no-untyped-def]
+async def no_ask(self, eid, fairness, key, **_):  # type: ignore[no-untyped-def]
     return None
 
 

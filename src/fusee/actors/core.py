@@ -389,11 +389,32 @@ class ActorCore:
         limit_id = limit_actor_id(name)
         eid = escape(limit_id)
         assert self.partitions is not None, "a worker's actor knows the partitions"
-        fast = await self._ask(eid, fairness, key)
-        if fast is not None:
-            permit = Permit(eid, fast)
-            self.held.add(permit)
-            return permit
+        taking = False
+        while True:
+            # a permit granted on core NATS, or the one the attempt holds, taken (the
+            # limit spends the token as the attempt starts)
+            fast = await self._ask(eid, fairness, key, taking=taking)
+            if fast is not None:
+                permit = Permit(eid, fast)
+                self.held.add(permit)
+                return permit
+            seq, take = await self._request_permit(name, limit_id, fairness, key, pos)
+            taking = take
+            if not take:
+                permit = Permit(eid, seq)
+                self.held.add(permit)
+                return permit
+            # granted: taken by the ask above, as the attempt starts (a take not
+            # answered in time: the durable request again, which moves the permit)
+
+    async def _request_permit(
+        self, name: str, limit_id: str, fairness: str, key: str, pos: int
+    ) -> tuple[int, bool]:
+        """The durable request of a permit (see :meth:`acquire_permit`), in memory
+        until ``park_after``, then parked. Its inbox sequence and whether the grant
+        must be taken (``take``)."""
+        eid = escape(limit_id)
+        assert self.partitions is not None
         body = encode_message(
             PermitRequest(
                 key=key,
@@ -422,9 +443,7 @@ class ActorCore:
                     del view.messages[i]
                     if msg.error:
                         raise UnknownLimit(msg.error)
-                    permit = Permit(eid, seq)
-                    self.held.add(permit)
-                    return permit
+                    return seq, msg.take
             if view.version != version:
                 version, idle_since = view.version, self.clock()
             left = idle_since + self.park_after - self.clock()
@@ -454,10 +473,13 @@ class ActorCore:
             with anyio.move_on_after(left):
                 await changed.wait()
 
-    async def _ask(self, eid: str, fairness: str, key: str) -> int | None:
+    async def _ask(self, eid: str, fairness: str, key: str, *, taking: bool = False) -> int | None:
         """The fast path: ask the live limit actor on core NATS (no durable write here;
         it journals a grant before it answers). The grant's number, or None: not granted
-        (no answer within ``ASK_PATIENCE``, nobody listening, or "no")."""
+        (no answer within ``ASK_PATIENCE``, nobody listening, or "no"). ``taking``: the
+        attempt holds a grant it takes now: with no answer in time it asks again (a
+        loaded limit actor answers late; the durable request would only move the
+        permit and grant it again)."""
         ask = Ask(
             key=key,
             run=self.eid,
@@ -466,21 +488,27 @@ class ActorCore:
             fairness=fairness,
         )
         body = encode_core(AskOp(ask))
-        try:
-            answer = await self.store.request_core(
-                core_subject(self.namespace, eid), body, ASK_PATIENCE
-            )
-        except NobodyListens:
-            return None  # parked (or no worker yet): the durable request activates it
-        except ConnectionLost:
-            return None  # the durable request is as patient as any write
-        if answer is None:
-            return None  # a grant answered late is moved by the durable request
-        try:
-            grant = _answer.decode(answer).grant
-        except msgspec.DecodeError:
-            return None
-        return grant  # a fast grant's number (< 0), or the permit the attempt held
+        while True:
+            try:
+                answer = await self.store.request_core(
+                    core_subject(self.namespace, eid), body, ASK_PATIENCE
+                )
+            except NobodyListens:
+                return None  # parked (or no worker yet): the durable request activates it
+            except ConnectionLost:
+                return None  # the durable request is as patient as any write
+            if answer is None:
+                if taking:
+                    continue
+                return None  # a grant answered late is moved by the durable request
+            try:
+                decoded = _answer.decode(answer)
+            except msgspec.DecodeError:
+                return None
+            if not decoded.wait:
+                # a fast grant's number (< 0), or the permit the attempt held, taken
+                return decoded.grant
+            # the take waits for a token, its place kept: asked again (a long poll)
 
     async def release_permit(self, permit: Permit) -> None:
         """The attempt holding ``permit`` ended: its limit hears it on core NATS (a

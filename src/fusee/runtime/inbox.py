@@ -129,11 +129,15 @@ class PermitRequest(Message, tag="permit", frozen=True):
 class PermitGrant(Message, tag="grant", frozen=True):
     """To a run's inbox: limit ``limit`` granted the permit asked for by its request
     at the limit's inbox sequence ``request``; ``error`` (not empty): refused (no such
-    limit), the step fails with it."""
+    limit), the step fails with it. ``take``: the attempt takes it before it starts
+    (asks the limit on core NATS, which spends the token then: a limit with a rate);
+    a grant without it (of a limit with no rate, or of an earlier version) is taken
+    as its run reads it."""
 
     limit: str
     request: int
     error: str = ""
+    take: bool = False
 
 
 class LimitSet(Message, tag="limit", frozen=True):

@@ -7,8 +7,15 @@ config set, the time now) and performs what it answers: the grants to journal an
 send, the time to look again. Nothing here awaits or reads a clock.
 
 - **Concurrency**: at most ``concurrent`` permits held at once.
-- **Rate**: a token bucket of ``burst`` tokens refilled at ``per_second``: over any
-  window of ``w`` seconds at most ``burst + per_second * w`` grants.
+- **Rate**: a token bucket of ``burst`` tokens refilled at ``per_second``, spent as
+  each attempt *takes* its permit (starts), not as it is granted: over any window of
+  ``w`` seconds at most ``burst + per_second * w`` attempts start. A permit granted
+  through a run's inbox (the durable path) is taken by the attempt's ask on core NATS
+  (:meth:`LimitState.ask`) once its run has it; with no token then, the take waits
+  in :attr:`LimitState.taking` (answered by :meth:`LimitState.takes`, first come
+  first served). Grants run ahead of the tokens by at most ``per_second * AHEAD``
+  permits not taken yet (so a woken run's way back overlaps the bucket's refill, and
+  a take waits at most about ``AHEAD``); a permit never taken spends no token.
 - **Fairness**: waiters queue per fairness key; keys are served round-robin (the key
   after the one served last, in the order keys first queued).
 - **Leases**: a permit is held until released, or until its lease (``LEASE`` seconds
@@ -21,7 +28,8 @@ send, the time to look again. Nothing here awaits or reads a clock.
   a park) names the same ``key``: a held permit moves to the new request (no second
   permit), a queued one keeps its place.
 - **Asked on core NATS** (:meth:`LimitState.ask`, the fast path: no durable request):
-  an attempt holding a permit already is answered with it (a run woken by its grant);
+  an attempt holding a permit already takes it (a run woken by its grant, or one
+  that read it in its inbox: a token then, or it waits for one);
   else granted only when nobody waits, the limit has room and the attempt waits for no
   permit; its permit is named by a negative number (``-1``, ``-2``, ..., counted in the
   snapshot). Anything else is answered "no", and the step sends its durable request
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import msgspec
@@ -46,6 +55,7 @@ __all__ = (
     "Waiter",
     "Holder",
     "Grant",
+    "Queued",
     "LimitState",
     "Snapshot",
     "Ask",
@@ -63,6 +73,7 @@ __all__ = (
     "LEASE",
     "RENEW_EVERY",
     "PICKUP",
+    "AHEAD",
 )
 
 # How long a permit is held without a renewal; its holder's worker renews it this often.
@@ -73,6 +84,13 @@ RENEW_EVERY = 0.4
 # over LEASE under load, and a permit reclaimed before its run came back cost a token
 # and a turn at the back of the queue (a 1,000-run flood fell to 7.5 /s of 100).
 PICKUP = 10.0
+# How far (in seconds of the rate) grants run ahead of the tokens: at most
+# ``per_second * AHEAD`` permits granted and not taken beyond the tokens in the bucket.
+# A parked run woken by its grant comes back while the bucket refills (by Little's law
+# the rate holds while a woken run's way back takes under burst / per_second + AHEAD:
+# it took over 1.5 s for the 1,000-run bench's runs); a take then waits for its token
+# at most about this long (answered ``wait`` meanwhile, its step asks again).
+AHEAD = 0.5
 
 
 class LimitConfig(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -152,6 +170,9 @@ class Holder(msgspec.Struct):
     partition: int
     worker: str
     expires: float
+    # its attempt took it (started: a token spent, if the limit has a rate); a permit
+    # granted and not taken yet spends none
+    taken: bool = False
 
 
 class Ask(msgspec.Struct, frozen=True, kw_only=True):
@@ -203,11 +224,15 @@ class ReleaseOp(msgspec.Struct, frozen=True, tag_field="op", tag="release"):
 CoreOp = AskOp | ShowOp | RenewOp | ReleaseOp
 
 
-class Answer(msgspec.Struct, frozen=True):
-    """The answer to an :class:`AskOp`: the fast grant's number (< 0), or None: not
-    granted (the step sends its durable request)."""
+class Answer(msgspec.Struct, frozen=True, omit_defaults=True):
+    """The answer to an :class:`AskOp`: the fast grant's number (< 0) or the permit
+    taken, or None: not granted (the step sends its durable request); ``wait``: the
+    attempt's take waits for a token still, its place kept: the step asks again (a
+    long poll, each ask under the step's patience; an earlier version reads it as
+    "no" and takes the durable path)."""
 
     grant: int | None = None
+    wait: bool = False
 
 
 class Shown(msgspec.Struct, frozen=True):
@@ -232,6 +257,14 @@ def decode_core(data: bytes) -> CoreOp | None:
         return _core_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+
+
+@dataclass(frozen=True)
+class Queued:
+    """An attempt holding permit ``seq`` asked to take it and waits for a token:
+    :meth:`LimitState.takes` answers it."""
+
+    seq: int
 
 
 @dataclass(frozen=True)
@@ -269,6 +302,9 @@ class LimitState:
     holders: dict[int, Holder] = field(default_factory=dict)  # request seq -> holder
     queues: dict[str, deque[Waiter]] = field(default_factory=dict)  # the front served next
     fast: int = 0  # permits granted on core NATS (ask): the next one is named -(fast + 1)
+    # holders (request seqs) whose attempts asked to take them and wait for a token,
+    # first come first served (not journaled: an ask is not, and its step asks again)
+    taking: list[int] = field(default_factory=list)
 
     # -- events -------------------------------------------------------------------------
 
@@ -288,6 +324,7 @@ class LimitState:
         for seq, holder in list(self.holders.items()):
             if holder.key == waiter.key:
                 del self.holders[seq]
+                self._untake(seq)  # its step gave up on that ask: it takes the new grant
                 self.holders[waiter.seq] = Holder(
                     waiter.seq,
                     waiter.key,
@@ -305,53 +342,82 @@ class LimitState:
         self.queues.setdefault(waiter.fairness, deque()).append(waiter)
         return None
 
-    def ask(self, ask: Ask, now: float) -> Grant | None:
-        """A permit asked for on core NATS: attempt ``ask.key`` holding one already
-        (its run woken by its grant and replayed, or replayed elsewhere) is answered
-        with it (``moved``: now the asker's, its lease renewed; no second permit); else
-        granted at once (a new holder, named by the next negative number) when nobody
-        waits, the limit has room and the attempt waits for none; else None and
-        nothing changes (the step sends its durable request instead)."""
+    def ask(self, ask: Ask, now: float) -> Grant | Queued | None:
+        """A permit asked for on core NATS. Attempt ``ask.key`` holding one already
+        (its run read its grant, or was woken by it and replayed, or was replayed
+        elsewhere) takes it: now the asker's, a token spent (each take is an attempt
+        starting), answered with it (``moved``; no second permit); with no token now
+        (or other takes waiting for theirs) it waits for one (:class:`Queued`,
+        answered by :meth:`takes`). Else granted and taken at once (a new holder, named
+        by the next negative number) when nobody waits, the limit has room and a token,
+        and the attempt waits for none; else None and nothing changes (the step sends
+        its durable request instead)."""
         config = self.config
         if config is None:
             return None  # unknown: the durable request is told why
         for holder in self.holders.values():
             if holder.key == ask.key:
                 holder.run, holder.partition = ask.run, ask.partition
-                holder.worker, holder.expires = ask.worker, now + LEASE
+                holder.worker = ask.worker
+                holder.expires = max(holder.expires, now + LEASE)
+                if holder.seq in self.taking:
+                    return Queued(holder.seq)  # asked again: its place kept
+                if not self._token(now):
+                    self.taking.append(holder.seq)
+                    return Queued(holder.seq)
+                holder.taken, holder.expires = True, now + LEASE
                 w = Waiter(holder.seq, ask.key, ask.run, ask.partition, ask.worker, ask.fairness)
                 return Grant(w, moved=True)
         if self.queues:
             return None  # others wait
         if config.concurrent is not None and len(self.holders) >= config.concurrent:
             return None
-        if config.per_second is not None:
-            self._refill(now)
-            if self.tokens < 1.0:
-                return None
-            self.tokens -= 1.0
+        if not self._token(now):
+            return None
         self.fast += 1
         waiter = Waiter(-self.fast, ask.key, ask.run, ask.partition, ask.worker, ask.fairness)
         self.holders[waiter.seq] = Holder(
-            waiter.seq, waiter.key, waiter.run, waiter.partition, waiter.worker, now + LEASE
+            waiter.seq, waiter.key, waiter.run, waiter.partition, waiter.worker, now + LEASE, True
         )
         return Grant(waiter)
 
+    def takes(self, now: float, asking: Collection[int] | None = None) -> list[Grant]:
+        """The takes waiting for a token (:class:`Queued`) answered now, in the order
+        they asked, while the bucket has a token for each; only those in ``asking``
+        when given (the ones whose step waits for the answer now: one told to ask
+        again keeps its place, and is not answered, nor spends a token, meanwhile)."""
+        out: list[Grant] = []
+        for seq in list(self.taking):
+            if asking is not None and seq not in asking:
+                continue
+            if not self._token(now, queued=True):
+                break
+            self.taking.remove(seq)
+            holder = self.holders[seq]
+            holder.taken, holder.expires = True, now + LEASE
+            w = Waiter(holder.seq, holder.key, holder.run, holder.partition, holder.worker)
+            out.append(Grant(w, moved=True))
+        return out
+
     def release(self, seq: int) -> bool:
         """The holder of request ``seq`` is done (success, raise or cancel)."""
+        self._untake(seq)
         return self.holders.pop(seq, None) is not None
 
     def renew(self, seqs: list[int], worker: str, now: float) -> None:
         for seq in seqs:
             holder = self.holders.get(seq)
             if holder is not None and holder.worker == worker:
-                holder.expires = now + LEASE  # taken: a pickup's time ends
+                # taken (a grant with no rate is taken as its run reads it): a
+                # pickup's time ends
+                holder.expires, holder.taken = now + LEASE, True
 
     def expire(self, now: float) -> list[Holder]:
         """Reclaim the holders whose lease ran out (each once: they are gone)."""
         gone = [h for h in self.holders.values() if h.expires <= now]
         for h in gone:
             del self.holders[h.seq]
+            self._untake(h.seq)
         return gone
 
     def fresh_leases(self, now: float) -> None:
@@ -364,7 +430,9 @@ class LimitState:
 
     def grants(self, now: float) -> list[Grant]:
         """The waiters served now: round-robin across fairness keys while the limit
-        has room (a permit free, a token in the bucket)."""
+        has room (a permit free; with a rate, fewer permits granted and not taken than
+        the tokens in the bucket plus ``per_second * AHEAD``). A grant spends no token:
+        its attempt does as it takes it."""
         out: list[Grant] = []
         config = self.config
         if config is None:
@@ -374,7 +442,7 @@ class LimitState:
         while self.queues:
             if config.concurrent is not None and len(self.holders) >= config.concurrent:
                 break
-            if config.per_second is not None and self.tokens < 1.0:
+            if config.per_second is not None and not self._may_grant(config.per_second):
                 break
             # round-robin: the key at the front is served, then goes to the back
             key = next(iter(self.queues))
@@ -382,8 +450,6 @@ class LimitState:
             waiter = queue.popleft()
             if queue:
                 self.queues[key] = queue
-            if config.per_second is not None:
-                self.tokens -= 1.0
             self.holders[waiter.seq] = Holder(
                 waiter.seq,
                 waiter.key,
@@ -396,20 +462,26 @@ class LimitState:
         return out
 
     def next_look(self, now: float) -> float | None:
-        """When to look again with nothing read meanwhile: a token for a waiter that
-        only waits for one, the first lease to run out; None: never."""
+        """When to look again with nothing read meanwhile: a token for a take that
+        waits for one, the tokens a waiter's grant waits for (one a take spends comes
+        as an event), the first lease to run out; None: never."""
         times = [h.expires for h in self.holders.values()]
         config = self.config
-        if (
-            self.queues
-            and config is not None
-            and config.per_second is not None
-            and (config.concurrent is None or len(self.holders) < config.concurrent)
-        ):
-            self._refill(now)
-            need = max(0.0, 1.0 - self.tokens)
-            times.append(now + need / config.per_second)
+        if config is None or config.per_second is None:
+            return min(times) if times else None
+        rate, burst = config.per_second, float(config.burst or 1)
+        self._refill(now)
+        if self.taking:
+            times.append(now + max(0.0, 1.0 - self.tokens) / rate)
+        if self.queues and (config.concurrent is None or len(self.holders) < config.concurrent):
+            want = self.pickups() + 1 - rate * AHEAD  # the tokens a grant needs in the bucket
+            if want <= burst:
+                times.append(now + max(0.0, want - self.tokens) / rate)
         return min(times) if times else None
+
+    def pickups(self) -> int:
+        """Permits granted and not taken yet."""
+        return sum(1 for h in self.holders.values() if not h.taken)
 
     def waiting(self) -> int:
         return sum(len(q) for q in self.queues.values())
@@ -455,6 +527,27 @@ class LimitState:
         return state
 
     # -- inside ---------------------------------------------------------------------------
+
+    def _token(self, now: float, *, queued: bool = False) -> bool:
+        """Spend a token for a take now, if the bucket has one and (``queued``: but
+        for the takes waiting) no take waits for one; True with no rate."""
+        config = self.config
+        if config is None or config.per_second is None:
+            return True
+        if self.taking and not queued:
+            return False  # those first
+        self._refill(now)
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+    def _may_grant(self, rate: float) -> bool:
+        return self.pickups() + 1 <= self.tokens + rate * AHEAD + 1e-9
+
+    def _untake(self, seq: int) -> None:
+        if seq in self.taking:
+            self.taking.remove(seq)
 
     def _refill(self, now: float) -> None:
         config = self.config
