@@ -43,8 +43,8 @@ def test_1_an_earlier_worker_starting_on_the_grant_is_held_to_the_rate() -> None
         for _ in range(40):  # a deep queue
             seq += 1
             s.request(Waiter(seq, f"k{seq}.1", "r", 0, "old", ""), t)
-        for g in s.grants(t):
-            starts.append(t)  # the earlier worker starts the attempt as it reads the grant
+        # the earlier worker starts each attempt as it reads its grant
+        starts.extend(t for _ in s.grants(t))
         s.renew(list(s.holders), "old", t + 0.01)  # its worker's renewal ...
         for h in list(s.holders):
             s.release(h)  # ... and the attempt ends
