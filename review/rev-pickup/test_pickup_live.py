@@ -9,11 +9,11 @@ from __future__ import annotations
 import anyio
 import anyio.abc
 import pytest
+from tests.helpers import registry_of
 
 import fusee
 from fusee.actors import core as core_module
 from fusee.actors.limit_actor import LimitActor
-from tests.helpers import registry_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,10 +36,9 @@ async def test_a_limit_actor_answering_later_than_the_asks_patience_still_lets_r
             await anyio.sleep(late)  # the answer arrives after the step gave up
             await answer(self, grant, reply)
 
-        assert tasks is not None
-        tasks.start_soon(later)
+        group[0].start_soon(later)
 
-    tasks: anyio.abc.TaskGroup | None = None
+    group: list[anyio.abc.TaskGroup] = []
     monkeypatch.setattr(LimitActor, "_answer", slow_answer)
     await engine.limit("slow", per_second=5, burst=1)
     calls = 0
@@ -52,12 +51,15 @@ async def test_a_limit_actor_answering_later_than_the_asks_patience_still_lets_r
     async def limited(ctx: fusee.Context, _: object) -> str:
         return await ctx.step("call", call, limit="slow")
 
-    async with anyio.create_task_group() as tasks:
-        async with engine.worker(registry=registry_of(limited, "limited")):
-            run_ = await engine.start("limited", "slow-1", None)
-            try:
-                result = await run_.result(timeout=20)
-            finally:
-                tasks.cancel_scope.cancel()
+    async with (
+        anyio.create_task_group() as tasks,
+        engine.worker(registry=registry_of(limited, "limited")),
+    ):
+        group.append(tasks)
+        run_ = await engine.start("limited", "slow-1", None)
+        try:
+            result = await run_.result(timeout=20)
+        finally:
+            tasks.cancel_scope.cancel()
     assert result == "ok"
     assert calls == 1
