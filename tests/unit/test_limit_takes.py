@@ -1,9 +1,8 @@
-"""Review repros for fix/pickup (issue 12): each test FAILS on fix/pickup (09a4ddf).
-
-Run: cd /work/wt-rev-pickup && PYTHONPATH=$PWD/src:$PWD /work/main/.venv/bin/python \
-  -m pytest -q -p no:xdist review/rev-pickup/test_pickup_review.py
-Pure LimitState (no NATS): each drives the machine in the order limit_actor.py does.
-"""
+"""Takes of granted permits (runtime/limits.py), driven in the order limit_actor.py
+does: a worker of an earlier version starting on its grant is held to the rate, a take
+asked again (its answer lost) is charged once, a lowered rate leaves no take waiting
+past AHEAD, a take told to wait and gone does not make the actor look at once. (The
+review of fix/pickup's repros: each failed on it.)"""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import bisect
 
 from fusee.runtime.limits import (
     AHEAD,
+    HOLD,
     LEASE,
     RENEW_EVERY,
     Ask,
@@ -20,8 +20,6 @@ from fusee.runtime.limits import (
     Queued,
     Waiter,
 )
-
-HOLD = 0.5  # limit_actor.HOLD
 
 
 def _most_in(times: list[float], w: float) -> int:
@@ -54,21 +52,32 @@ def test_1_an_earlier_worker_starting_on_the_grant_is_held_to_the_rate() -> None
 
 
 def test_2_a_take_whose_answer_was_lost_is_not_charged_twice() -> None:
-    """core.py _ask(taking=True): no answer within ASK_PATIENCE -> `continue` (ask
-    again). The first take was journaled and spent a token; the re-ask (same attempt,
-    same worker, nothing started) spends another. On a limit actor answering later
-    than 1 s every time, every take's answer is lost: tokens burn at the full rate and
-    no attempt ever starts (livelock); milder, the bench's shortfall."""
+    """core.py _ask(taking=True): no answer within ASK_PATIENCE -> ask again. The
+    first take was journaled and spent a token; the re-ask (same take ID, nothing
+    started) must not spend another (fix/pickup did: on a limit actor answering
+    later than ASK_PATIENCE every time, tokens burnt at the full rate and no attempt
+    started)."""
     s = LimitState()
     s.configure(LimitConfig(per_second=1.0, burst=2), 0.0)
     s.request(Waiter(1, "k.1", "r", 0, "w", ""), 0.0)
     assert [g.waiter.seq for g in s.grants(0.0)] == [1]
-    ask = Ask(key="k.1", run="r", partition=0, worker="w")
+    ask = Ask(key="k.1", run="r", partition=0, worker="w", take="w1:1")
     assert isinstance(s.ask(ask, 0.0), Grant)  # taken, journaled; its answer is lost
     assert s.tokens == 1.0
     again = s.ask(ask, 0.0)  # the same step asks again at once: one start, one token
     assert isinstance(again, Grant)
     assert s.tokens == 1.0, f"one start charged {2.0 - s.tokens:.0f} tokens"
+    # its answers lost until it gave up: its durable request names the take, and the
+    # permit moves to it taken (the grant says start on it, no take)
+    moved = s.request(Waiter(2, "k.1", "r", 0, "w", "", take="w1:1"), 0.0)
+    assert moved is not None
+    assert moved.moved
+    assert moved.taken
+    assert s.tokens == 1.0
+    # a replay of the step (another acquire: a new take) is a new start: a token
+    replay = s.ask(Ask(key="k.1", run="r", partition=0, worker="w2", take="w2:1"), 0.0)
+    assert isinstance(replay, Grant)
+    assert s.tokens == 0.0
 
 
 def test_3_a_take_waits_about_AHEAD_also_after_the_rate_is_lowered() -> None:

@@ -1,19 +1,18 @@
-"""Review repro for fix/pickup (needs nats-server; in-process worker): FAILS on fix/pickup.
-
-Run: cd /work/wt-rev-pickup && PYTHONPATH=$PWD/src:$PWD /work/main/.venv/bin/python \
-  -m pytest -q -p no:xdist review/rev-pickup/test_pickup_live.py
-"""
+"""Takes of granted permits, live (an in-process worker, a real nats-server): a limit
+actor answering later than the ask's patience still lets runs start (fix/pickup's take
+loop asked forever, each re-ask spending a token), and it does not spin while a take it
+told to wait is gone. (The review of fix/pickup's repros: each failed on it.)"""
 
 from __future__ import annotations
 
 import anyio
 import anyio.abc
 import pytest
-from tests.helpers import registry_of
 
 import fusee
 from fusee.actors import core as core_module
 from fusee.actors.limit_actor import LimitActor
+from tests.helpers import registry_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,11 +74,11 @@ async def test_the_limit_actor_does_not_spin_while_a_take_it_told_to_wait_is_gon
     _serve waits max(0, ...) = 0: a hot loop on the worker hosting the limit. A healthy
     actor looks about every TICK (0.25 s). (HOLD set to 0.05 s so the WAIT comes before
     the token; nothing else changed.)"""
-    from fusee.actors import limit_actor
     from fusee.actors.core import ActorCore
+    from fusee.runtime import limits
     from fusee.runtime.limits import Ask, AskOp, LimitState, core_subject, encode_core
 
-    monkeypatch.setattr(limit_actor, "HOLD", 0.05)
+    monkeypatch.setattr(limits, "HOLD", 0.05)
     looks, began = 0, None
     spun = anyio.Event()
     seen: list[object] = []  # (the takes waiting, the tokens, the clock) as it spun
@@ -98,16 +97,24 @@ async def test_the_limit_actor_does_not_spin_while_a_take_it_told_to_wait_is_gon
     asked = anyio.Event()
 
     async def dies_mid_take(
-        self: ActorCore, eid: str, fairness: str, key: str, *, taking: bool = False
+        self: ActorCore, eid: str, fairness: str, key: str, take: str = "", *, taking: bool = False
     ) -> int | None:
         if taking and self.run_id == "gone":
             body = encode_core(
-                AskOp(Ask(key=key, run=self.eid, partition=self.partition, worker=self.worker_id))
+                AskOp(
+                    Ask(
+                        key=key,
+                        run=self.eid,
+                        partition=self.partition,
+                        worker=self.worker_id,
+                        take=take,
+                    )
+                )
             )
             await self.store.request_core(core_subject(self.namespace, eid), body, 0.3)
             asked.set()  # asked once, told WAIT; never asks again
             await anyio.sleep_forever()
-        return await ask(self, eid, fairness, key, taking=taking)
+        return await ask(self, eid, fairness, key, take, taking=taking)
 
     monkeypatch.setattr(ActorCore, "_ask", dies_mid_take)
     await engine.limit("spin", per_second=1, burst=1)
