@@ -426,9 +426,11 @@ class LimitState:
                     holder.expires = now + LEASE
                     return Grant(w, moved=True)
                 take = self.taking.get(holder.seq)
-                if take is not None:  # asked again: its place kept
+                if take is not None:  # asked again: its place kept (and a token now,
+                    # if none that waits before it asks: it has it)
                     take.take, take.asked, take.asking = ask.take, now, True
-                    return Queued(holder.seq)
+                    got = self.takes(now, (holder.seq,))
+                    return got[0] if got else Queued(holder.seq)
                 if not self._token(now):
                     if config.per_second is not None and self._too_far(len(self.taking), now):
                         # its token is further than AHEAD away (the rate was lowered):
@@ -587,8 +589,9 @@ class LimitState:
         return min(times) if times else None
 
     def pickups(self) -> int:
-        """Permits granted and not taken yet."""
-        return sum(1 for h in self.holders.values() if not h.taken)
+        """Permits a token is owed for: granted and not taken yet, or taken and asked
+        for by a new take waiting for its token (a replay of the step)."""
+        return sum(1 for h in self.holders.values() if not h.taken or h.seq in self.taking)
 
     def waiting(self) -> int:
         return sum(len(q) for q in self.queues.values())
@@ -637,12 +640,13 @@ class LimitState:
 
     def _token(self, now: float, *, queued: bool = False) -> bool:
         """Spend a token for a take now, if the bucket has one and (``queued``: but
-        for the takes waiting) no take waits for one; True with no rate."""
+        for the takes waiting) no take whose step asks waits for one; True with no
+        rate."""
         config = self.config
         if config is None or config.per_second is None:
             return True
-        if self.taking and not queued:
-            return False  # those first
+        if not queued and any(self._asking(t, now) for t in self.taking.values()):
+            return False  # those first (one told to ask again and not back yet: not)
         self._refill(now)
         if self.tokens < 1.0:
             return False
