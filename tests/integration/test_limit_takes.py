@@ -97,7 +97,7 @@ async def test_the_limit_actor_does_not_spin_while_a_take_it_told_to_wait_is_gon
     asked = anyio.Event()
 
     async def dies_mid_take(
-        self: ActorCore, eid: str, fairness: str, key: str, take: str = "", *, taking: bool = False
+        self: ActorCore, eid: str, fairness: str, key: str, *, take: str = "", taking: bool = False
     ) -> int | None:
         if taking and self.run_id == "gone":
             body = encode_core(
@@ -114,7 +114,7 @@ async def test_the_limit_actor_does_not_spin_while_a_take_it_told_to_wait_is_gon
             await self.store.request_core(core_subject(self.namespace, eid), body, 0.3)
             asked.set()  # asked once, told WAIT; never asks again
             await anyio.sleep_forever()
-        return await ask(self, eid, fairness, key, take, taking=taking)
+        return await ask(self, eid, fairness, key, take=take, taking=taking)
 
     monkeypatch.setattr(ActorCore, "_ask", dies_mid_take)
     await engine.limit("spin", per_second=1, burst=1)

@@ -154,8 +154,10 @@ async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
     await engine.limit("r", per_second=0.001, burst=1)
     workers = worker_procs()
     workers.module = LIMITS
+    gate = tmp_path / "gate"
+    gate.mkdir()
     for _ in range(3):
-        await workers.start()
+        await workers.start(extra_env={"LIMITS_GATE": str(gate)})
     arg = {"dir": str(tmp_path)}
     runs: list[fusee.Run] = []
     limiter = anyio.CapacityLimiter(32)
@@ -176,7 +178,17 @@ async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
         return began + sum(info.waiters.values()) == 300
 
     await wait_until(queued, timeout=60, what="the 300 runs begun or waiting at the limit")
+    # half the runs woken by their grants wait to come back until 20 wait, then come
+    # back together (a loaded machine's bunching, on any machine): with the token spent
+    # at the grant they all start at once, over the bound
+    (gate / "armed").touch()
     await engine.limit("r", per_second=per_second, burst=burst)
+    await wait_until(
+        lambda: len(list(gate.glob("gated-*"))) >= 20 or None,
+        timeout=60,
+        what="20 woken runs held back",
+    )
+    (gate / "go").touch()
     for run in runs:
         assert await run.result(timeout=120) is None
     starts = (tmp_path / "starts").read_text().split()
@@ -799,12 +811,12 @@ async def test_a_grant_to_a_parked_run_waits_for_it_longer_than_a_lease(
     hold_back = False
 
     async def held_back(
-        self: ActorCore, eid: str, fairness: str, key: str, *, taking: bool = False
+        self: ActorCore, eid: str, fairness: str, key: str, *, take: str = "", taking: bool = False
     ) -> int | None:
         if hold_back and self.run_id == "slow-w":
             asking.set()  # woken by its grant, replayed: about to ask again
             await let_ask.wait()
-        return await ask(self, eid, fairness, key, taking=taking)
+        return await ask(self, eid, fairness, key, take=take, taking=taking)
 
     monkeypatch.setattr(ActorCore, "_ask", held_back)
     eid = escape(limit_actor_id("slow"))

@@ -378,7 +378,7 @@ class ActorCore:
         while True:
             # a permit granted on core NATS, or the one the attempt holds, taken (the
             # limit spends the token as the attempt starts)
-            fast = await self._ask(eid, fairness, key, take_id, taking=taking)
+            fast = await self._ask(eid, fairness, key, take=take_id, taking=taking)
             if fast is not None:
                 permit = Permit(eid, fast)
                 self.held.add(permit)
@@ -463,7 +463,7 @@ class ActorCore:
                 await changed.wait()
 
     async def _ask(
-        self, eid: str, fairness: str, key: str, take: str = "", *, taking: bool = False
+        self, eid: str, fairness: str, key: str, *, take: str = "", taking: bool = False
     ) -> int | None:
         """The fast path: ask the live limit actor on core NATS (no durable write here;
         it journals a grant before it answers). The grant's number, or None: not granted
