@@ -5,13 +5,15 @@ told to wait is gone. (The review of fix/pickup's repros: each failed on it.)"""
 
 from __future__ import annotations
 
+from typing import cast
+
 import anyio
 import anyio.abc
 import pytest
 
 import fusee
-from fusee.actors import core as core_module
 from fusee.actors.limit_actor import LimitActor
+from fusee.runtime import limits as limits_module
 from tests.helpers import registry_of
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,7 +29,7 @@ async def test_a_limit_actor_answering_later_than_the_asks_patience_still_lets_r
     on every timeout, forever; each re-ask of the (journaled, taken) holder spends
     another token (LimitState.ask has no holder.taken check). No attempt ever starts,
     the bucket drains at the full rate: a run stuck silently."""
-    late = core_module.ASK_PATIENCE + 0.3
+    late = limits_module.ASK_PATIENCE + 0.3
     answer = LimitActor._answer
 
     async def slow_answer(self: LimitActor, grant, reply):  # type: ignore[no-untyped-def]
@@ -48,7 +50,7 @@ async def test_a_limit_actor_answering_later_than_the_asks_patience_still_lets_r
         return "ok"
 
     async def limited(ctx: fusee.Context, _: object) -> str:
-        return await ctx.step("call", call, limit="slow")
+        return cast(str, await ctx.step("call", call, limit="slow"))
 
     async with (
         anyio.create_task_group() as tasks,
@@ -75,11 +77,10 @@ async def test_the_limit_actor_does_not_spin_while_a_take_it_told_to_wait_is_gon
     actor looks about every TICK (0.25 s). (HOLD set to 0.05 s so the WAIT comes before
     the token; nothing else changed.)"""
     from fusee.actors.core import ActorCore
-    from fusee.runtime import limits
     from fusee.runtime.limits import Ask, AskOp, LimitState, core_subject, encode_core
 
-    monkeypatch.setattr(limits, "HOLD", 0.05)
-    looks, began = 0, None
+    monkeypatch.setattr(limits_module, "HOLD", 0.05)
+    looks, began = 0, cast("int | None", None)
     spun = anyio.Event()
     seen: list[object] = []  # (the takes waiting, the tokens, the clock) as it spun
     next_look = LimitState.next_look
@@ -120,7 +121,7 @@ async def test_the_limit_actor_does_not_spin_while_a_take_it_told_to_wait_is_gon
     await engine.limit("spin", per_second=1, burst=1)
 
     async def limited(ctx: fusee.Context, _: object) -> str:
-        return await ctx.step("call", lambda: "ok", limit="spin")
+        return cast(str, await ctx.step("call", lambda: "ok", limit="spin"))
 
     async with engine.worker(registry=registry_of(limited, "limited")):
         first = await engine.start("limited", "first", None)

@@ -183,9 +183,9 @@ async def test_three_workers_300_runs_the_rate_holds_over_every_2s_window(
     # half the runs woken by their grants are held back from coming back (a loaded
     # machine's bunching, on any machine), then let come back together: once 140 of the
     # 150 are held, well over the bound (with the token spent at the grant, the limit
-    # grants on and they all start at once, over it: 116-200 seen), or once the limit stops granting (its waiters
-    # the same in three looks: the grants ahead of the tokens are all held back, the
-    # token spent as each attempt takes its permit)
+    # grants on and they all start at once, over it: 116-200 seen), or once the limit
+    # stops granting (its waiters the same in three looks: the grants ahead of the
+    # tokens are all held back, the token spent as each attempt takes its permit)
     (gate / "armed").touch()
     await engine.limit("r", per_second=per_second, burst=burst)
     bound = 2 * per_second + burst + round(0.1 * per_second)

@@ -36,7 +36,8 @@ def test_1_an_earlier_worker_starting_on_the_grant_is_held_to_the_rate() -> None
     rate, burst = 50.0, 10
     s = LimitState()
     s.configure(LimitConfig(per_second=rate, burst=burst), 0.0)
-    seq, t, starts = 0, 0.0, []
+    seq, t = 0, 0.0
+    starts: list[float] = []
     while t < 6.0:
         for _ in range(40):  # a deep queue
             seq += 1

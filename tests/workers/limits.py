@@ -132,7 +132,7 @@ if _GATE:
     _acquire = ActorCore.acquire_permit
 
     async def _gated(self, name, fairness, key, *, pos=0):  # type: ignore[no-untyped-def]
-        d = Path(_GATE)
+        d = Path(str(_GATE))
         if (d / "armed").exists() and int(self.run_id.rsplit("-", 1)[1]) % 2 == 0:
             if not (d / "go").exists():
                 _append(d / f"gated-{self.run_id}", "")
