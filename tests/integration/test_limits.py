@@ -661,11 +661,11 @@ async def test_a_parked_waiter_whose_grant_never_comes_asks_again(
     dropped: list[int] = []
     send = LimitActor._send
 
-    async def drop_first(self: LimitActor, waiter: Any, error: str) -> None:
+    async def drop_first(self: LimitActor, waiter: Any, error: str, **options: Any) -> None:
         if not error and waiter.run == escape("lost-w") and not dropped:
             dropped.append(waiter.seq)  # journaled, never sent
             return
-        await send(self, waiter, error)
+        await send(self, waiter, error, **options)
 
     monkeypatch.setattr(LimitActor, "_send", drop_first)
     registry, holding, go = _held_limit("lost")

@@ -135,3 +135,24 @@ def test_4_the_actor_does_not_spin_while_a_take_it_told_to_wait_is_away() -> Non
         f"next_look {look} == now with nothing to do until the lease ends at "
         f"{s.holders[2].expires} (LEASE {LEASE}): the actor spins"
     )
+
+
+def test_a_fast_grant_answered_late_is_started_on_with_one_token() -> None:
+    """A fast grant (taken as it is granted) whose answer came after its step gave up:
+    the step's durable request names its take, and the permit moves to it taken (the
+    grant says start on it): one start, one token (not a second take)."""
+    s = LimitState()
+    s.configure(LimitConfig(per_second=1.0, burst=2), 0.0)
+    fast = s.ask(Ask(key="k.1", run="r", partition=0, worker="w", take="w1:1"), 0.0)
+    assert isinstance(fast, Grant)
+    assert fast.waiter.seq < 0
+    assert s.tokens == 1.0
+    moved = s.request(Waiter(5, "k.1", "r", 0, "w", "", take="w1:1"), 0.0)
+    assert moved is not None
+    assert moved.taken
+    assert s.holders[5].taken
+    assert s.tokens == 1.0
+    # a request of another take (a replay) moves it to be taken again: a new start
+    again = s.request(Waiter(6, "k.1", "r", 0, "w2", "", take="w2:1"), 0.0)
+    assert again is not None
+    assert not again.taken

@@ -383,11 +383,10 @@ class ActorCore:
                 permit = Permit(eid, fast)
                 self.held.add(permit)
                 return permit
-            # (after a take not answered within park_after: the durable request names
-            # it, so a permit it took comes as a grant to start on, no token again)
-            seq, take = await self._request_permit(
-                name, limit_id, fairness, key, pos, take_id if taking else ""
-            )
+            # (no answer in time: the durable request names the take, so a permit it
+            # took, a fast grant answered late or a take's, comes as a grant to start
+            # on, no token again)
+            seq, take = await self._request_permit(name, limit_id, fairness, key, pos, take_id)
             taking = take
             if not take:
                 permit = Permit(eid, seq)
