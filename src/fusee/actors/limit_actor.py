@@ -195,7 +195,8 @@ class LimitActor:
             asks, self._asks = self._asks, []
             for ask, reply in asks:
                 g = state.ask(ask, now)
-                if g is None:
+                if g is None:  # (a take too far from its token: back in its queue)
+                    dirty = True
                     await self.store.publish_core(reply, NO)
                 elif isinstance(g, Queued):
                     self._replies[g.seq] = reply  # (asked again: the newest reply)
