@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from fusee.runtime.inbox import Cancel, ChildEnded, Unknown, decode_message, encode_message
+from fusee.runtime.limits import LimitState, Snapshot
 from fusee.runtime.records import decode_record, encode_record, kind_of
 
 HERE = Path(__file__).parent
@@ -27,6 +28,32 @@ def test_every_golden_record_decodes_and_reencodes_identically(path: Path) -> No
 
 def test_there_is_a_golden_file() -> None:
     assert SAMPLES, "tests/golden/journal-v1.jsonl is missing"
+
+
+# -- a limit actor's journal: its limit.state snapshots ---------------------------------
+
+LIMIT_STATES = sorted(HERE.glob("limit-state-v*.jsonl"))
+
+
+@pytest.mark.parametrize("path", LIMIT_STATES, ids=lambda p: p.name)
+def test_every_golden_limit_state_restores(path: Path) -> None:
+    """A limit actor's snapshots as each version wrote them restore (v1: before a
+    holder said whether its attempt took it: each reads as not taken, so its attempt's
+    take spends a token, at worst one too few, never one too many; v2: ``taken`` and
+    the ``take`` that took it, so the same take asking again spends no second token)."""
+    for line in path.read_bytes().splitlines():
+        snap = msgspec.json.decode(line, type=Snapshot)
+        state = LimitState.restore(snap, {})
+        assert len(state.holders) == len(snap.holders)
+        if path == LIMIT_STATES[-1]:
+            assert msgspec.json.encode(snap) == line  # this version writes it so
+            assert {h.seq: (h.taken, h.take) for h in snap.holders} == {
+                7: (True, "a1b2c3d4e5f6:1"),
+                9: (False, ""),
+                -4: (True, "a1b2c3d4e5f6:2"),
+            }
+        else:
+            assert not any(h.taken or h.take for h in snap.holders)
 
 
 # -- inbox messages: the contract other SDKs write -------------------------------------

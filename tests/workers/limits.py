@@ -5,6 +5,11 @@
   a live process writes ``overflow``), says which run holds one (``held-<run>``, naming
   its process), and keeps its permit until ``release`` exists.
 - ``rated`` (limit ``r``): each attempt appends the time it began to ``starts``.
+  With ``$LIMITS_GATE`` set (a directory the test controls): once ``armed`` exists
+  there, a run whose ID ends in an even number waits before it asks for its permit
+  (its replay, woken by its grant) until ``go`` exists, having written
+  ``gated-<run>``: the test lets them come back together, as replays bunch on a
+  loaded machine.
 - ``fair`` (limit ``f``, fairness key ``arg["tenant"]``): each attempt waits for
   ``go``, then appends its tenant to ``done``: the order attempts ended in.
 """
@@ -17,7 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 import fusee
+from fusee.actors.core import ActorCore
 
 
 def _alive(pid: int) -> bool:
@@ -117,3 +125,19 @@ async def fair(ctx: fusee.Context, arg: dict[str, Any]) -> None:
         _append(d / "done", arg["tenant"])
 
     await ctx.step("call", call, limit="f", fairness_key=arg["tenant"])
+
+
+_GATE = os.environ.get("LIMITS_GATE")
+if _GATE:
+    _acquire = ActorCore.acquire_permit
+
+    async def _gated(self, name, fairness, key, *, pos=0):  # type: ignore[no-untyped-def]
+        d = Path(str(_GATE))
+        if (d / "armed").exists() and int(self.run_id.rsplit("-", 1)[1]) % 2 == 0:
+            if not (d / "go").exists():
+                _append(d / f"gated-{self.run_id}", "")
+            while not (d / "go").exists():  # (a file the test writes)
+                await anyio.sleep(0.01)
+        return await _acquire(self, name, fairness, key, pos=pos)
+
+    ActorCore.acquire_permit = _gated  # type: ignore[method-assign]

@@ -23,10 +23,10 @@ def _crash_now() -> bool:
     return False
 
 
-async def send(self, waiter, error):  # type: ignore[no-untyped-def]
+async def send(self, waiter, error, **options):  # type: ignore[no-untyped-def]
     if AT == "send" and not error and _crash_now():
         os._exit(9)
-    await _send(self, waiter, error)
+    await _send(self, waiter, error, **options)
 
 
 async def answer(self, grant, reply):  # type: ignore[no-untyped-def]
@@ -35,7 +35,7 @@ async def answer(self, grant, reply):  # type: ignore[no-untyped-def]
     await _answer(self, grant, reply)
 
 
-async def no_ask(self, eid, fairness, key, **_):  # type: ignore[no-untyped-def]
+async def no_ask(self, eid, fairness, key, *_, **__):  # type: ignore[no-untyped-def]
     return None
 
 

@@ -49,6 +49,7 @@ from fusee.runtime.inbox import (
     encode_message,
 )
 from fusee.runtime.limits import (
+    ASK_PATIENCE,
     LEASE,
     RENEW_EVERY,
     Answer,
@@ -71,9 +72,9 @@ log = get_logger()
 # that record is then at most this much larger than it would be alone, far below the
 # headroom a record keeps for what surrounds its own value.
 RIDE_MAX = 4096
-# How long a step waits for the live limit actor's answer to a permit asked on core
-# NATS before it sends its durable request (a grant answered later is moved by it).
-ASK_PATIENCE = 1.0
+# (ASK_PATIENCE, runtime/limits.py: how long a step waits for the live limit actor's
+# answer to a permit asked on core NATS before it sends its durable request; a grant
+# answered later is moved by it)
 # How long a run parked waiting for a grant stays parked before it comes back to ask
 # again, if no grant brought it back first (its timer: one durable write a park),
 # doubled at each time it came back for nothing, up to REASK_MAX (so a run waiting
@@ -183,6 +184,7 @@ class ActorCore:
         self.worker_id = ""
         self.held: set[Permit] = set()
         self._requests = 0
+        self._takes = 0  # acquire_permit calls: each a take (its ID: writer and count)
 
     def start(self) -> None:
         """Called as an activation begins (in the event loop)."""
@@ -389,26 +391,32 @@ class ActorCore:
         limit_id = limit_actor_id(name)
         eid = escape(limit_id)
         assert self.partitions is not None, "a worker's actor knows the partitions"
+        # this acquire's take: asked again (an answer lost) it gets the permit it took
+        # back, no second token; a replay of the step is a new take (a new start)
+        self._takes += 1
+        take_id = f"{self.writer}:{self._takes}"
         taking = False
         while True:
             # a permit granted on core NATS, or the one the attempt holds, taken (the
             # limit spends the token as the attempt starts)
-            fast = await self._ask(eid, fairness, key, taking=taking)
+            fast = await self._ask(eid, fairness, key, take=take_id, taking=taking)
             if fast is not None:
                 permit = Permit(eid, fast)
                 self.held.add(permit)
                 return permit
-            seq, take = await self._request_permit(name, limit_id, fairness, key, pos)
+            # (no answer in time: the durable request names the take, so a permit it
+            # took, a fast grant answered late or a take's, comes as a grant to start
+            # on, no token again)
+            seq, take = await self._request_permit(name, limit_id, fairness, key, pos, take_id)
             taking = take
             if not take:
                 permit = Permit(eid, seq)
                 self.held.add(permit)
                 return permit
-            # granted: taken by the ask above, as the attempt starts (a take not
-            # answered in time: the durable request again, which moves the permit)
+            # granted: taken by the ask above, as the attempt starts
 
     async def _request_permit(
-        self, name: str, limit_id: str, fairness: str, key: str, pos: int
+        self, name: str, limit_id: str, fairness: str, key: str, pos: int, take: str = ""
     ) -> tuple[int, bool]:
         """The durable request of a permit (see :meth:`acquire_permit`), in memory
         until ``park_after``, then parked. Its inbox sequence and whether the grant
@@ -422,6 +430,7 @@ class ActorCore:
                 partition=self.partition,
                 worker=self.worker_id,
                 fairness=fairness,
+                take=take,
             )
         )
         self._requests += 1
@@ -473,22 +482,29 @@ class ActorCore:
             with anyio.move_on_after(left):
                 await changed.wait()
 
-    async def _ask(self, eid: str, fairness: str, key: str, *, taking: bool = False) -> int | None:
+    async def _ask(
+        self, eid: str, fairness: str, key: str, *, take: str = "", taking: bool = False
+    ) -> int | None:
         """The fast path: ask the live limit actor on core NATS (no durable write here;
         it journals a grant before it answers). The grant's number, or None: not granted
         (no answer within ``ASK_PATIENCE``, nobody listening, or "no"). ``taking``: the
-        attempt holds a grant it takes now: with no answer in time it asks again (a
-        loaded limit actor answers late; the durable request would only move the
-        permit and grant it again)."""
+        attempt holds a grant it takes now (as take ``take``): with no answer in time,
+        or told to wait, it asks again (a loaded limit actor answers late; asked again,
+        the same take spends no second token), for ``park_after`` at most; then None
+        (the durable request, naming the take; the run parks if it waits longer)."""
         ask = Ask(
             key=key,
             run=self.eid,
             partition=self.partition,
             worker=self.worker_id,
             fairness=fairness,
+            take=take,
         )
         body = encode_core(AskOp(ask))
+        until = self.clock() + self.park_after
         while True:
+            if taking and self.clock() >= until:
+                return None
             try:
                 answer = await self.store.request_core(
                     core_subject(self.namespace, eid), body, ASK_PATIENCE

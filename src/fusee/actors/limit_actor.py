@@ -10,7 +10,7 @@ or "no" (the limit full, others waiting, the attempt holding one already), and t
 sends its durable request. ``show`` (request/reply) answers the holders and waiters as
 they are now. With a rate, a grant sent to a run's inbox is *taken* by its attempt's
 ask as it starts (the token spent then); a take with no token waits here, answered
-``wait`` after ``HOLD`` (its step asks again). A grant is journaled (the snapshot holding it landed) before it is sent
+``wait`` after ``HOLD`` (runtime/limits.py; its step asks again). A grant is journaled (the snapshot holding it landed) before it is sent
 to the run's inbox or answered, so a permit is never granted twice, also across a crash
 of this actor. The decisions are :class:`fusee.runtime.limits.LimitState`'s; this
 performs them.
@@ -57,9 +57,6 @@ _snapshot = msgspec.json.Decoder(Snapshot)
 _encode = msgspec.json.Encoder()
 NO = encode_core(Answer(None))  # a fast ask refused: the step sends its durable request
 WAIT = encode_core(Answer(None, wait=True))  # a take still waiting: its step asks again
-# How long a take waiting for its token is held before it is told to ask again (under
-# the step's patience, ASK_PATIENCE: a long poll).
-HOLD = 0.5
 # Looked at again at least this often (an eviction asked for, a lease to expire).
 TICK = 0.25
 # The inbox is trimmed (below its oldest waiter's request and what the last snapshot
@@ -71,7 +68,7 @@ ROLLUP_EVERY = 32
 
 
 def _waiter(seq: int, msg: PermitRequest) -> Waiter:
-    return Waiter(seq, msg.key, msg.run, msg.partition, msg.worker, msg.fairness)
+    return Waiter(seq, msg.key, msg.run, msg.partition, msg.worker, msg.fairness, msg.take)
 
 
 class LimitActor:
@@ -82,9 +79,9 @@ class LimitActor:
         self.state = LimitState()
         self._heard: list[RenewOp | ReleaseOp] = []  # renewals and releases, in order
         self._asks: list[tuple[Ask, str]] = []  # permits asked on core NATS, reply subjects
-        # the reply subjects of the takes waiting for a token (and since when), by the
-        # permit taken
-        self._taking: dict[int, tuple[str, float]] = {}
+        # the reply subjects of the takes waiting for a token, by the permit taken
+        # (which wait, and how long, is the state's: LimitState.taking)
+        self._replies: dict[int, str] = {}
         self._shows: list[str] = []  # reply subjects of `show` requests
         self._seen = 0
         self._resend: list[Waiter] = []
@@ -103,8 +100,8 @@ class LimitActor:
                 await unsubscribe()
                 # asked as it left: told "no" now rather than by their patience
                 asks, self._asks = self._asks, []
-                taking, self._taking = self._taking, {}
-                for reply in [r for _, r in asks] + [r for r, _ in taking.values()]:
+                replies, self._replies = self._replies, {}
+                for reply in [r for _, r in asks] + list(replies.values()):
                     await self.store.publish_core(reply, NO)
 
     async def _on_core(self, _subject: str, data: bytes, reply: str | None) -> None:
@@ -167,12 +164,13 @@ class LimitActor:
         while True:
             now = core.clock()
             grants = []
+            refused_takes: list[int] = []
             self._untrimmed += len(self._pending)
             for seq, msg in self._pending:
                 self._seen = max(self._seen, seq)
                 if isinstance(msg, LimitSet):
                     config = LimitConfig(msg.per_second, msg.burst, msg.concurrent)
-                    state.configure(config, now)
+                    refused_takes += state.configure(config, now)
                     dirty = True
                     log.info("limit.set", limit=self.name, **msgspec.structs.asdict(config))
                 elif isinstance(msg, PermitRequest):
@@ -184,23 +182,24 @@ class LimitActor:
             heard, self._heard = self._heard, []
             for op in heard:
                 if isinstance(op, ReleaseOp):
-                    dirty = state.release(op.seq) or dirty
+                    dirty = state.release(op.seq, now) or dirty
                 else:
                     state.renew(op.seqs, op.worker, now)
             refused = state.refuse_all() if state.config is None else []
             # the takes that waited for a token first, then the waiters: an ask does
             # not jump either queue
             fast: list[tuple[Grant, str]] = [
-                (g, self._taking.pop(g.waiter.seq)[0]) for g in state.takes(now, self._taking)
+                (g, self._replies.pop(g.waiter.seq, "")) for g in state.takes(now)
             ]
             grants += state.grants(now)
             asks, self._asks = self._asks, []
             for ask, reply in asks:
                 g = state.ask(ask, now)
-                if g is None:
+                if g is None:  # (a take too far from its token: back in its queue)
+                    dirty = True
                     await self.store.publish_core(reply, NO)
                 elif isinstance(g, Queued):
-                    self._taking[g.seq] = (reply, now)  # (asked again: the newest reply)
+                    self._replies[g.seq] = reply  # (asked again: the newest reply)
                 else:
                     fast.append((g, reply))
             # (after the asks: a take asked again, read in this turn, keeps its lease)
@@ -209,13 +208,19 @@ class LimitActor:
                 log.warning(
                     "limit.reclaimed", limit=self.name, request=holder.seq, worker=holder.worker
                 )
+            for seq in refused_takes:  # (the rate lowered: its step parks)
+                if seq in self._replies:
+                    await self.store.publish_core(self._replies.pop(seq), NO)
+            for seq in state.told_to_wait(now):  # ask again (the place is kept)
+                if seq in self._replies:
+                    await self.store.publish_core(self._replies.pop(seq), WAIT)
             # a take its step gave up on (its durable request moved the permit, or it
-            # was reclaimed) is answered by nobody
-            self._taking = {s: r for s, r in self._taking.items() if s in state.taking}
-            for seq, (reply, since) in list(self._taking.items()):
-                if now - since >= HOLD:  # ask again (the place is kept)
-                    del self._taking[seq]
-                    await self.store.publish_core(reply, WAIT)
+            # was reclaimed, or forgotten) is answered by nobody
+            self._replies = {
+                s: r
+                for s, r in self._replies.items()
+                if s in state.taking and state.taking[s].asking
+            }
             if grants or refused or fast:
                 # journaled before any grant is sent or answered: never granted twice
                 await self._commit()
@@ -226,7 +231,7 @@ class LimitActor:
             # (one at a time: 32 side by side woke the runs in bunches, and the steps
             # saw up to 116 in 2 s of the 300-run test against 104-110)
             for g in grants:
-                await self._send(g.waiter, "")
+                await self._send(g.waiter, "", taken=g.taken)
             for w in refused:
                 await self._send(w, f"there is no limit {self.name!r} (engine.limit() sets one)")
             shows, self._shows = self._shows, []
@@ -295,11 +300,11 @@ class LimitActor:
         state = self.state
         return encode_core(Shown(state.config, len(state.holders), state.waiters_by_key()))
 
-    async def _send(self, waiter: Waiter, error: str) -> None:
+    async def _send(self, waiter: Waiter, error: str, *, taken: bool = False) -> None:
         # with a rate, its attempt takes it (asks on core NATS) as it starts: the token
-        # is spent then
+        # is spent then (``taken``: its take took it already, its answer lost)
         config = self.state.config
-        take = not error and config is not None and config.per_second is not None
+        take = not error and not taken and config is not None and config.per_second is not None
         grant = PermitGrant(limit=self.name, request=waiter.seq, error=error, take=take)
         body = encode_message(grant)
         await self.store.send_inbox(

@@ -117,13 +117,17 @@ class Invoke(Message, tag="invoke", frozen=True):
 class PermitRequest(Message, tag="permit", frozen=True):
     """To a limit's inbox: attempt ``key`` (a step's key and attempt) of run ``run``
     (its escaped ID, in ``partition``) asks for a permit; ``worker`` runs it (and
-    renews the permit while the attempt runs); ``fairness`` is its fairness key."""
+    renews the permit while the attempt runs); ``fairness`` is its fairness key.
+    ``take``: the take (an ID per acquire) its step asked on core NATS and got no
+    answer to in time: a permit that take took already is granted as taken (its
+    attempt starts on it, no second token)."""
 
     key: str
     run: str
     partition: int
     worker: str = ""
     fairness: str = ""
+    take: str = ""
 
 
 class PermitGrant(Message, tag="grant", frozen=True):

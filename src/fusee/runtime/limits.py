@@ -74,6 +74,9 @@ __all__ = (
     "RENEW_EVERY",
     "PICKUP",
     "AHEAD",
+    "HOLD",
+    "ASK_PATIENCE",
+    "Take",
 )
 
 # How long a permit is held without a renewal; its holder's worker renews it this often.
@@ -91,6 +94,14 @@ PICKUP = 10.0
 # it took over 1.5 s for the 1,000-run bench's runs); a take then waits for its token
 # at most about this long (answered ``wait`` meanwhile, its step asks again).
 AHEAD = 0.5
+# How long a take waiting for its token is held before it is told to ask again
+# (``wait``: a long poll, under the step's patience, ASK_PATIENCE).
+HOLD = 0.5
+# How long a step waits for the live limit actor's answer to a permit asked on core
+# NATS. A take told to wait that is not asked again within HOLD + ASK_PATIENCE is
+# gone (its worker died, its run was cancelled): it loses its place, and is not
+# waited for (its permit stays held until its pickup time or lease runs out).
+ASK_PATIENCE = 1.0
 
 
 class LimitConfig(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -161,6 +172,8 @@ class Waiter(msgspec.Struct, frozen=True):
     partition: int
     worker: str
     fairness: str = ""
+    # the take its step asked and got no answer to in time (see PermitRequest.take)
+    take: str = ""
 
 
 class Holder(msgspec.Struct):
@@ -173,17 +186,24 @@ class Holder(msgspec.Struct):
     # its attempt took it (started: a token spent, if the limit has a rate); a permit
     # granted and not taken yet spends none
     taken: bool = False
+    # the take (an ID per acquire, see Ask.take) that took it: the same take asking
+    # again (its answer lost) gets it back with no second token
+    take: str = ""
 
 
 class Ask(msgspec.Struct, frozen=True, kw_only=True):
     """A permit asked for on core NATS (the fast path): attempt ``key`` of run ``run``
-    (escaped ID, in ``partition``), run by ``worker``, under fairness key ``fairness``."""
+    (escaped ID, in ``partition``), run by ``worker``, under fairness key ``fairness``.
+    ``take``: an ID per acquire (a step's acquire_permit call): the same take asking
+    again, its answer lost, is answered with the permit it took, no second token; a
+    replay of the step is a new take (a new start, a token)."""
 
     key: str
     run: str
     partition: int
     worker: str = ""
     fairness: str = ""
+    take: str = ""
 
 
 class Permit(msgspec.Struct, frozen=True):
@@ -259,6 +279,18 @@ def decode_core(data: bytes) -> CoreOp | None:
         return None
 
 
+@dataclass
+class Take:
+    """A take waiting for its token: its ID (``Ask.take``), its fairness key, when
+    its step last asked, and whether that ask waits for its answer now (``asking``;
+    False once told to ask again)."""
+
+    take: str
+    fairness: str
+    asked: float
+    asking: bool = True
+
+
 @dataclass(frozen=True)
 class Queued:
     """An attempt holding permit ``seq`` asked to take it and waits for a token:
@@ -275,6 +307,7 @@ class Grant:
 
     waiter: Waiter
     moved: bool = False
+    taken: bool = False  # its attempt took it already: it starts on it (no take)
 
 
 class Snapshot(msgspec.Struct, frozen=True, kw_only=True):
@@ -304,12 +337,19 @@ class LimitState:
     fast: int = 0  # permits granted on core NATS (ask): the next one is named -(fast + 1)
     # holders (request seqs) whose attempts asked to take them and wait for a token,
     # first come first served (not journaled: an ask is not, and its step asks again)
-    taking: list[int] = field(default_factory=list)
+    taking: dict[int, Take] = field(default_factory=dict)
+    # when a permit not taken was last renewed or released: a worker of an earlier
+    # version starts on the grant (it never takes): grants do not run ahead then
+    early: float | None = None
 
     # -- events -------------------------------------------------------------------------
 
-    def configure(self, config: LimitConfig, now: float) -> None:
-        """Set (or change) the config; the bucket keeps what it had, up to the new burst."""
+    def configure(self, config: LimitConfig, now: float) -> list[int]:
+        """Set (or change) the config; the bucket keeps what it had, up to the new
+        burst. The takes waiting that the new rate cannot serve within ``AHEAD`` are
+        refused (returned: their asks are answered "no"), their attempts put back at
+        the front of their fairness queues: their steps send their durable requests
+        and park (a lowered rate leaves no take waiting long in a worker's memory)."""
         if self.config is None or self.config.per_second is None:
             self.tokens = float(config.burst or 0)
             self.refilled_at = now
@@ -317,6 +357,16 @@ class LimitState:
             self._refill(now)
         self.config = config
         self.tokens = min(self.tokens, float(config.burst or 0))
+        if config.per_second is None:
+            return []  # no rate: each take is served at once by the next turn
+        refused = []
+        for pos, seq in enumerate(list(self.taking)):
+            if self._too_far(pos, now):
+                refused.append(seq)
+        for seq in refused:
+            take = self.taking[seq]
+            self._requeue(seq, take.fairness)
+        return refused
 
     def request(self, waiter: Waiter, now: float) -> Grant | None:
         """A request read. The attempt asking again: a held permit moves to this
@@ -324,16 +374,25 @@ class LimitState:
         for seq, holder in list(self.holders.items()):
             if holder.key == waiter.key:
                 del self.holders[seq]
-                self._untake(seq)  # its step gave up on that ask: it takes the new grant
+                # its step gave up on that ask (no answer in time): the take it asked
+                # took the permit already, or it takes the new grant (its place kept)
+                taken = holder.taken and bool(waiter.take) and holder.take == waiter.take
+                if seq in self.taking:  # (the same place, under the new request)
+                    self.taking = {
+                        (waiter.seq if s == seq else s): t for s, t in self.taking.items()
+                    }
+                    self.taking[waiter.seq].asking = False
                 self.holders[waiter.seq] = Holder(
                     waiter.seq,
                     waiter.key,
                     waiter.run,
                     waiter.partition,
                     waiter.worker,
-                    now + _pickup(),  # sent to its run's inbox
+                    now + (LEASE if taken else _pickup()),  # sent to its run's inbox
+                    taken,
+                    holder.take if taken else "",
                 )
-                return Grant(waiter, moved=True)
+                return Grant(waiter, moved=True, taken=taken)
         for queue in self.queues.values():
             for i, queued in enumerate(queue):
                 if queued.key == waiter.key:
@@ -360,13 +419,27 @@ class LimitState:
                 holder.run, holder.partition = ask.run, ask.partition
                 holder.worker = ask.worker
                 holder.expires = max(holder.expires, now + LEASE)
-                if holder.seq in self.taking:
-                    return Queued(holder.seq)  # asked again: its place kept
-                if not self._token(now):
-                    self.taking.append(holder.seq)
-                    return Queued(holder.seq)
-                holder.taken, holder.expires = True, now + LEASE
                 w = Waiter(holder.seq, ask.key, ask.run, ask.partition, ask.worker, ask.fairness)
+                if holder.taken and ask.take and holder.take == ask.take:
+                    # the same take asked again (its answer lost): its permit, and
+                    # no second token (one start)
+                    holder.expires = now + LEASE
+                    return Grant(w, moved=True)
+                take = self.taking.get(holder.seq)
+                if take is not None:  # asked again: its place kept (and a token now,
+                    # if none that waits before it asks: it has it)
+                    take.take, take.asked, take.asking = ask.take, now, True
+                    got = self.takes(now, (holder.seq,))
+                    return got[0] if got else Queued(holder.seq)
+                if not self._token(now):
+                    if config.per_second is not None and self._too_far(len(self.taking), now):
+                        # its token is further than AHEAD away (the rate was lowered):
+                        # back to the front of its queue; its step parks
+                        self._requeue(holder.seq, ask.fairness)
+                        return None
+                    self.taking[holder.seq] = Take(ask.take, ask.fairness, now)
+                    return Queued(holder.seq)
+                holder.taken, holder.expires, holder.take = True, now + LEASE, ask.take
                 return Grant(w, moved=True)
         if self.queues:
             return None  # others wait
@@ -377,47 +450,78 @@ class LimitState:
         self.fast += 1
         waiter = Waiter(-self.fast, ask.key, ask.run, ask.partition, ask.worker, ask.fairness)
         self.holders[waiter.seq] = Holder(
-            waiter.seq, waiter.key, waiter.run, waiter.partition, waiter.worker, now + LEASE, True
+            waiter.seq,
+            waiter.key,
+            waiter.run,
+            waiter.partition,
+            waiter.worker,
+            now + LEASE,
+            True,
+            ask.take,
         )
         return Grant(waiter)
 
     def takes(self, now: float, asking: Collection[int] | None = None) -> list[Grant]:
         """The takes waiting for a token (:class:`Queued`) answered now, in the order
-        they asked, while the bucket has a token for each; only those in ``asking``
-        when given (the ones whose step waits for the answer now: one told to ask
-        again keeps its place, and is not answered, nor spends a token, meanwhile)."""
+        they asked, while the bucket has a token for each; only those whose step waits
+        for the answer now (asked under ``HOLD`` ago and not told to ask again; and in
+        ``asking`` when given): one told to ask again keeps its place, and is not
+        answered, nor spends a token, meanwhile."""
         out: list[Grant] = []
-        for seq in list(self.taking):
-            if asking is not None and seq not in asking:
+        for seq, take in list(self.taking.items()):
+            if not self._asking(take, now) or (asking is not None and seq not in asking):
                 continue
             if not self._token(now, queued=True):
                 break
-            self.taking.remove(seq)
+            del self.taking[seq]
             holder = self.holders[seq]
-            holder.taken, holder.expires = True, now + LEASE
+            holder.taken, holder.expires, holder.take = True, now + LEASE, take.take
             w = Waiter(holder.seq, holder.key, holder.run, holder.partition, holder.worker)
             out.append(Grant(w, moved=True))
         return out
 
-    def release(self, seq: int) -> bool:
-        """The holder of request ``seq`` is done (success, raise or cancel)."""
+    def told_to_wait(self, now: float) -> list[int]:
+        """The takes whose step waited ``HOLD`` for its token: answered ``wait`` now
+        (their places kept; their steps ask again)."""
+        out = [s for s, t in self.taking.items() if t.asking and now - t.asked >= HOLD]
+        for seq in out:
+            self.taking[seq].asking = False
+        return out
+
+    def release(self, seq: int, now: float | None = None) -> bool:
+        """The holder of request ``seq`` is done (success, raise or cancel). A permit
+        not taken (of a worker of an earlier version, which starts on the grant) was
+        an attempt started: a token spent (see :meth:`renew`)."""
         self._untake(seq)
-        return self.holders.pop(seq, None) is not None
+        holder = self.holders.pop(seq, None)
+        if holder is not None and not holder.taken and now is not None:
+            self._started_early(now)
+        return holder is not None
 
     def renew(self, seqs: list[int], worker: str, now: float) -> None:
         for seq in seqs:
             holder = self.holders.get(seq)
             if holder is not None and holder.worker == worker:
                 # taken (a grant with no rate is taken as its run reads it): a
-                # pickup's time ends
+                # pickup's time ends. Renewed and not taken: a worker of an earlier
+                # version started its attempt on the grant: a token spent now
+                if not holder.taken:
+                    self._untake(seq)
+                    self._started_early(now)
                 holder.expires, holder.taken = now + LEASE, True
 
     def expire(self, now: float) -> list[Holder]:
-        """Reclaim the holders whose lease ran out (each once: they are gone)."""
+        """Reclaim the holders whose lease ran out (each once: they are gone), and
+        forget the takes told to wait and not asked again within ``HOLD +
+        ASK_PATIENCE`` (their steps are gone: nobody is waited for; the permit stays
+        held until its time runs out, and a step asking later queues again)."""
         gone = [h for h in self.holders.values() if h.expires <= now]
         for h in gone:
             del self.holders[h.seq]
             self._untake(h.seq)
+        for seq, take in list(self.taking.items()):
+            if now - take.asked >= HOLD + ASK_PATIENCE:  # (told to wait by then)
+                del self.taking[seq]
         return gone
 
     def fresh_leases(self, now: float) -> None:
@@ -442,7 +546,7 @@ class LimitState:
         while self.queues:
             if config.concurrent is not None and len(self.holders) >= config.concurrent:
                 break
-            if config.per_second is not None and not self._may_grant(config.per_second):
+            if config.per_second is not None and not self._may_grant(config.per_second, now):
                 break
             # round-robin: the key at the front is served, then goes to the back
             key = next(iter(self.queues))
@@ -462,26 +566,32 @@ class LimitState:
         return out
 
     def next_look(self, now: float) -> float | None:
-        """When to look again with nothing read meanwhile: a token for a take that
-        waits for one, the tokens a waiter's grant waits for (one a take spends comes
-        as an event), the first lease to run out; None: never."""
+        """When to look again with nothing read meanwhile: a token for a take whose
+        step waits for it (asking), the end of a take's ``HOLD`` (told to wait) or of
+        the time a take told to wait has to ask again (forgotten), the tokens a
+        waiter's grant waits for (one a take spends comes as an event), the first
+        lease to run out; None: never."""
         times = [h.expires for h in self.holders.values()]
+        for take in self.taking.values():
+            times.append(take.asked + (HOLD if self._asking(take, now) else HOLD + ASK_PATIENCE))
         config = self.config
         if config is None or config.per_second is None:
             return min(times) if times else None
         rate, burst = config.per_second, float(config.burst or 1)
         self._refill(now)
-        if self.taking:
+        if any(self._asking(t, now) for t in self.taking.values()):
             times.append(now + max(0.0, 1.0 - self.tokens) / rate)
         if self.queues and (config.concurrent is None or len(self.holders) < config.concurrent):
-            want = self.pickups() + 1 - rate * AHEAD  # the tokens a grant needs in the bucket
+            # the tokens a grant needs in the bucket
+            want = self.pickups() + 1 - self._ahead(rate, now)
             if want <= burst:
                 times.append(now + max(0.0, want - self.tokens) / rate)
         return min(times) if times else None
 
     def pickups(self) -> int:
-        """Permits granted and not taken yet."""
-        return sum(1 for h in self.holders.values() if not h.taken)
+        """Permits a token is owed for: granted and not taken yet, or taken and asked
+        for by a new take waiting for its token (a replay of the step)."""
+        return sum(1 for h in self.holders.values() if not h.taken or h.seq in self.taking)
 
     def waiting(self) -> int:
         return sum(len(q) for q in self.queues.values())
@@ -530,24 +640,62 @@ class LimitState:
 
     def _token(self, now: float, *, queued: bool = False) -> bool:
         """Spend a token for a take now, if the bucket has one and (``queued``: but
-        for the takes waiting) no take waits for one; True with no rate."""
+        for the takes waiting) no take whose step asks waits for one; True with no
+        rate."""
         config = self.config
         if config is None or config.per_second is None:
             return True
-        if self.taking and not queued:
-            return False  # those first
+        if not queued and any(self._asking(t, now) for t in self.taking.values()):
+            return False  # those first (one told to ask again and not back yet: not)
         self._refill(now)
         if self.tokens < 1.0:
             return False
         self.tokens -= 1.0
         return True
 
-    def _may_grant(self, rate: float) -> bool:
-        return self.pickups() + 1 <= self.tokens + rate * AHEAD + 1e-9
+    def _may_grant(self, rate: float, now: float) -> bool:
+        return self.pickups() + 1 <= self.tokens + self._ahead(rate, now) + 1e-9
+
+    def _ahead(self, rate: float, now: float) -> float:
+        """How many permits grants run ahead of the tokens: ``rate * AHEAD``, none
+        while workers of an earlier version start on their grants (one seen within
+        ``PICKUP``)."""
+        if self.early is not None and now - self.early < _pickup():
+            return 0.0
+        return rate * AHEAD
+
+    def _started_early(self, now: float) -> None:
+        """A permit not taken was renewed or released: its attempt started on the
+        grant (a worker of an earlier version): its token is spent now (the bucket
+        may owe it), and grants stop running ahead for a while."""
+        config = self.config
+        if config is None or config.per_second is None:
+            return
+        self._refill(now)
+        self.tokens -= 1.0
+        self.early = now
+
+    def _asking(self, take: Take, now: float) -> bool:
+        return take.asking and now - take.asked < HOLD
+
+    def _too_far(self, pos: int, now: float) -> bool:
+        """A take behind ``pos`` others would wait for its token longer than AHEAD."""
+        config = self.config
+        if config is None or config.per_second is None:
+            return False
+        self._refill(now)
+        return (pos + 1 - self.tokens) / config.per_second > AHEAD + 1e-9
+
+    def _requeue(self, seq: int, fairness: str) -> None:
+        """The permit ``seq`` (granted, not taken) goes back: its attempt waits again at
+        the front of its fairness queue (its request, the same inbox sequence)."""
+        self._untake(seq)
+        holder = self.holders.pop(seq)
+        waiter = Waiter(seq, holder.key, holder.run, holder.partition, holder.worker, fairness)
+        self.queues.setdefault(fairness, deque()).appendleft(waiter)
 
     def _untake(self, seq: int) -> None:
-        if seq in self.taking:
-            self.taking.remove(seq)
+        self.taking.pop(seq, None)
 
     def _refill(self, now: float) -> None:
         config = self.config
