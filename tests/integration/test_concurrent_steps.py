@@ -219,3 +219,62 @@ async def test_a_killed_worker_reruns_only_the_step_it_cut(
     journal = await run.journal()
     assert_chained(journal)
     assert not [r for _, r in journal if isinstance(r, RunPaused)]
+
+
+async def test_the_step_budget_hit_inside_a_task_group_fails_the_run(engine: fusee.Engine) -> None:
+    # max_steps=2 and a task group of three steps (a framework's parallel tool calls):
+    # the third raises StepBudgetExceeded inside the group, which the run takes as if
+    # the code had raised it: the run fails with it (the worker went down before)
+    from fusee.actors.registry import Registry, Workflow
+
+    async def wf(ctx: fusee.Context, _arg: Any) -> str:
+        async with anyio.create_task_group() as tg:
+            for i in range(3):
+                tg.start_soon(ctx.step, f"s{i}", lambda: "x")
+        return "done"
+
+    registry = Registry()
+    registry.add(Workflow("budget", wf, Any, True, max_steps=2))
+    async with engine.worker(registry=registry):
+        run = await engine.start("budget", "r-budget", None)
+        with pytest.raises(fusee.RunFailed) as err:
+            await run.result(timeout=15)
+    assert "StepBudgetExceeded" in f"{err.value.error_type} {err.value}", repr(err.value)
+
+
+async def test_a_wait_does_not_park_while_a_step_of_another_task_runs_under_a_combinator(
+    engine: fusee.Engine,
+) -> None:
+    # gather(ctx.wait_for("go"), ctx.all([ctx.step("slow", ...)])): a wait outside the
+    # ctx.all keeps the run in memory while the branch's step runs (it parked after
+    # park_after once, and the step, cancelled as a straggler, ran again on resume).
+    # It watches 3 s for a park that must not happen: there is no event to wait on.
+    calls: list[str] = []
+    release = anyio.Event()
+    parked_seen = anyio.Event()
+
+    async def slow() -> str:
+        calls.append("slow")
+        with anyio.move_on_after(4):  # (bounded: the run must not park within it)
+            await release.wait()
+        return "S"
+
+    async def wf(ctx: fusee.Context, _arg: Any) -> list[Any]:
+        got = await asyncio.gather(ctx.wait_for("go"), ctx.all([ctx.step("slow", slow)]))
+        return list(got)
+
+    async with engine.worker(registry=registry_of(wf, "w")) as worker:
+        run = await engine.start("w", "r-w", None)
+
+        async def watch() -> None:
+            with anyio.move_on_after(3):
+                while "r-w" not in worker.parked:
+                    await anyio.sleep(0.02)
+                parked_seen.set()
+
+        await watch()
+        release.set()
+        assert not parked_seen.is_set(), "the run parked while step 'slow' was running"
+        await run.signal("go", 1)
+        assert await run.result(timeout=20) == [1, ["S"]]
+    assert calls == ["slow"]

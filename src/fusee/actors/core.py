@@ -20,7 +20,7 @@ from typing import Protocol
 import anyio
 import msgspec
 
-from fusee.actors.combinators import may_park
+from fusee.actors.combinators import in_branch, may_park
 from fusee.actors.host import Stoppable
 from fusee.actors.outcomes import Outcome
 from fusee.actors.ports import NobodyListens, RunStore, Stored, TokenSink
@@ -352,10 +352,11 @@ class ActorCore:
                         await changed.wait()
 
     def _may_park(self, *, idle: bool = True) -> bool:
-        # a step of another task runs: the run stays in memory (as may_park keeps it for
-        # a ctx.all branch's, which decides alone inside a combinator: a sibling waiting
-        # for a permit is idle)
-        return may_park(idle=idle) and (self.combinators > 0 or not self.steps_in_flight)
+        # a step of another task runs: the run stays in memory (a ctx.all branch's wait
+        # decides by the combinator's rule alone, as may_park keeps it: a sibling
+        # waiting for a permit is idle); a wait outside a branch keeps it whatever
+        # combinator is open beside it
+        return may_park(idle=idle) and (in_branch() or not self.steps_in_flight)
 
     def _may_ride(self, done: WaitDone) -> bool:
         """Whether ``done`` may wait for the next record instead of its own: a wait that

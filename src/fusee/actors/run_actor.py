@@ -291,8 +291,14 @@ class RunActor:
                 except StepBudgetExceeded as exc:  # (the code cannot catch it)
                     return Raised(error_type_name(exc), str(exc), exc.step)
                 except BaseExceptionGroup as group:
-                    # a task group of the code's: its control flow is the actor's
-                    raise control_in(group) from None
+                    # a task group of the code's: its control flow is the actor's, taken
+                    # as if the code had raised it itself
+                    inner = control_in(group)
+                    if isinstance(inner, StepBudgetExceeded):
+                        return Raised(error_type_name(inner), str(inner), inner.step)
+                    if not isinstance(inner, ContinueAsNew):
+                        raise inner from None
+                    continued = inner
                 finally:
                     # tasks the code started and left running make no more calls, and
                     # their steps stop before anything follows the code's end

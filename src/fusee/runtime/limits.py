@@ -363,7 +363,7 @@ class LimitState:
         for pos, seq in enumerate(list(self.taking)):
             if self._too_far(pos, now):
                 refused.append(seq)
-        for seq in refused:
+        for seq in reversed(refused):  # each goes to its queue's front: the first last
             take = self.taking[seq]
             self._requeue(seq, take.fairness)
         return refused
@@ -388,7 +388,9 @@ class LimitState:
                     waiter.run,
                     waiter.partition,
                     waiter.worker,
-                    now + (LEASE if taken else _pickup()),  # sent to its run's inbox
+                    # sent to its run's inbox, taken or not: it waits the way back
+                    # (the first renewal shortens it to LEASE)
+                    now + _pickup(),
                     taken,
                     holder.take if taken else "",
                 )

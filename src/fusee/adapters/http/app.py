@@ -6,7 +6,7 @@ drift from what the routes take and answer. Around the router, plain ASGI layers
 (outermost first): the request's ID, routing on the raw path (IDs hold ``%2F``), the
 last resort for bugs, the auth check (``auth=True``: ``adapters/http/auth.py``), the
 body limit. The caller's middleware (``middleware=``, e.g.
-the auth middleware) runs inside the router, once a route matched, with
+your own middleware) runs inside the router, once a route matched, with
 ``scope["path_template"]`` naming it. See ``docs/reference/http-api.md``.
 """
 
@@ -97,8 +97,8 @@ def create_app(
         keepalive: seconds between keep-alive comments of an idle event stream.
         max_body: the largest request body taken, in bytes (larger: ``413``, unread).
         middleware: ASGI middleware run once a route matched, outermost first (Litestar's
-            ``middleware``: a factory ``app -> app`` or ``DefineMiddleware(cls, ...)``);
-            the place of ``AuthMiddleware``. It sees ``scope["path_template"]``
+            ``middleware``: a factory ``app -> app`` or ``DefineMiddleware(cls, ...)``).
+            (Auth is ``auth=``, an outer layer, not this.) It sees ``scope["path_template"]``
             (``/v1/runs/{run_id}``) and answers errors with
             :func:`fusee.adapters.http.errors.send_error`.
         auth: require a bearer token of the route's scope (``engine.tokens``; see
@@ -148,7 +148,14 @@ def create_app(
                         type="http",
                         scheme="bearer",
                         description="An API token (`fusee tokens create --scope read|write|admin`).",
-                    )
+                    ),
+                    "access_token": SecurityScheme(
+                        type="apiKey",
+                        name="access_token",
+                        security_scheme_in="query",
+                        description="A stream token (`POST /v1/runs/{run_id}/streams/{name}/token`): "
+                        "reads that one stream only.",
+                    ),
                 }
             ),
             security=[{"bearer": []}],
@@ -160,7 +167,7 @@ def create_app(
         logging_config=None,
     )
     app.state.fusee = ApiState(engine=engine, keepalive=keepalive)
-    _finish_document(app)
+    _finish_document(app, auth=auth)
     inner: Any = BodyLimit(app, max_body=max_body)
     if auth:  # before the body is read: a refused request's body never is
         inner = AuthMiddleware(inner, verifier=engine.tokens, rules=DEFAULT_RULES)
@@ -264,10 +271,11 @@ _REFUSALS = {
     "401": "`unauthorized`: no API token, or one that is unknown, revoked, expired or "
     "forged (`Authorization: Bearer <token>`).",
     "403": "`forbidden`: the token's scope is below the route's (`read` < `write` < `admin`).",
+    "503": "`connection_lost`: the token could not be checked (NATS did not answer).",
 }
 
 
-def _finish_document(app: Litestar) -> None:
+def _finish_document(app: Litestar, *, auth: bool) -> None:
     """What the generator leaves out: the refusals of the auth middleware (``401``,
     ``403``) on every operation that needs a token; and, from the bodies' own
     definitions, a Struct that
@@ -287,6 +295,9 @@ def _finish_document(app: Litestar) -> None:
             operation = getattr(item, method, None)
             if operation is None or operation.security == [{}]:
                 continue  # open: /healthz, the document, the completion URLs
+            if not auth:  # `fusee api --no-auth`: nothing asks for a token
+                operation.security = [{}]
+                continue
             responses = operation.responses or {}
             for status, text in _REFUSALS.items():
                 responses.setdefault(status, replace(shape, description=text))

@@ -19,10 +19,11 @@ Scopes: ``read`` < ``write`` < ``admin``. A route without a rule needs ``read`` 
 ``GET``/``HEAD`` and ``write`` for any other method, so a new route is never open by
 mistake; :data:`DEFAULT_RULES` names the exempt routes (``None``) and the admin ones.
 The scope a request needs is the strictest of those its path's views need: as sent
-(``raw_path``), as the server decoded it (``path``), and each with doubled slashes,
-dot segments and a trailing slash taken out. So an app that routes on any of them (on
-the decoded path, say, where ``/v1/%74okens`` is ``/v1/tokens``) gets no request that
-a weaker token was let through for.
+(``raw_path``), as ``scope["path"]`` has it, and each with doubled slashes, dot
+segments and a trailing slash taken out. So an app that routes on any of them gets no
+request that a weaker token was let through for. In fusee's own stack the raw-path
+layer runs first (``app.py``: IDs hold ``%2F``), so both views are the raw path, which
+is also what the router matches: ``/v1/%74okens`` is no route there (404).
 """
 
 from __future__ import annotations
@@ -41,9 +42,9 @@ import anyio
 import msgspec
 
 from fusee import Tokens
-from fusee.adapters.http.errors import request_id_of
+from fusee.adapters.http.errors import code_of, request_id_of, status_of
 from fusee.adapters.http.redact import redacted
-from fusee.errors import ConnectionLost, Unauthorized
+from fusee.errors import FuseeError, Unauthorized
 from fusee.logs import get_logger
 
 __all__ = ("AuthMiddleware", "DEFAULT_RULES", "STREAM_ROUTE", "Rules", "RequiredScope")
@@ -117,14 +118,19 @@ class AuthMiddleware:
             return
         method = scope.get("method", "GET").upper()
         views = _views(scope)
-        needed = self._needed(method, views)
+        # OPTIONS is open: its Allow header tells nothing the document does not, and a
+        # browser's CORS preflight never carries a token
+        needed = None if method == "OPTIONS" else self._needed(method, views)
         if needed is None:
             await self.app(scope, receive, send)
             return
         try:
             verdict = await self._check(scope, method, views, needed)
-        except ConnectionLost:
-            verdict = _Refusal(503, "unavailable", "cannot check the token: NATS does not answer")
+        except FuseeError as exc:  # NATS did not answer, the API's NATS user may not read
+            log.warning("http.auth_unavailable", error=f"{type(exc).__name__}: {exc}")
+            verdict = _Refusal(
+                status_of(exc), code_of(exc), f"cannot check the token: {type(exc).__name__}"
+            )
         if isinstance(verdict, _Refusal):
             await _refuse(scope, send, verdict)
             return
@@ -309,7 +315,7 @@ def _token_of(scope: Any) -> tuple[str | None, bool]:
             kind, _, token = value.decode("latin-1").strip().partition(" ")
             if kind.lower() == "bearer" and token.strip():
                 return token.strip(), False
-            return None, False
+            break  # another scheme (a proxy's Basic): a stream token may be in the query
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     given = query.get("access_token")
     if given and given[0]:

@@ -53,6 +53,8 @@ def _accepts_event_stream(accept: str | None) -> bool:
     summary="Follow a token stream (server-sent events)",
     description="Starts after `Last-Event-ID` if sent (a reconnecting `EventSource`), "
     "else at `?from=N`, else at 0. A browser passes `?access_token=` (a stream token).",
+    # an API token, or a stream token in the query (a browser's EventSource sends no header)
+    security=[{"bearer": []}, {"access_token": []}],
     responses={
         200: ResponseSpec(
             data_container=str,
