@@ -87,7 +87,7 @@ async def operations(client: httpx.AsyncClient) -> list[tuple[str, str, str]]:
     out = []
     for template, item in doc["paths"].items():
         path = re.sub(r"\{\w+\}", "nosuch", template)
-        out += [(m, template, path) for m in item if m in ("get", "post", "put", "delete")]
+        out += [(m, template, path) for m in item if m in ("get", "post", "put", "patch", "delete")]
     assert len(out) > 20, out
     return out
 
