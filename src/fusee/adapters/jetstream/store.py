@@ -878,17 +878,28 @@ class NatsStore:
         if entry is None:
             with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
                 await retrying(self.work.create, key, value)
-            entry = await self._config(key)
+            # as the bucket's leader has it: on R3 a follower may not hold yet what was
+            # just created (the cluster drill's worker read "vanished" so)
+            entry = await self._config(key, leader=True)
         if entry is None:  # pragma: no cover - created above, and the bucket keeps it
             raise FuseeError(f"{key} in {self.layout.work_bucket} vanished as it was made")
         return entry
 
-    async def _config(self, key: str) -> bytes | None:
+    async def _config(self, key: str, *, leader: bool = False) -> bytes | None:
+        if not leader:
+            try:
+                entry = await retrying(self.work.get, key)
+            except nats.js.errors.KeyNotFoundError:
+                return None
+            return entry.value or b""
+        bucket = self.layout.work_bucket
         try:
-            entry = await retrying(self.work.get, key)
-        except nats.js.errors.KeyNotFoundError:
+            raw = await retrying(self.js.get_last_msg, f"KV_{bucket}", f"$KV.{bucket}.{key}", False)
+        except nats.js.errors.NotFoundError:
             return None
-        return entry.value or b""
+        if dict(raw.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+            return None
+        return raw.data or b""
 
     async def load_secret(self, key: str = "config.secret") -> bytes:
         """The namespace's secret (32 random bytes, base64url in the work bucket), made by
@@ -899,8 +910,14 @@ class NatsStore:
             fresh = base64.urlsafe_b64encode(secrets.token_bytes(32))
             with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
                 await self.work.create(key, fresh)
-            entry = await self.work.get(key)
-        value = base64.urlsafe_b64decode(entry.value or b"")
+            made = await self._config(key, leader=True)  # (a follower may lag: see above)
+            if made is None:  # pragma: no cover - created above, and the bucket keeps it
+                raise FuseeError(
+                    f"{key} in {self.layout.work_bucket} vanished as it was made"
+                ) from None
+            value = base64.urlsafe_b64decode(made)
+        else:
+            value = base64.urlsafe_b64decode(entry.value or b"")
         if len(value) < 32:
             raise FuseeError(f"{key} in {self.layout.work_bucket} holds fewer than 32 bytes")
         return value
