@@ -329,7 +329,11 @@ async def test_tls_with_a_ca_and_a_client_certificate(tmp_path: Path) -> None:
             run = await eng.start("any", "r1", 1)
             assert [seq for seq, _ in await run.journal()]
         # the server asks for a client certificate: without one, the handshake fails
-        with pytest.raises(ConnectionLost, match="certificate required"):
+        # the server's TLS alert, or (when it closes first) the socket it closed: seen in
+        # a CI run as "[Errno 32] Broken pipe"
+        with pytest.raises(
+            ConnectionLost, match="certificate required|Broken pipe|Connection reset"
+        ):
             await fusee.connect(url, namespace="tlsns", tls_ca=certs["ca"])
         # a CA that did not sign the server's certificate
         (tmp_path / "other").mkdir()
