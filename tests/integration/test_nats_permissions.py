@@ -332,7 +332,7 @@ async def test_tls_with_a_ca_and_a_client_certificate(tmp_path: Path) -> None:
         # the server's TLS alert, or (when it closes first) the socket it closed: seen in
         # a CI run as "[Errno 32] Broken pipe"
         with pytest.raises(
-            ConnectionLost, match="certificate required|Broken pipe|Connection reset"
+            ConnectionLost, match=r"certificate required|Broken pipe|Connection reset"
         ):
             await fusee.connect(url, namespace="tlsns", tls_ca=certs["ca"])
         # a CA that did not sign the server's certificate
