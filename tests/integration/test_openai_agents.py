@@ -10,7 +10,6 @@ model's ``calls`` then show it was never asked again for a journaled response.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import re
 from typing import Any
@@ -51,10 +50,26 @@ def lookup_order(order: str) -> str:
     return f"{order}: shipped"
 
 
+# run ID -> engine: refund waits in that run until the second lookup's step is
+# journaled, so its own step ends after the one the model asked for next
+REFUND_AFTER_LOOKUP: dict[str, fusee.Engine] = {}
+
+
+async def _second_lookup_journaled(engine: fusee.Engine, run_id: str) -> bool:
+    records = await engine.run(run_id).journal()
+    done = [r for _, r in records if isinstance(r, StepCompleted)]
+    return sum(r.name == "tool:lookup_order" for r in done) >= 2
+
+
 @function_tool
 async def refund(order: str, amount: int) -> str:
     """Refund part of an order."""
-    await asyncio.sleep(0.05)  # ends after the lookup started beside it
+    for run_id, engine in REFUND_AFTER_LOOKUP.items():
+        await wait_until(
+            functools.partial(_second_lookup_journaled, engine, run_id),
+            timeout=10,
+            what="the lookup beside the refund journaled",
+        )
     EFFECTS.append((f"refund:{order}", idempotency_key()))
     return f"refunded {amount} on {order}"
 
@@ -96,9 +111,13 @@ async def test_model_calls_and_tools_are_steps_and_parallel_calls_keep_their_pos
     model = ScriptedModel(TWO_TURNS)
     AGENTS["r1"] = support_agent(model)
     EFFECTS.clear()
-    async with engine.worker():
-        run_ = await engine.start("oa_support", "r1", "refund o-1")
-        assert await run_.result(timeout=20) == "Refunded 3 on o-1."
+    REFUND_AFTER_LOOKUP["r1"] = engine
+    try:
+        async with engine.worker():
+            run_ = await engine.start("oa_support", "r1", "refund o-1")
+            assert await run_.result(timeout=20) == "Refunded 3 on o-1."
+    finally:
+        REFUND_AFTER_LOOKUP.clear()
     steps = await completed(engine, "r1")
     # the pinned names: the model's calls, then each tool call in the model's order
     # (refund ends after the lookup beside it, its step still comes first)
