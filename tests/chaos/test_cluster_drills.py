@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import nats
 import pytest
 
 import fusee
-from fusee.adapters.jetstream.layout import MSG_ID
+from fusee.adapters.jetstream.layout import MSG_ID, Layout
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.runtime.records import StepCompleted
 from tests.cluster import LoopbackCluster, move_leader, stream_leader
@@ -420,3 +421,51 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
         for w in pool.values():
             w.cleanup()
         await engine.close()
+
+
+async def test_connect_waits_out_a_cluster_without_quorum(
+    nats_cluster: LoopbackCluster, namespace: str
+) -> None:
+    """A namespace set up while the cluster has no meta leader (two nodes of three
+    down; a cluster just started or under load answers the same way, CI saw it): the
+    stream and bucket requests that go unanswered are asked again, and ``connect``
+    returns once the cluster is whole, with every stream and bucket on R3."""
+    cluster = nats_cluster
+    first, *others = cluster.nodes
+    for node in others:
+        node.kill()
+    stream = Layout(namespace).stream
+    watcher = await nats.connect(first.url, connect_timeout=2)
+    asked = anyio.Event()
+    seen = 0
+
+    async def on_request(msg: Any) -> None:
+        nonlocal seen
+        seen += 1
+        if seen >= 2:  # asked, and asked again: the first was not answered
+            asked.set()
+
+    await watcher.subscribe(f"$JS.API.STREAM.INFO.{stream}", cb=on_request)
+    try:
+        made: list[fusee.Engine] = []
+
+        async def connect() -> None:
+            made.append(await fusee.connect([first.url], namespace=namespace, replicas=3))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(connect)
+            with anyio.fail_after(30):
+                await asked.wait()
+            for node in others:
+                node.launch()
+            await anyio.to_thread.run_sync(cluster.wait_ready)
+        engine = made[0]
+        try:
+            info = await engine.store.js.stream_info(stream)
+            assert info.config.num_replicas == 3
+            for bucket in (engine.store.runs, engine.store.work, engine.store.objects):
+                assert (await bucket.status()).stream_info.config.num_replicas == 3
+        finally:
+            await engine.close()
+    finally:
+        await watcher.close()

@@ -428,26 +428,37 @@ class NatsStore:
         try:
             await self._ensure_layout()
         except _SETUP_ERRORS:
-            if self.denied:
-                refused = ", ".join(sorted(self.denied))
-                raise ConfigError(
-                    f"namespace {self.layout.namespace!r}: the server refused these "
-                    f"credentials {refused} while setting up its streams and buckets; "
-                    "connect once with the admin credentials to create them (or to change "
-                    "token_retention), see docs/reference/nats-permissions.md"
-                ) from None
+            if (refused := self._setup_refused()) is not None:
+                raise refused from None
             raise
 
+    def _setup_refused(self) -> ConfigError | None:
+        """For ``retrying(refused=...)`` while the layout is set up: once the server has
+        refused this connection anything (a denied request looks like a timeout to
+        nats-py), the error naming what it refused, instead of asking again."""
+        if not self.denied:
+            return None
+        refused = ", ".join(sorted(self.denied))
+        return ConfigError(
+            f"namespace {self.layout.namespace!r}: the server refused these "
+            f"credentials {refused} while setting up its streams and buckets; "
+            "connect once with the admin credentials to create them (or to change "
+            "token_retention), see docs/reference/nats-permissions.md"
+        )
+
     async def _ensure_layout(self) -> None:
-        lay = self.layout
+        lay, refused = self.layout, self._setup_refused
         config = journal_stream_config(lay, self.replicas)
+        # Each call is tried again while NATS does not answer: a cluster that has just
+        # elected its meta leader, or a loaded one, may take longer than one request's
+        # 5 s to create an R3 stream (an add that did land is answered as such again).
         try:
-            info = await self.js.stream_info(lay.stream)
+            info = await retrying(self.js.stream_info, lay.stream, refused=refused)
             self.replicated = (info.config.num_replicas or 1) > 1
         except nats.js.errors.NotFoundError:
             self.replicated = self.replicas > 1
             with contextlib.suppress(nats.js.errors.BadRequestError):
-                await self.js.add_stream(config)  # a concurrent creator may have won
+                await retrying(self.js.add_stream, config, refused=refused)  # a concurrent maker
         values = StreamConfig(
             name=lay.values_stream,
             subjects=[f"{lay.namespace}.val.>"],
@@ -457,14 +468,14 @@ class NatsStore:
             max_msgs_per_subject=1,  # a chunk written again replaces itself (same bytes)
         )
         try:
-            await self.js.stream_info(lay.values_stream)
+            await retrying(self.js.stream_info, lay.values_stream, refused=refused)
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
-                await self.js.add_stream(values)
+                await retrying(self.js.add_stream, values, refused=refused)
         self._runs = await self._bucket(lay.runs_bucket, "the run index")
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
         self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
-        await self.tokens.ensure()  # token streams: <NS>_TOKENS (see tokens.py)
+        await self.tokens.ensure(refused)  # token streams: <NS>_TOKENS (see tokens.py)
 
     async def open_listings(self) -> None:
         """What a worker of this version does once before it serves: note where the
@@ -551,9 +562,10 @@ class NatsStore:
 
     async def _bucket(self, name: str, what: str) -> KeyValue:
         try:
-            return await self.js.key_value(name)
+            return await retrying(self.js.key_value, name, refused=self._setup_refused)
         except nats.js.errors.BucketNotFoundError:
-            return await self.js.create_key_value(
+            return await retrying(
+                self.js.create_key_value,
                 KeyValueConfig(
                     bucket=name,
                     description=f"fusee: {what}",
@@ -561,7 +573,8 @@ class NatsStore:
                     storage=StorageType.FILE,
                     replicas=self.replicas,
                     direct=True,
-                )
+                ),
+                refused=self._setup_refused,
             )
 
     @property

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 import nats.errors
@@ -103,18 +103,20 @@ class TokenStore:
             persist_mode="async" if replicas == 1 else None,  # type: ignore[arg-type]  # nats-py takes the str value
         )
 
-    async def ensure(self) -> None:
+    async def ensure(self, refused: Callable[[], FuseeError | None] | None = None) -> None:
         """Create the tokens stream if it is missing (idempotent); a retention that
-        differs from the configured one is updated (the rest of the config never is)."""
+        differs from the configured one is updated (the rest of the config never is).
+        Each call is tried again while NATS does not answer, unless ``refused()`` names
+        a refusal (``retrying``)."""
         try:
-            info = await self.js.stream_info(self.stream)
+            info = await retrying(self.js.stream_info, self.stream, refused=refused)
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
-                await self.js.add_stream(self.config())
+                await retrying(self.js.add_stream, self.config(), refused=refused)
             return
         if abs((info.config.max_age or 0.0) - self.max_age) > 0.001:
             info.config.max_age = self.max_age
-            await self.js.update_stream(info.config)
+            await retrying(self.js.update_stream, info.config, refused=refused)
 
     # -- writing ------------------------------------------------------------------
 
