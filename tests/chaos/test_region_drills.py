@@ -11,6 +11,7 @@ processes (``tests/workers/chain.py``).
 from __future__ import annotations
 
 import collections
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from fusee.adapters.jetstream.layout import EPOCH, MSG_ID, Layout
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced
 from tests.cluster import LoopbackRegions
+from tests.helpers import run_cli
 from tests.workers.procs import Workers, chain_result, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
@@ -120,7 +122,7 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
     regions: LoopbackRegions, namespace: str, tmp_path: Path
 ) -> None:
     """Every east server SIGKILLed while runs hold a step and a probe appends back to
-    back; ``fusee.fail_over(to="west")``; a west worker finishes every run, no step
+    back; ``fusee region failover --to west``; a west worker finishes every run, no step
     that was replicated runs again; the RPO (acknowledged appends missing from the
     promoted journal) and the RTO are printed. East comes back: its worker, still
     holding the old epoch, is refused (fenced), and so is an old-epoch append."""
@@ -181,12 +183,18 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
             regions.kill_region("east")
         await east.close()
 
-        report = await fusee.fail_over(west_url, namespace=namespace, to="west")
+        # the documented procedure, as an operator runs it
+        done = await run_cli(
+            "region", "failover", "--to", "west", "--nats", west_url,
+            "--namespace", namespace, "--json", timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
         t_promoted = time.monotonic()
-        assert report.epoch == 2
-        assert report.stream == f"{namespace.upper()}_E2"
-        assert report.from_region == "east"
-        assert not report.planned
+        report = json.loads(done.stdout)
+        assert report["epoch"] == 2
+        assert report["stream"] == f"{namespace.upper()}_E2"
+        assert report["from_region"] == "east"
+        assert not report["planned"]
 
         west = await fusee.connect(west_url, namespace=namespace, region="west")
         assert west.store.layout == Layout(namespace, 2, "west")
@@ -222,8 +230,8 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
         rto = min(first_done) - t_lost
         print(
             f"\nregion loss: RPO {rpo} of {len(acked)} acknowledged probe appends "
-            f"(the failover reported the mirror {report.last_lag} behind at its last "
-            f"fetch); failover procedure {report.seconds:.1f}s; west worker serving "
+            f"(the failover reported the mirror {report['last_lag']} behind at its last "
+            f"fetch); failover procedure {report['seconds']:.1f}s; west worker serving "
             f"{t_served - t_lost:.1f}s after the loss; RTO (loss to the first run "
             f"finished in west) {rto:.1f}s; promotion at +{t_promoted - t_lost:.1f}s"
         )
@@ -240,7 +248,7 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
                 await old.append("run-0", "step.completed", b"{}", fence=last.seq, msg_id="z")
         finally:
             await old.close()
-        stray = await _epoch_one_after(west, report.stream, report.last_seq)
+        stray = await _epoch_one_after(west, report["stream"], report["last_seq"])
         assert not stray, f"old-epoch records in the promoted journal: {stray}"
         await west.close()
     finally:
