@@ -95,11 +95,21 @@ async def test_a_regional_namespace_lives_in_its_home_with_a_mirror_in_its_partn
             greeting: str = await ctx.step("greet", lambda: f"hello {name}")
             return greeting
 
-        async with engine.worker():
-            assert await (await engine.start(hello, "r1", "ana")).result(timeout=30) == "hello ana"
+        west = await fusee.connect(regions.url("west"), namespace=namespace, region="west")
+        try:
+            async with engine.worker():
+                assert await (await engine.start(hello, "r1", "ana")).result(timeout=30) == (
+                    "hello ana"
+                )
+                # a client in the partner region starts and reads runs through the gateways
+                run = await west.start(hello, "r2", "bo")
+                assert await run.result(timeout=30) == "hello bo"
+        finally:
+            await west.close()
         journal = await engine.store.read_journal("r1")
         assert journal
         assert all(m.headers.get(EPOCH) == "1" for m in journal)
+        assert all(m.headers.get(EPOCH) == "1" for m in await engine.store.read_journal("r2"))
         await wait_until(lambda: _caught_up(engine), timeout=30, what="the mirror caught up")
         lag = await engine.mirror_lag()
         assert lag is not None
