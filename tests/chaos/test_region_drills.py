@@ -279,3 +279,91 @@ async def _epoch_one_after(engine: fusee.Engine, stream: str, seq: int) -> list[
         if (msg.headers or {}).get(EPOCH) == "1":
             out.append(s)
     return out
+
+
+async def test_a_planned_handover_and_the_fail_back_lose_nothing(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """East's worker stopped (SIGTERM) with runs held in a step, ``fusee region failover
+    --to west`` while east is up: it waits for the mirror, reports 0 lost, and a west
+    worker finishes the runs with no committed step run again. Then back: a west
+    process names east its partner (the epoch-3 mirror), the west worker is stopped,
+    ``failover --to east``, and an east worker serves the namespace again."""
+    east_url, west_url = regions.url("east"), regions.url("west")
+    east = await fusee.connect(
+        east_url, namespace=namespace, region="east", partner="west", replicas=3,
+        partitions=PARTITIONS,
+    )  # fmt: skip
+    gate = tmp_path / "gate"
+    runs: dict[str, dict[str, Any]] = {
+        f"run-{i}": {
+            "log": str(tmp_path / f"effects-{i}.log"),
+            "steps": 3,
+            "delay": 0.0,
+            "tag": str(i),
+            "hold": {"step": "s2", "until": str(gate)},
+        }
+        for i in range(4)
+    }
+    for sub in ("east", "west", "back"):
+        (tmp_path / sub).mkdir()
+    east_workers = Workers(east_url, namespace, tmp_path / "east", partitions=PARTITIONS)
+    west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
+    back_workers = Workers(east_url, namespace, tmp_path / "back", partitions=PARTITIONS)
+    try:
+        worker = await east_workers.start(extra_env=_env("east", "west"))
+        for rid, arg in runs.items():
+            await east.start("chain", rid, arg)
+        await wait_until(
+            lambda: all(_ran(Path(a["log"]))["s2"] == 1 for a in runs.values()),
+            timeout=60, what="every run in s2",
+        )  # fmt: skip
+        assert worker.stop() == 0
+        await east.close()
+
+        async def failover(to: str, url: str) -> dict[str, Any]:
+            done = await run_cli(
+                "region", "failover", "--to", to, "--nats", url, "--namespace", namespace,
+                "--json", timeout=120,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            report: dict[str, Any] = json.loads(done.stdout)
+            return report
+
+        report = await failover("west", west_url)
+        assert (report["epoch"], report["planned"], report["lost"]) == (2, True, 0)
+        west = await fusee.connect(
+            west_url, namespace=namespace, region="west", partner="east", replicas=3
+        )
+        try:
+            await west_workers.start(extra_env=_env("west", "east"))
+            gate.touch()
+            for rid, arg in runs.items():
+                assert await west.run(rid).result(timeout=60) == chain_result(arg)
+                ran = _ran(Path(arg["log"]))
+                assert ran["s1"] == 1, (rid, ran)  # committed: never again
+            await wait_until(lambda: _caught_up(west), timeout=30, what="the epoch-3 mirror")
+            lag = await west.mirror_lag()
+            assert lag is not None
+            assert (lag.mirror, lag.region) == (f"{namespace.upper()}_E3", "east")
+        finally:
+            await west.close()
+        for w in west_workers.procs:
+            assert w.stop() == 0
+
+        report = await failover("east", east_url)
+        assert (report["epoch"], report["planned"], report["lost"]) == (3, True, 0)
+        back = await fusee.connect(east_url, namespace=namespace, region="east")
+        try:
+            assert back.store.layout == Layout(namespace, 3, "east")
+            await back_workers.start(extra_env=_env("east"))
+            arg = {**runs["run-0"], "hold": None, "tag": "back"}
+            run = await back.start("chain", "after-fail-back", arg)
+            assert await run.result(timeout=60) == chain_result(arg)
+            for rid, arg in runs.items():  # the journals came back whole
+                assert await back.run(rid).result(timeout=10) == chain_result(arg)
+        finally:
+            await back.close()
+    finally:
+        for group in (east_workers, west_workers, back_workers):
+            group.cleanup()
