@@ -367,3 +367,72 @@ async def test_a_planned_handover_and_the_fail_back_lose_nothing(
     finally:
         for group in (east_workers, west_workers, back_workers):
             group.cleanup()
+
+
+async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """East's worker SIGSTOPped while its runs hold a step (a zombie), the namespace
+    failed over to west; SIGCONT before any west worker runs: the zombie's held steps
+    finish and their commits, whose fences match the promoted journal, are refused by
+    the epoch (``actor.fenced``); it starts no further step; a west worker then
+    finishes every run, and no epoch-1 record is in the promoted journal."""
+    east_url, west_url = regions.url("east"), regions.url("west")
+    east = await fusee.connect(
+        east_url, namespace=namespace, region="east", partner="west", replicas=3,
+        partitions=PARTITIONS,
+    )  # fmt: skip
+    gate = tmp_path / "gate"
+    runs: dict[str, dict[str, Any]] = {
+        f"run-{i}": {
+            "log": str(tmp_path / f"effects-{i}.log"),
+            "steps": 3,
+            "delay": 0.0,
+            "tag": str(i),
+            "hold": {"step": "s2", "until": str(gate)},
+        }
+        for i in range(4)
+    }
+    (tmp_path / "west").mkdir()
+    east_workers = Workers(east_url, namespace, tmp_path, partitions=PARTITIONS)
+    west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
+    try:
+        zombie = await east_workers.start(extra_env=_env("east", "west"))
+        for rid, arg in runs.items():
+            await east.start("chain", rid, arg)
+        await wait_until(
+            lambda: all(_ran(Path(a["log"]))["s2"] == 1 for a in runs.values()),
+            timeout=60, what="every run in s2",
+        )  # fmt: skip
+        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+        zombie.freeze()
+        await east.close()
+        report = await fusee.fail_over(west_url, namespace=namespace, to="west")
+        assert report.epoch == 2
+        # the zombie wakes first, before the new home wrote anything: its fences
+        # match the promoted journal's tails, only the epoch can refuse it
+        gate.touch()
+        zombie.thaw()
+        await wait_until(
+            lambda: {e["run_id"] for e in zombie.find("actor.fenced")} >= set(runs),
+            timeout=60, what="every zombie actor fenced",
+        )  # fmt: skip
+        west = await fusee.connect(west_url, namespace=namespace, region="west")
+        try:
+            await west_workers.start(extra_env=_env("west"))
+            for rid, arg in runs.items():
+                assert await west.run(rid).result(timeout=60) == chain_result(arg)
+            for rid, arg in runs.items():
+                ran = _ran(Path(arg["log"]))
+                # s2: the zombie's (frozen in it) and west's; s3: west's alone
+                assert (ran["s1"], ran["s2"], ran["s3"]) == (1, 2, 1), (rid, ran)
+                journal = await west.store.read_journal(rid)
+                names = [m.headers.get("Fusee-Kind") for m in journal]
+                assert names.count("step.completed") == 3, (rid, names)
+            stray = await _epoch_one_after(west, report.stream, report.last_seq)
+            assert not stray, f"old-epoch records in the promoted journal: {stray}"
+        finally:
+            await west.close()
+    finally:
+        east_workers.cleanup()
+        west_workers.cleanup()
