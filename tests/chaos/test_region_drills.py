@@ -117,6 +117,9 @@ async def test_a_regional_namespace_lives_in_its_home_with_a_mirror_in_its_partn
         assert lag.region == "west"
         assert lag.origin_last_seq == lag.mirror_last_seq
 
+        # a process without a region would append without the epoch: refused
+        with pytest.raises(fusee.ConfigError, match="has regions"):
+            await fusee.connect(regions.url("east"), namespace=namespace)
         west = await fusee.connect(regions.url("west"), namespace=namespace, region="west")
         try:
             assert west.store.layout == Layout(namespace, 1, "east")  # the home, read back

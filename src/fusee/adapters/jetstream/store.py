@@ -521,12 +521,17 @@ class NatsStore:
         try:
             info = await retrying(self.js.stream_info, lay.stream, refused=refused)
             self.replicated = (info.config.num_replicas or 1) > 1
+            self._check_home(info.config.metadata)
         except nats.js.errors.NotFoundError:
             if not lay.regional:
                 await self._refuse_failed_over()
             self.replicated = self.replicas > 1
-            with contextlib.suppress(nats.js.errors.BadRequestError):
-                await retrying(self.js.add_stream, config, refused=refused)  # a concurrent maker
+            try:
+                await retrying(self.js.add_stream, config, refused=refused)
+            except nats.js.errors.BadRequestError:  # a concurrent maker: whose home won?
+                if lay.regional:
+                    info = await retrying(self.js.stream_info, lay.stream, refused=refused)
+                    self._check_home(info.config.metadata)
         values = values_stream_config(lay, self.replicas)
         try:
             await retrying(self.js.stream_info, lay.values_stream, refused=refused)
@@ -537,6 +542,25 @@ class NatsStore:
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
         self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
         await self.tokens.ensure(refused)  # token streams: <NS>_TOKENS (see tokens.py)
+
+    def _check_home(self, metadata: dict[str, str] | None) -> None:
+        """The journal stream's recorded home must be the one this process writes for:
+        a process without a region on a regional namespace would append without the
+        epoch fence, and two first processes of different regions race to make it."""
+        home = RegionMeta.from_metadata(metadata, self.layout.epoch).home
+        if home == self.layout.home:
+            return
+        ns = self.layout.namespace
+        if self.layout.home is None:
+            raise ConfigError(
+                f"namespace {ns!r} has regions (its home is {home!r}): connect with "
+                "region= (the CLI's --region, $FUSEE_REGION), so that its appends carry "
+                "the epoch"
+            )
+        raise ConfigError(
+            f"namespace {ns!r} was made with its home in {home!r} by another process at "
+            f"the same time, not in {self.layout.home!r}: connect again"
+        )
 
     async def _refuse_failed_over(self) -> None:
         """A process without a region found no stream ``<NS>``: unless the namespace is
