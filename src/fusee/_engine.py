@@ -140,7 +140,8 @@ async def connect(
             credentials without a ``url``, or a server that refused the credentials
             (naming the server and the way, never the secret); a ``region`` or
             ``partner`` that is not a cluster's name, ``partner`` without ``region``,
-            or a region given for a namespace made without one.
+            a region given for a namespace made without one, or none for a
+            namespace with regions.
         ConnectionLost: no NATS server answered at ``url``.
         InvalidArgument: ``url`` is not a URL or a list of them, or one of them is
             empty; ``replicas`` is not 1 to 5.
