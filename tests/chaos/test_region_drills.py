@@ -26,7 +26,7 @@ from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced
 from tests.cluster import LoopbackRegions
 from tests.helpers import run_cli
-from tests.workers.procs import Workers, chain_result, wait_until
+from tests.workers.procs import CHAIN, Workers, chain_result, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
 
@@ -117,6 +117,22 @@ async def test_a_regional_namespace_lives_in_its_home_with_a_mirror_in_its_partn
         assert lag.region == "west"
         assert lag.origin_last_seq == lag.mirror_last_seq
 
+        status = await run_cli(
+            "region", "status", "--region", "west", "--nats", regions.url("west"),
+            "--namespace", namespace, "--json",
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        shown = json.loads(status.stdout)
+        assert (shown["home"], shown["epoch"], shown["stream"]) == ("east", 1, ns)
+        assert shown["mirror"]["mirror"] == f"{ns}_E2"
+        # a worker outside the home exits at once, naming the home and the way out
+        refused = await run_cli(
+            "worker", str(CHAIN), "--region", "west", "--nats", regions.url("west"),
+            "--namespace", namespace, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode != 0
+        assert "home in region 'east'" in refused.stderr, refused.stderr
+        assert "fusee region failover --to west" in refused.stderr, refused.stderr
         # a process without a region would append without the epoch: refused
         with pytest.raises(fusee.ConfigError, match="has regions"):
             await fusee.connect(regions.url("east"), namespace=namespace)
