@@ -55,3 +55,17 @@ def test_metadata_round_trips_and_a_failover_bumps_the_epoch() -> None:
         failover_meta(RegionMeta(None), "west")
     with pytest.raises(ConfigError, match="invalid target region"):
         failover_meta(meta, "West")
+
+
+async def test_a_bad_region_is_named_before_anything_is_opened() -> None:
+    """``connect`` checks the names first: no server is asked (none listens here)."""
+    import fusee
+
+    with pytest.raises(ConfigError, match="invalid region 'East'"):
+        await fusee.connect("nats://127.0.0.1:1", region="East")
+    with pytest.raises(ConfigError, match="invalid partner region"):
+        await fusee.connect("nats://127.0.0.1:1", region="east", partner="we st")
+    with pytest.raises(ConfigError, match="it is this process's region"):
+        await fusee.connect("nats://127.0.0.1:1", region="east", partner="east")
+    with pytest.raises(ConfigError, match="without region="):
+        await fusee.connect("nats://127.0.0.1:1", partner="west")

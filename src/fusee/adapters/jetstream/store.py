@@ -295,6 +295,10 @@ class NatsStore:
             ConnectionLost: no server answered (with nats-py's last error, e.g. a TLS
                 handshake that failed).
         """
+        if region is not None:  # checked before anything is opened
+            region = validate_region(region)
+            if partner is not None and validate_region(partner, "partner region") == region:
+                raise ConfigError(f"partner region {partner!r}: it is this process's region")
         made: list[NatsStore] = []
         creds = credentials or Credentials()
         errors: list[Exception] = []  # what nats-py reported while connecting
@@ -379,10 +383,6 @@ class NatsStore:
         nc.options["max_reconnect_attempts"] = -1
         layout = Layout(namespace)
         if region is not None:
-            region = validate_region(region)
-            if partner is not None and validate_region(partner, "partner region") == region:
-                await nc.close()
-                raise ConfigError(f"partner region {partner!r}: it is this process's region")
             try:
                 layout, meta = await find_layout(nc, namespace, region)
             except BaseException:
