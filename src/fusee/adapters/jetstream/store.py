@@ -554,8 +554,8 @@ class NatsStore:
         if self.layout.home is None:
             raise ConfigError(
                 f"namespace {ns!r} has regions (its home is {home!r}): connect with "
-                "region= (the CLI's --region, $FUSEE_REGION), so that its appends carry "
-                "the epoch"
+                "region= ($FUSEE_REGION for every fusee command, or fusee worker "
+                "--region), so that its appends carry the epoch"
             )
         raise ConfigError(
             f"namespace {ns!r} was made with its home in {home!r} by another process at "
@@ -570,8 +570,8 @@ class NatsStore:
         if current is not None and current != self.layout.stream:
             raise ConfigError(
                 f"namespace {self.layout.namespace!r} has regions: its journal is stream "
-                f"{current} now (it failed over); connect with region= (the CLI's "
-                "--region, $FUSEE_REGION)"
+                f"{current} now (it failed over); connect with region= ($FUSEE_REGION "
+                "for every fusee command, or fusee worker --region)"
             )
 
     async def ensure_mirror(self, partitions: int) -> None:
