@@ -29,6 +29,7 @@ from fusee.adapters.jetstream.server import find_nats_server_binary
 
 __all__ = (
     "ClusterNode",
+    "LoopbackRegions",
     "LoopbackCluster",
     "free_ports",
     "get_json",
@@ -284,3 +285,109 @@ async def move_leader(cluster: LoopbackCluster, stream: str, node: ClusterNode) 
             if (await stream_leader(cluster, stream)) is node:
                 return
             await anyio.sleep(0.05)
+
+
+# -- two regions and a witness --------------------------------------------------------
+
+REGION_NODES = {
+    "east": ("east-1", "east-2", "east-3"),
+    "west": ("west-1", "west-2", "west-3"),
+    "witness": ("witness",),
+}
+# every port the shipped nats/region-*.conf use (client, route, gateway, monitor)
+_REGION_PORT = re.compile(r"\b(?:25[234][134]\d|292[134]\d)\b")
+
+
+def _region_file(name: str) -> Path:
+    return CONFIGS / ("region-witness.conf" if name == "witness" else f"region-{name}.conf")
+
+
+@dataclass
+class LoopbackRegions:
+    """Two regions of three nats-servers (clusters ``east`` and ``west``) and a
+    JetStream witness (cluster ``witness``), joined by gateways: the repository's
+    ``nats/region-*.conf`` with every shipped port moved to a free one (the same map for
+    all seven files, so routes and gateways still name each other)."""
+
+    dir: Path
+    nodes: list[ClusterNode] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, where: Path, *, timeout: float = 60.0) -> LoopbackRegions:
+        names = [n for group in REGION_NODES.values() for n in group]
+        texts = {}
+        for name in names:
+            lines = _region_file(name).read_text().splitlines(keepends=True)
+            texts[name] = "".join(line for line in lines if not line.lstrip().startswith("#"))
+        shipped = sorted({int(p) for text in texts.values() for p in _REGION_PORT.findall(text)})
+        moved = dict(zip(shipped, free_ports(len(shipped)), strict=True))
+        regions = cls(Path(where))
+        for name in names:
+            text = _REGION_PORT.sub(lambda m: str(moved[int(m.group())]), texts[name])
+            client = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
+            http = int(re.search(r"http_port: (\d+)", text).group(1))  # type: ignore[union-attr]
+            node = ClusterNode(name, client, 0, http, regions.dir / name, text)
+            regions.nodes.append(node)
+        for node in regions.nodes:
+            node.launch()
+        try:
+            regions.wait_ready(timeout)
+        except BaseException:
+            regions.stop()
+            raise
+        return regions
+
+    def region(self, region: str) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.name in REGION_NODES[region]]
+
+    def urls(self, region: str) -> list[str]:
+        return [n.url for n in self.region(region)]
+
+    def url(self, region: str) -> str:
+        """The region's servers' URLs, comma-separated (what ``--nats`` takes)."""
+        return ",".join(self.urls(region))
+
+    def meta(self) -> tuple[str | None, int]:
+        """The meta group's leader and its size, as a live node sees them."""
+        for node in self.nodes:
+            if not node.alive:
+                continue
+            try:
+                meta = get_json(f"{node.monitor}/jsz").get("meta_cluster", {})
+            except (OSError, ValueError):
+                continue
+            if meta.get("leader"):
+                return str(meta["leader"]), int(meta.get("cluster_size") or 0)
+        return None, 0
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Until every live node is healthy and a meta leader of all 7 is elected."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for node in self.nodes:
+                if node.proc is not None and node.proc.poll() is not None:
+                    raise RuntimeError(
+                        f"nats-server {node.name} exited ({node.proc.returncode}):\n"
+                        f"{node.log_tail()}"
+                    )
+            live = [n for n in self.nodes if n.alive]
+            leader, size = self.meta()
+            if all(n.healthy(js_only=False) for n in live) and leader and size == len(self.nodes):
+                return
+            time.sleep(0.05)  # no event to wait on: the servers offer only HTTP
+        tails = "\n".join(f"--- {n.name}\n{n.log_tail()}" for n in self.nodes)
+        raise RuntimeError(f"the regions were not ready after {timeout}s:\n{tails}")
+
+    def kill_region(self, region: str) -> None:
+        """SIGKILL every server of ``region`` (a region lost at once); stores stay."""
+        for node in self.region(region):
+            node.kill()
+
+    def restart_region(self, region: str, *, timeout: float = 60.0) -> None:
+        for node in self.region(region):
+            node.launch()
+        self.wait_ready(timeout)
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

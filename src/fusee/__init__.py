@@ -12,6 +12,7 @@ from fusee._objects import ObjectInfo as ObjectInfo
 from fusee._objects import ObjectKey as ObjectKey
 from fusee._objects import ObjectType as ObjectType
 from fusee._objects import object as object  # noqa: A004 - fusee.object
+from fusee._regions import fail_over as fail_over
 from fusee._run import Run as Run
 from fusee._tokens import CreatedToken as CreatedToken
 from fusee._tokens import TokenInfo as TokenInfo
@@ -25,6 +26,8 @@ from fusee.actors.registry import workflow as workflow
 from fusee.actors.shared import SharedContext as SharedContext
 from fusee.actors.steps import StepInfo as StepInfo
 from fusee.actors.worker import WorkerConfig as WorkerConfig
+from fusee.adapters.jetstream.failover import FailoverReport as FailoverReport
+from fusee.adapters.jetstream.regions import MirrorLag as MirrorLag
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import ConnectionLost as ConnectionLost
 from fusee.errors import DeterminismError as DeterminismError
@@ -112,6 +115,9 @@ __all__ = (
     "CreatedToken",
     "Unauthorized",
     "UnknownToken",
+    "fail_over",
+    "FailoverReport",
+    "MirrorLag",
 )
 
 __version__ = "0.1.0"

@@ -29,6 +29,7 @@ from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
 from fusee.adapters.jetstream.credentials import Credentials, redact
+from fusee.adapters.jetstream.regions import MirrorLag
 from fusee.adapters.jetstream.server import EmbeddedServer, ensure_server
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import (
@@ -93,6 +94,8 @@ async def connect(
     tls_ca: str | os.PathLike[str] | None = None,
     tls_cert: str | os.PathLike[str] | None = None,
     tls_key: str | os.PathLike[str] | None = None,
+    region: str | None = None,
+    partner: str | None = None,
 ) -> Engine:
     """Connect to NATS and make sure the namespace's stream and buckets exist.
 
@@ -106,6 +109,15 @@ async def connect(
     ``replicas`` is how many servers hold each stream and bucket the namespace creates
     (3 on a 3-node cluster: one may go down with nothing lost; default
     ``$FUSEE_REPLICAS``, else 1); existing ones keep theirs.
+
+    ``region`` (default ``$FUSEE_REGION``) is the region this process is in: the name
+    of its NATS cluster in a supercluster of regions (``nats/region-*.conf``). A
+    namespace first opened with a region has its home there: its streams and buckets
+    are placed in that cluster, and every journal append names the namespace's epoch
+    (a writer of an epoch a failover ended is refused). ``partner`` (default
+    ``$FUSEE_PARTNER_REGION``) is the region that keeps a mirror of the journal, made
+    if missing (``engine.mirror_lag()`` says how far behind it is). A worker serves a
+    namespace only in its home region. See docs/operations.md, "Two regions".
 
     ``token_retention`` is how long token streams are kept after they were written
     (readers can replay a finished run's stream until then); changing it updates the
@@ -126,7 +138,10 @@ async def connect(
     Raises:
         ConfigError: a credential file that does not exist, two ways to authenticate,
             credentials without a ``url``, or a server that refused the credentials
-            (naming the server and the way, never the secret).
+            (naming the server and the way, never the secret); a ``region`` or
+            ``partner`` that is not a cluster's name, ``partner`` without ``region``,
+            a region given for a namespace made without one, or none for a
+            namespace with regions.
         ConnectionLost: no NATS server answered at ``url``.
         InvalidArgument: ``url`` is not a URL or a list of them, or one of them is
             empty; ``replicas`` is not 1 to 5.
@@ -137,6 +152,13 @@ async def connect(
     namespace = validate_namespace(namespace)
     urls = nats_urls(url or os.environ.get("FUSEE_NATS_URL") or None)
     replicas = _replicas(replicas)
+    region = region or os.environ.get("FUSEE_REGION") or None
+    partner = partner or os.environ.get("FUSEE_PARTNER_REGION") or None
+    if partner is not None and region is None:
+        raise ConfigError(
+            f"partner={partner!r} without region=: the partner region mirrors a home "
+            "region's journal (set region=, or $FUSEE_REGION)"
+        )
     given = {
         "user": user,
         "password": password,
@@ -184,6 +206,8 @@ async def connect(
             replicas=replicas,
             tokens_max_age=retention,
             credentials=credentials,
+            region=region,
+            partner=partner,
         )
     except BaseException:
         if server is not None:
@@ -192,6 +216,7 @@ async def connect(
     try:
         await store.ensure_layout()
         count = await _partition_count(store, partitions)
+        await store.ensure_mirror(count)
         store.completion_secret = await store.load_secret()
         store.callback_base_url = _base_url(callback_base_url)
     except BaseException:
@@ -253,7 +278,9 @@ async def _partition_count(store: NatsStore, wanted: int | None) -> int:
     ):
         raise InvalidArgument(f"partitions={wanted!r}: must be an int from 1 to 4096")
     # a new namespace stores it; an error reading it (NATS away) surfaces as itself
-    value = await store.init_config(key, str(wanted or 16).encode())
+    # (after a failover the work bucket is new: the count the stream recorded is kept)
+    default = wanted or store.recorded_partitions or 16
+    value = await store.init_config(key, str(default).encode())
     try:
         stored = int(value)
     except ValueError:
@@ -986,12 +1013,38 @@ class Engine:
             config=cfg,
         )
 
+    async def mirror_lag(self) -> MirrorLag | None:
+        """How far the partner region's mirror of the namespace's journal is behind it:
+        records a failover now would lose at most (``behind``), with the mirror's own
+        ``lag``; None when the namespace has no mirror (see ``connect(partner=)``).
+
+        Example:
+            ``lag = await engine.mirror_lag(); print(lag.behind if lag else "no mirror")``
+        """
+        return await self.store.mirror_lag()
+
+    def _check_home(self) -> None:
+        """A worker executes a regional namespace's runs only in its home region (its
+        appends would cross regions, and a failover moves the home away from it)."""
+        store = self.store
+        if store.region is not None and store.layout.home != store.region:
+            raise ConfigError(
+                f"namespace {self.namespace!r} has its home in region "
+                f"{store.layout.home!r} (epoch {store.layout.epoch}); this worker is in "
+                f"{store.region!r}: start it there, or after `fusee region failover --to "
+                f"{store.region}`"
+            )
+
     async def serve(self, *, registry: Registry | None = None) -> None:
         """Execute runs until cancelled (Ctrl-C, SIGTERM): a worker in the foreground.
+
+        Raises:
+            ConfigError: a regional namespace whose home is not this engine's region.
 
         Example:
             ``await engine.serve()``
         """
+        self._check_home()
         with self.store.retrying_for(math.inf):  # actors ride out a NATS outage
             async with anyio.create_task_group() as tg:
                 await self._open_listings(tg)
@@ -1007,6 +1060,7 @@ class Engine:
         Example:
             ``async with engine.worker(): print(await engine.run("r1").result())``
         """
+        self._check_home()
         w = self._worker(registry=registry, config=config)
         async with anyio.create_task_group() as tg:
             # the worker's tasks copy this context: its actors ride out a NATS outage,

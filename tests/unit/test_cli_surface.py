@@ -24,6 +24,7 @@ COMMANDS = {
     "objects cancel", "objects call", "objects send",
     "limits ls", "limits set",
     "tokens create", "tokens ls", "tokens revoke",
+    "region failover", "region status",
 }  # fmt: skip
 
 

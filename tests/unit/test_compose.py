@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+
+from fusee.adapters.jetstream.server import find_nats_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "tests" / "fixtures" / "compose-spec.json"
@@ -85,3 +89,65 @@ def test_fusee_processes_know_every_node_and_make_r3_streams(compose: dict[str, 
     assert all((ROOT / f).is_file() for f in worker[2:]), worker
     assert fusee["worker"]["deploy"]["replicas"] >= 2
     assert fusee["api"]["command"][:2] == ["fusee", "api"]
+
+
+# -- compose.regions.yaml: two regions of three nodes and a witness ----------------------
+
+
+@pytest.fixture(scope="module")
+def regions() -> dict[str, Any]:
+    loaded = yaml.safe_load((ROOT / "compose.regions.yaml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_compose_regions_yaml_matches_the_compose_spec(regions: dict[str, Any]) -> None:
+    schema = json.loads(SCHEMA.read_text())
+    errors = sorted(
+        jsonschema.Draft7Validator(schema).iter_errors(regions), key=lambda e: list(e.absolute_path)
+    )
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+
+
+def test_two_regions_of_three_and_a_witness_that_each_config_accepts(
+    regions: dict[str, Any], tmp_path: Path
+) -> None:
+    """Seven nats-servers: each region's three route to each other, every node's
+    environment fills its config (checked by ``nats-server -t``), the witness alone."""
+    nodes = _nats_services(regions)
+    assert sorted(nodes) == sorted([*(f"east-{i}" for i in (1, 2, 3)), *(
+        f"west-{i}" for i in (1, 2, 3)), "witness"])  # fmt: skip
+    server = find_nats_server_binary()
+    for name, svc in nodes.items():
+        mounted = {v.split(":")[0]: v.split(":")[1] for v in svc["volumes"]}
+        conf = "./nats/compose-witness.conf" if name == "witness" else "./nats/compose-region.conf"
+        assert mounted.get(conf) == "/etc/nats/nats.conf", (name, svc["volumes"])
+        env = {str(k): str(v) for k, v in (svc.get("environment") or {}).items()}
+        if name != "witness":
+            region = name.split("-")[0]
+            assert env["REGION"] == region
+            assert env["SERVER_NAME"] == name
+            routes = sorted(env[f"ROUTE_{i}"] for i in (1, 2, 3))
+            assert routes == [f"nats-route://{region}-{i}:6222" for i in (1, 2, 3)], name
+        done = subprocess.run(
+            [server, "-t", "-c", str(ROOT / conf)], env={**os.environ, **env},
+            capture_output=True, text=True, check=False, cwd=tmp_path,
+        )  # fmt: skip
+        assert done.returncode == 0, (name, done.stdout, done.stderr)
+
+
+def test_east_is_the_home_and_west_serves_only_after_a_failover(regions: dict[str, Any]) -> None:
+    services = regions["services"]
+    east = services["worker-east"]
+    assert east["command"][:2] == ["fusee", "worker"]
+    assert east["command"][-4:] == ["--region", "east", "--partner", "west"]
+    assert all(
+        u.startswith("nats://east-") for u in east["environment"]["FUSEE_NATS_URL"].split(",")
+    )
+    assert services["failover"]["command"] == ["fusee", "region", "failover", "--to", "west"]
+    west = services["worker-west"]
+    assert west["command"][-2:] == ["--region", "west"]
+    assert west["profiles"] == ["west"]  # off until the failover
+    assert all(
+        u.startswith("nats://west-") for u in west["environment"]["FUSEE_NATS_URL"].split(",")
+    )

@@ -62,6 +62,9 @@ PUBLIC = (
     "CreatedToken",
     "Unauthorized",
     "UnknownToken",
+    "fail_over",
+    "FailoverReport",
+    "MirrorLag",
 )
 
 

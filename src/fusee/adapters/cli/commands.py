@@ -58,7 +58,11 @@ async def open_engine(
         try:
             with anyio.fail_after(connect_timeout):
                 engine = await fusee.connect(
-                    opts.nats, namespace=opts.namespace, **opts.credentials()
+                    opts.nats,
+                    namespace=opts.namespace,
+                    region=opts.region,
+                    partner=opts.partner,
+                    **opts.credentials(),
                 )
         except TimeoutError:
             raise CliError(

@@ -11,6 +11,7 @@ Another module's commands join as a sub-app with ``register(name, sub_app, help)
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from fusee.adapters.cli.errors import CliError, Exit, tell
 from fusee.adapters.cli.objects_app import objects_app
 from fusee.adapters.cli.options import GlobalOptions
 from fusee.adapters.cli.params import ROOT_PARAMS, fusee_command, root_options
+from fusee.adapters.cli.regions import region_app
 from fusee.adapters.cli.runs import streams_follow
 from fusee.adapters.cli.runs_app import runs_app
 from fusee.adapters.cli.tokens import tokens_app
@@ -99,12 +101,32 @@ async def _worker(
     files: Annotated[
         list[str], typer.Argument(metavar="FILE...", help="Python files defining workflows")
     ],
+    region: Annotated[
+        str | None,
+        typer.Option(
+            "--region",
+            metavar="REGION",
+            envvar="FUSEE_REGION",
+            help="the region (NATS cluster) this worker is in: a new namespace's home; "
+            "a worker serves a namespace only in its home",
+        ),
+    ] = None,
+    partner: Annotated[
+        str | None,
+        typer.Option(
+            "--partner",
+            metavar="REGION",
+            envvar="FUSEE_PARTNER_REGION",
+            help="the region that keeps a mirror of the namespace's journal (made if missing)",
+        ),
+    ] = None,
 ) -> int:
     """Serve the workflows in FILEs until SIGTERM or Ctrl-C.
 
     Import FILEs (registering their workflows) and execute runs until SIGTERM or SIGINT;
     on either, hand the partitions over to the other workers and exit 0.
     """
+    opts = dataclasses.replace(opts, region=region, partner=partner)
     return await commands.worker(opts, files)
 
 
@@ -216,6 +238,7 @@ app.add_typer(streams_app, name="streams")
 app.add_typer(objects_app, name="objects")
 app.add_typer(limits_app, name="limits")
 register("tokens", tokens_app, "API tokens of the HTTP API: make, list, revoke.")
+register("region", region_app, "Regions: a namespace's home and mirror, and failing it over.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,6 +55,8 @@ class GlobalOptions:
         as_json: ``--json``: machine-readable output (and errors) on this command.
         user, password, token, nkey_seed, creds, tls_ca, tls_cert, tls_key: NATS
             credentials and TLS files, as ``fusee.connect`` takes them.
+        region, partner: the region this process is in and the partner region that
+            mirrors the namespace's journal, as ``fusee.connect`` takes them.
     """
 
     nats: str | None = None
@@ -72,6 +74,9 @@ class GlobalOptions:
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
+    # regions (``fusee worker --region``; else $FUSEE_REGION, read by fusee.connect)
+    region: str | None = None
+    partner: str | None = None
 
     def credentials(self) -> dict[str, Any]:
         """The credential keywords for ``fusee.connect``: those given, only.

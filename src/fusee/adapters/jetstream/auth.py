@@ -22,7 +22,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy, KeyValueConfig, StorageType
+from nats.js.api import DeliverPolicy, KeyValueConfig, Placement, StorageType
 from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.direct import retrying
@@ -52,6 +52,7 @@ class AuthBucket:
         self.nc = nc
         self.js = js
         self.name = layout.auth_bucket
+        self.home = layout.home  # the region (cluster) the bucket is placed in, if any
         self.replicas = replicas
         self._kv: KeyValue | None = None
 
@@ -80,6 +81,7 @@ class AuthBucket:
             history=1,
             storage=StorageType.FILE,
             replicas=self.replicas,
+            placement=Placement(cluster=self.home) if self.home else None,
             direct=True,
         )
         with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusee.runtime.ids import escape
+from fusee.runtime.regions import epoch_stream
 
 __all__ = (
     "Layout",
@@ -21,12 +22,17 @@ __all__ = (
     "JOURNAL_SEQ",
     "CURSOR",
     "END_KINDS",
+    "EXPECTED_STREAM",
+    "EPOCH",
 )
 
 # Headers the server reads; nats-py has no constant for the subtree fence.
 EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 MSG_ID = "Nats-Msg-Id"
+# the stream that must store an append (10060 otherwise): the epoch's journal stream
+EXPECTED_STREAM = "Nats-Expected-Stream"
+EPOCH = "Fusee-Epoch"  # on a regional namespace's appends: the writer's epoch
 KIND = "Fusee-Kind"
 JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at
 CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox sequence
@@ -50,10 +56,24 @@ class Layout:
     """Every name fusee uses in one namespace (a public contract, see the NATS layout doc)."""
 
     namespace: str
+    # regions (runtime/regions.py): the epoch names the journal stream (FUSEE, FUSEE_E2,
+    # ...); ``home`` is the region (NATS cluster) the namespace's streams are placed in,
+    # None for a namespace without regions (placed where the server puts them)
+    epoch: int = 1
+    home: str | None = None
 
     @property
     def stream(self) -> str:
-        return self.namespace.upper()
+        return epoch_stream(self.namespace, self.epoch)
+
+    @property
+    def regional(self) -> bool:
+        """Whether appends name their epoch's stream (a namespace with a home region)."""
+        return self.home is not None or self.epoch > 1
+
+    @property
+    def tokens_stream(self) -> str:
+        return f"{self.stream}_TOKENS"
 
     @property
     def values_stream(self) -> str:

@@ -31,6 +31,7 @@ from nats.js.api import (
     ConsumerConfig,
     DeliverPolicy,
     KeyValueConfig,
+    Placement,
     RawStreamMsg,
     StorageType,
     StreamConfig,
@@ -55,7 +56,9 @@ from fusee.adapters.jetstream.direct import (
 )
 from fusee.adapters.jetstream.layout import (
     CURSOR,
+    EPOCH,
     EXPECTED_SEQ,
+    EXPECTED_STREAM,
     EXPECTED_SUBJECT,
     JOURNAL_SEQ,
     KIND,
@@ -64,6 +67,13 @@ from fusee.adapters.jetstream.layout import (
     StoredMsg,
 )
 from fusee.adapters.jetstream.permissions import inbox_prefix, permission_denied, role_for
+from fusee.adapters.jetstream.regions import (
+    MirrorLag,
+    current_stream,
+    ensure_mirror,
+    find_layout,
+    mirror_lag,
+)
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import (
@@ -82,6 +92,7 @@ from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.index import info_or_none
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
+from fusee.runtime.regions import RegionMeta, validate_region
 
 __all__ = (
     "NatsStore",
@@ -120,6 +131,9 @@ UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then e
 VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
+# an append whose Nats-Expected-Stream is not the stream that would store it: the
+# writer's epoch is over (the namespace failed over to another region)
+WRONG_STREAM = 10060
 # Tries of a paused run's conditional unmark (each refusal: the marker's subject changed)
 MAX_UNMARK_TRIES = 5
 BATCH_DUPLICATE = 10201
@@ -157,13 +171,25 @@ class _Denied(Exception):
     """The server refused this connection a call (a permission violation)."""
 
 
-def journal_stream_config(layout: Layout, replicas: int) -> StreamConfig:
-    """The journal stream's configuration, as :meth:`NatsStore.ensure_layout` creates it."""
+def placement(layout: Layout) -> Placement | None:
+    """Where the namespace's streams and buckets go: its home region's cluster, if any."""
+    return Placement(cluster=layout.home) if layout.home else None
+
+
+def journal_stream_config(
+    layout: Layout, replicas: int, meta: RegionMeta | None = None
+) -> StreamConfig:
+    """The journal stream's configuration, as :meth:`NatsStore.ensure_layout` creates it
+    (and a failover promotes a mirror to: ``meta`` is then the new home's)."""
+    if meta is None and layout.home is not None:
+        meta = RegionMeta(layout.home, layout.epoch)
     return StreamConfig(
         name=layout.stream,
         subjects=[f"{layout.namespace}.run.>", f"{layout.namespace}.in.>"],
         storage=StorageType.FILE,
         num_replicas=replicas,
+        placement=placement(layout),
+        metadata=meta.to_metadata() if meta is not None else None,
         allow_direct=True,
         allow_atomic=True,
         allow_msg_schedules=True,
@@ -176,6 +202,19 @@ def journal_stream_config(layout: Layout, replicas: int) -> StreamConfig:
         deny_delete=True,
         deny_purge=False,
         duplicate_window=120.0,
+    )
+
+
+def values_stream_config(layout: Layout, replicas: int) -> StreamConfig:
+    """The values stream's configuration, as :meth:`NatsStore.ensure_layout` creates it."""
+    return StreamConfig(
+        name=layout.values_stream,
+        subjects=[f"{layout.namespace}.val.>"],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        placement=placement(layout),
+        allow_direct=True,
+        max_msgs_per_subject=1,  # a chunk written again replaces itself (same bytes)
     )
 
 
@@ -222,6 +261,12 @@ class NatsStore:
         # leader's acks, so journal reads are checked against the leader's tail (see
         # read_journal): from the stream's config, read by ensure_layout or the first read
         self.replicated: bool | None = None
+        # regions (runtime/regions.py): the region this process is in, the one holding
+        # the mirror, and the namespace's partition count recorded in its stream's
+        # metadata (carried across a failover)
+        self.region: str | None = None
+        self.partner: str | None = None
+        self.recorded_partitions: int | None = None
 
     @classmethod
     async def connect(
@@ -234,8 +279,15 @@ class NatsStore:
         tokens_max_age: float = DEFAULT_MAX_AGE,
         on_reconnect: Callable[[], Awaitable[None]] | None = None,
         credentials: Credentials | None = None,
+        region: str | None = None,
+        partner: str | None = None,
     ) -> NatsStore:
         """Connect to NATS at ``url`` with ``credentials`` (none by default).
+
+        ``region``: the region (NATS cluster) this process is in; a namespace created
+        by it has its home there. The namespace's epoch and home are read from its
+        journal stream (see :func:`find_layout`). ``partner``: the region that holds a
+        mirror of the journal (made by :meth:`ensure_mirror`).
 
         Raises:
             ConfigError: the server refused the credentials (naming the server and the
@@ -243,6 +295,10 @@ class NatsStore:
             ConnectionLost: no server answered (with nats-py's last error, e.g. a TLS
                 handshake that failed).
         """
+        if region is not None:  # checked before anything is opened
+            region = validate_region(region)
+            if partner is not None and validate_region(partner, "partner region") == region:
+                raise ConfigError(f"partner region {partner!r}: it is this process's region")
         made: list[NatsStore] = []
         creds = credentials or Credentials()
         errors: list[Exception] = []  # what nats-py reported while connecting
@@ -325,7 +381,17 @@ class NatsStore:
             )
         # ...and once connected, reconnect for as long as it takes (a server restart)
         nc.options["max_reconnect_attempts"] = -1
-        store = cls(nc, Layout(namespace), replicas=replicas, tokens_max_age=tokens_max_age)
+        layout = Layout(namespace)
+        if region is not None:
+            try:
+                layout, meta = await find_layout(nc, namespace, region)
+            except BaseException:
+                await nc.close()
+                raise
+        store = cls(nc, layout, replicas=replicas, tokens_max_age=tokens_max_age)
+        if region is not None:
+            store.region, store.partner = region, partner
+            store.recorded_partitions = meta.partitions
         store.auth_method = method
         made.append(store)
         return store
@@ -455,18 +521,18 @@ class NatsStore:
         try:
             info = await retrying(self.js.stream_info, lay.stream, refused=refused)
             self.replicated = (info.config.num_replicas or 1) > 1
+            self._check_home(info.config.metadata)
         except nats.js.errors.NotFoundError:
+            if not lay.regional:
+                await self._refuse_failed_over()
             self.replicated = self.replicas > 1
-            with contextlib.suppress(nats.js.errors.BadRequestError):
-                await retrying(self.js.add_stream, config, refused=refused)  # a concurrent maker
-        values = StreamConfig(
-            name=lay.values_stream,
-            subjects=[f"{lay.namespace}.val.>"],
-            storage=StorageType.FILE,
-            num_replicas=self.replicas,
-            allow_direct=True,
-            max_msgs_per_subject=1,  # a chunk written again replaces itself (same bytes)
-        )
+            try:
+                await retrying(self.js.add_stream, config, refused=refused)
+            except nats.js.errors.BadRequestError:  # a concurrent maker: whose home won?
+                if lay.regional:
+                    info = await retrying(self.js.stream_info, lay.stream, refused=refused)
+                    self._check_home(info.config.metadata)
+        values = values_stream_config(lay, self.replicas)
         try:
             await retrying(self.js.stream_info, lay.values_stream, refused=refused)
         except nats.js.errors.NotFoundError:
@@ -476,6 +542,47 @@ class NatsStore:
         self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
         self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
         await self.tokens.ensure(refused)  # token streams: <NS>_TOKENS (see tokens.py)
+
+    def _check_home(self, metadata: dict[str, str] | None) -> None:
+        """The journal stream's recorded home must be the one this process writes for:
+        a process without a region on a regional namespace would append without the
+        epoch fence, and two first processes of different regions race to make it."""
+        home = RegionMeta.from_metadata(metadata, self.layout.epoch).home
+        if home == self.layout.home:
+            return
+        ns = self.layout.namespace
+        if self.layout.home is None:
+            raise ConfigError(
+                f"namespace {ns!r} has regions (its home is {home!r}): connect with "
+                "region= ($FUSEE_REGION for every fusee command, or fusee worker "
+                "--region), so that its appends carry the epoch"
+            )
+        raise ConfigError(
+            f"namespace {ns!r} was made with its home in {home!r} by another process at "
+            f"the same time, not in {self.layout.home!r}: connect again"
+        )
+
+    async def _refuse_failed_over(self) -> None:
+        """A process without a region found no stream ``<NS>``: unless the namespace is
+        new, it failed over (its journal is a later epoch's stream), and this process
+        must say so rather than make an empty ``<NS>`` beside it."""
+        current = await current_stream(self.nc, self.layout.namespace, self._setup_refused)
+        if current is not None and current != self.layout.stream:
+            raise ConfigError(
+                f"namespace {self.layout.namespace!r} has regions: its journal is stream "
+                f"{current} now (it failed over); connect with region= ($FUSEE_REGION "
+                "for every fusee command, or fusee worker --region)"
+            )
+
+    async def ensure_mirror(self, partitions: int) -> None:
+        """Make the partner region's mirrors of the journal and values streams, if this
+        process names a partner and they are missing (``regions.ensure_mirror``)."""
+        if self.partner is not None and self.partner != self.layout.home:
+            await ensure_mirror(self.js, self.layout, self.partner, self.replicas, partitions)
+
+    async def mirror_lag(self) -> MirrorLag | None:
+        """How far the journal's mirror is behind (None: the namespace has none)."""
+        return await mirror_lag(self.js, self.layout)
 
     async def open_listings(self) -> None:
         """What a worker of this version does once before it serves: note where the
@@ -572,6 +679,7 @@ class NatsStore:
                     history=1,
                     storage=StorageType.FILE,
                     replicas=self.replicas,
+                    placement=placement(self.layout),
                     direct=True,
                 ),
                 refused=self._setup_refused,
@@ -643,12 +751,18 @@ class NatsStore:
     retrying_for = staticmethod(retrying_for)
 
     def _fenced_headers(self, eid: str, kind: str, fence: int, msg_id: str) -> dict[str, str]:
-        return {
+        headers = {
             KIND: kind,
             EXPECTED_SEQ: str(fence),
             EXPECTED_SUBJECT: self.layout.tree(eid),
             MSG_ID: msg_id,
         }
+        if self.layout.regional:
+            # the epoch fence: only this epoch's journal stream may store the record
+            # (a writer of an earlier epoch gets 10060 from the promoted one)
+            headers[EXPECTED_STREAM] = self.layout.stream
+            headers[EPOCH] = str(self.layout.epoch)
+        return headers
 
     async def _append_alone(self, item: Pending) -> int:
         """Append one record (``item``: its message, prepared by :meth:`append`) under
@@ -701,6 +815,12 @@ class NatsStore:
                 refused=self.refusal(item.subject),
             )
         except nats.js.errors.APIError as exc:
+            if exc.err_code == WRONG_STREAM and self.layout.regional:
+                raise Fenced(
+                    f"journal of {eid}: epoch {self.layout.epoch} of namespace "
+                    f"{self.layout.namespace!r} is over (its journal is no longer "
+                    f"{self.layout.stream}: the namespace failed over to another region)"
+                ) from None
             if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
                 # not a fence, not for now (``retrying`` retries those): a refusal
                 # that stored nothing, named as fusee's

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.api import ConsumerConfig, DeliverPolicy, Placement, StorageType, StreamConfig
 
 from fusee.adapters.jetstream.direct import direct_batch, direct_page, retrying
 from fusee.errors import FuseeError, NotEncodable, RunNotFound, StreamNotFound
@@ -78,7 +78,7 @@ class TokenStore:
         self.max_age = max_age
         ns = layout.namespace
         self.namespace = ns
-        self.stream = f"{ns.upper()}_TOKENS"
+        self.stream = layout.tokens_stream
         self._direct = f"$JS.API.DIRECT.GET.{self.stream}"
 
     def subject(self, eid: str, name: str) -> str:
@@ -93,6 +93,8 @@ class TokenStore:
             subjects=[f"{self.namespace}.tok.>"],
             storage=StorageType.FILE,
             num_replicas=replicas,
+            # a namespace with a home region keeps its streams inside that region's cluster
+            placement=Placement(cluster=self.layout.home) if self.layout.home else None,
             max_age=self.max_age,
             allow_direct=True,
             deny_delete=True,

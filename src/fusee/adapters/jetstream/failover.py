@@ -1,0 +1,178 @@
+"""Failing a regional namespace over to its partner region (docs/operations.md, "Two
+regions"): the procedure ``fusee region failover --to west`` runs.
+
+1. Read the namespace's epoch and home from its journal stream, and the mirror of the
+   next epoch in the target region (its metadata names it as the home-to-be).
+2. If the old home still answers (a planned handover: its workers stopped first),
+   wait until the mirror holds every record of it; otherwise note how far behind the
+   mirror was when it last heard from its origin: that tail is lost (the RPO).
+3. Delete the old home's streams and buckets through the meta group (the witness
+   keeps its quorum with a region down; a delete may time out yet land, so each is
+   asked again until the stream is gone). A server of the old home that comes back
+   is told by the meta group to drop its copies.
+4. Promote the mirrors in place: the journal and values mirrors become the new
+   epoch's streams (subjects, atomic batches, schedules; metadata: the new home, the
+   epoch, the partition count), keeping every record's stream sequence.
+
+Workers started in the new home (``--region west``) then take the runs over: their
+active markers are in the journal. A writer of the old epoch names the old stream in
+every append and is refused by the promoted one (10060): fenced.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import anyio
+import nats.errors
+import nats.js.errors
+from nats.js import JetStreamContext
+
+from fusee.adapters.jetstream.direct import retrying
+from fusee.adapters.jetstream.layout import Layout
+from fusee.adapters.jetstream.regions import mirror_layout
+from fusee.adapters.jetstream.store import (
+    NatsStore,
+    journal_stream_config,
+    values_stream_config,
+)
+from fusee.errors import ConnectionLost, FuseeError
+from fusee.logs import get_logger
+from fusee.runtime.regions import RegionMeta, failover_meta
+
+__all__ = ("FailoverReport", "fail_over")
+
+log = get_logger()
+
+# how long a delete of a dead region's stream is asked again, and a planned
+# handover waits for its mirror to catch up
+DELETE_PATIENCE = 60.0
+CATCH_UP = 30.0
+
+
+@dataclass(frozen=True)
+class FailoverReport:
+    """What a failover did: from and to which region, the new epoch, the journal's
+    last sequence in the promoted stream, how many records the old home held that the
+    mirror did not (None: the old home did not answer, so the count is unknown; at
+    most the mirror's last reported ``lag``), and how long it took."""
+
+    namespace: str
+    from_region: str
+    to_region: str
+    epoch: int
+    stream: str
+    last_seq: int
+    lost: int | None
+    last_lag: int
+    planned: bool
+    seconds: float
+
+
+async def fail_over(store: NatsStore, to: str) -> FailoverReport:
+    """Fail the namespace of ``store`` (connected to region ``to``'s servers) over to
+    region ``to`` (see the module's steps).
+
+    Raises:
+        InvalidArgument: ``to`` is already the home, or the namespace has no regions.
+        FuseeError: there is no mirror of the journal in ``to`` (name it in
+            ``connect(partner=)`` while the home is up), or a stream would not go.
+    """
+    began = time.monotonic()
+    layout, js = store.layout, store.js
+    nxt = mirror_layout(layout)
+    try:
+        mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
+    except nats.js.errors.NotFoundError:
+        raise FuseeError(
+            f"namespace {layout.namespace!r} has no mirror {nxt.stream}: a failover needs "
+            f"the partner region's mirror (connect(partner={to!r}) while {layout.home} is up)"
+        ) from None
+    recorded = RegionMeta.from_metadata(mirror.config.metadata, nxt.epoch)
+    if recorded.home != to:
+        raise FuseeError(
+            f"mirror {nxt.stream} is for region {recorded.home!r}, not {to!r}: fail over "
+            f"to {recorded.home!r}"
+        )
+    new = failover_meta(RegionMeta(layout.home, layout.epoch, recorded.partitions), to)
+    lost, planned = await _catch_up(js, layout, nxt)
+    last_lag = int(mirror.mirror.lag or 0) if mirror.mirror is not None else 0
+    old = [layout.stream, layout.values_stream, layout.tokens_stream]
+    old += [f"KV_{b}" for b in (layout.runs_bucket, layout.work_bucket)]
+    old += [f"KV_{b}" for b in (layout.objects_bucket, layout.auth_bucket)]
+    async with anyio.create_task_group() as tg:
+        for name in old:
+            tg.start_soon(_delete, js, name)
+    home = Layout(layout.namespace, new.epoch, to)
+    replicas = mirror.config.num_replicas or store.replicas
+    journal = journal_stream_config(home, replicas, new)
+    values = values_stream_config(home, replicas)
+    values.metadata = new.to_metadata()
+    for config in (journal, values):
+        await retrying(js.update_stream, config, what=f"the promotion of {config.name}")
+    info = await retrying(js.stream_info, home.stream, what=f"stream {home.stream}")
+    report = FailoverReport(
+        namespace=layout.namespace,
+        from_region=str(layout.home),
+        to_region=to,
+        epoch=new.epoch,
+        stream=home.stream,
+        last_seq=int(info.state.last_seq),
+        lost=lost,
+        last_lag=last_lag,
+        planned=planned,
+        seconds=time.monotonic() - began,
+    )
+    log.info("region.failed_over", **report.__dict__)
+    return report
+
+
+async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[int | None, bool]:
+    """If the old home answers, wait (up to ``CATCH_UP``) until the mirror holds its
+    last record: ``(records still missing, True)``. ``(None, False)`` when it does not
+    answer (a region lost)."""
+    try:
+        with anyio.fail_after(5.0):
+            origin = await js.stream_info(layout.stream)
+    except (TimeoutError, nats.errors.Error, ConnectionLost):
+        return None, False
+    if origin.cluster is not None and not origin.cluster.leader:
+        return None, False  # known to the meta group, but no replica of it answers
+    target = int(origin.state.last_seq)
+    with anyio.move_on_after(CATCH_UP):
+        while True:
+            mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
+            if int(mirror.state.last_seq) >= target:
+                return 0, True
+            await anyio.sleep(0.1)  # the mirror offers no event for its progress
+    mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
+    return max(0, target - int(mirror.state.last_seq)), True
+
+
+async def _delete(js: JetStreamContext, name: str) -> None:
+    """Delete stream ``name`` through the meta group, asking again until it is gone
+    (with its peers down the answer may not come, though the delete lands)."""
+    deadline = time.monotonic() + DELETE_PATIENCE
+    while True:
+        try:
+            # the meta leader answers once the stream's peers do, or not at all
+            # (they are down): the delete lands meanwhile, the stream_info below sees it
+            with anyio.fail_after(2.0):
+                await js.delete_stream(name)
+            return
+        except nats.js.errors.NotFoundError:
+            return
+        except (TimeoutError, nats.errors.Error) as exc:
+            try:
+                with anyio.fail_after(2.0):
+                    await js.stream_info(name)
+            except nats.js.errors.NotFoundError:
+                return
+            except (TimeoutError, nats.errors.Error):
+                pass
+            if time.monotonic() > deadline:
+                raise FuseeError(
+                    f"stream {name} of the old home was not deleted within "
+                    f"{DELETE_PATIENCE:.0f}s: {type(exc).__name__}: {exc}"
+                ) from exc

@@ -1,0 +1,175 @@
+"""A namespace's regions on JetStream: which stream is its journal now, its mirror in
+the partner region, and how far behind that mirror is.
+
+The names and metadata are the pure core's (``fusee.runtime.regions``); this module
+reads and writes them with nats-py. The failover procedure is in ``failover.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import Placement, StorageType, StreamConfig, StreamSource
+
+from fusee.adapters.jetstream.direct import retrying, retrying_for
+from fusee.adapters.jetstream.layout import Layout
+from fusee.errors import ConfigError, ConnectionLost, FuseeError
+from fusee.runtime.regions import HOME, RegionMeta, epoch_of_stream
+
+# in a mirror's metadata: the region of its origin (read when that region does not answer)
+FROM = "fusee.from"
+
+# how long a connect asks the journal stream for its metadata before it reads its
+# mirror's instead (a lost region's stream is known to the meta group, but silent)
+ORIGIN_PATIENCE = 5.0
+
+__all__ = ("MirrorLag", "current_stream", "ensure_mirror", "find_layout", "mirror_lag")
+
+
+async def current_stream(
+    nc: Client, namespace: str, refused: Callable[[], FuseeError | None] | None = None
+) -> str | None:
+    """The stream that binds the namespace's journal subjects now (mirrors bind none),
+    as the meta leader knows it; None when there is none."""
+
+    async def names() -> list[str]:
+        body = json.dumps({"subject": f"{namespace}.run.>"}).encode()
+        reply = json.loads((await nc.request("$JS.API.STREAM.NAMES", body, timeout=5.0)).data)
+        if "error" in reply:
+            err = reply["error"]
+            raise nats.js.errors.APIError(
+                code=err.get("code"),
+                err_code=err.get("err_code"),
+                description=err.get("description"),
+            )
+        return list(reply.get("streams") or [])
+
+    found = await retrying(names, what="the namespace's journal stream", refused=refused)
+    ours = [n for n in found if epoch_of_stream(namespace, n) is not None]
+    return ours[0] if ours else None
+
+
+async def find_layout(nc: Client, namespace: str, region: str) -> tuple[Layout, RegionMeta]:
+    """The layout of ``namespace`` for a process in ``region``: the epoch and home its
+    journal stream names, or, for a namespace not created yet, epoch 1 with its home
+    in ``region`` (the first process makes it so).
+
+    Raises:
+        ConfigError: the namespace exists without regions (its stream records no home).
+    """
+    js = nc.jetstream(timeout=5.0)
+    name = await current_stream(nc, namespace)
+    if name is None:
+        return Layout(namespace, 1, region), RegionMeta(region, 1)
+    epoch = epoch_of_stream(namespace, name)
+    assert epoch is not None
+    try:
+        with retrying_for(ORIGIN_PATIENCE):
+            info = await retrying(js.stream_info, name, what=f"stream {name}")
+        meta = RegionMeta.from_metadata(info.config.metadata, epoch)
+    except ConnectionLost:
+        # no replica of it answers (its region is lost): what its mirror recorded
+        nxt = Layout(namespace, epoch + 1).stream
+        try:
+            mirror = await retrying(js.stream_info, nxt, what=f"mirror {nxt}")
+        except nats.js.errors.NotFoundError:
+            raise ConnectionLost(
+                f"stream {name} of namespace {namespace!r} does not answer, and it has no mirror"
+            ) from None
+        md = dict(mirror.config.metadata or {})
+        md[HOME] = md.get(FROM, "")
+        meta = RegionMeta.from_metadata(md, epoch)
+    if meta.home is None:
+        raise ConfigError(
+            f"namespace {namespace!r} was created without a region (stream {name} records "
+            "no home): connect to it without region=, or use a new namespace"
+        )
+    return Layout(namespace, epoch, meta.home), meta
+
+
+def mirror_layout(layout: Layout) -> Layout:
+    """The layout the mirror of ``layout``'s journal belongs to: the next epoch's."""
+    return Layout(layout.namespace, layout.epoch + 1, None)
+
+
+async def ensure_mirror(
+    js: JetStreamContext, layout: Layout, partner: str, replicas: int, partitions: int
+) -> None:
+    """Create the mirrors of the namespace's journal and values streams in region
+    ``partner`` if they are missing: named as the next epoch's streams, so that a
+    failover promotes them in place (same sequences). Their metadata records the
+    partner as their home-to-be and the partition count."""
+    nxt = mirror_layout(layout)
+    meta = RegionMeta(partner, nxt.epoch, partitions).to_metadata()
+    if layout.home is not None:
+        meta[FROM] = layout.home
+    for origin, name in ((layout.stream, nxt.stream), (layout.values_stream, nxt.values_stream)):
+        config = StreamConfig(
+            name=name,
+            description=f"fusee: mirror of {origin} (promoted by a failover to {partner})",
+            mirror=StreamSource(name=origin),
+            storage=StorageType.FILE,
+            num_replicas=replicas,
+            placement=Placement(cluster=partner),
+            allow_direct=True,
+            # as its origin (a promotion may not lift it: 10052)
+            deny_delete=origin == layout.stream,
+            metadata=meta,
+        )
+        try:
+            await retrying(js.stream_info, name, what=f"mirror {name}")
+        except nats.js.errors.NotFoundError:
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
+                await retrying(js.add_stream, config, what=f"mirror {name}")
+
+
+@dataclass(frozen=True)
+class MirrorLag:
+    """How far the partner region's mirror of the journal is behind its origin.
+
+    ``behind``: records the origin holds that the mirror does not (what a failover now
+    would lose at most); ``lag``: the mirror's own count, as of its last fetch
+    (``mirror.lag`` of ``nats stream info``); ``active``: seconds since the mirror last
+    heard from its origin (None: never)."""
+
+    origin: str
+    mirror: str
+    region: str | None
+    origin_last_seq: int
+    mirror_last_seq: int
+    lag: int
+    active: float | None
+
+    @property
+    def behind(self) -> int:
+        return max(0, self.origin_last_seq - self.mirror_last_seq)
+
+
+async def mirror_lag(js: JetStreamContext, layout: Layout) -> MirrorLag | None:
+    """The journal mirror's lag, or None when the namespace has no mirror."""
+    nxt = mirror_layout(layout)
+    try:
+        mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
+    except nats.js.errors.NotFoundError:
+        return None
+    origin = await retrying(js.stream_info, layout.stream, what=f"stream {layout.stream}")
+    source = mirror.mirror
+    # nanoseconds since the mirror last heard from its origin (-1: never)
+    nanos = source.active if source is not None else None
+    active = nanos / 1e9 if nanos is not None and nanos >= 0 else None
+    return MirrorLag(
+        origin=layout.stream,
+        mirror=nxt.stream,
+        region=(mirror.config.metadata or {}).get("fusee.home"),
+        origin_last_seq=int(origin.state.last_seq),
+        mirror_last_seq=int(mirror.state.last_seq),
+        lag=int(source.lag or 0) if source is not None else 0,
+        active=active,
+    )

@@ -1,0 +1,126 @@
+"""Regions: a namespace's home region and its epoch, as names and metadata (pure).
+
+A namespace opened with a region has a *home*: the JetStream cluster that holds its
+journal stream (R3 inside it). A partner region may hold a mirror of it for reads and
+failover. Each failover moves the home and bumps the namespace's *epoch*; the journal
+stream of epoch ``e`` is named :func:`epoch_stream` (``FUSEE`` for 1, ``FUSEE_E2`` for
+2, ...): the mirror made for a failover is already the next epoch's stream, so a
+promotion keeps every record's stream sequence (the fences and ``prev`` links hold).
+
+Every append names the stream of its writer's epoch (``Nats-Expected-Stream``): a
+writer of an earlier epoch, such as the workers of a region that comes back after a
+failover, is refused by the server (10060), whatever its fence says. The stream's
+metadata records the home, the epoch and the partition count (the failover carries
+the count to the new home, where the work bucket is made again).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fusee.errors import ConfigError, InvalidArgument
+
+__all__ = (
+    "RegionMeta",
+    "epoch_of_stream",
+    "epoch_stream",
+    "failover_meta",
+    "validate_region",
+)
+
+_REGION = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+# keys of the journal stream's metadata (strings both ways: JetStream's metadata is str→str)
+HOME = "fusee.home"
+EPOCH = "fusee.epoch"
+PARTITIONS = "fusee.partitions"
+
+
+def validate_region(region: object, what: str = "region") -> str:
+    """Check a region's name: the name of its NATS cluster (``cluster.name``).
+
+    Raises:
+        ConfigError: ``region`` is not a lower-case name of at most 32 characters
+            (letters, digits, ``_`` and ``-``, starting with a letter).
+
+    Example:
+        >>> validate_region("east")
+        'east'
+    """
+    if not isinstance(region, str) or _REGION.fullmatch(region) is None:
+        raise ConfigError(
+            f"invalid {what} {region!r}: it names a NATS cluster (cluster.name), and must "
+            "start with a lower-case letter and hold at most 32 lower-case letters, "
+            "digits, '_' or '-'"
+        )
+    return region
+
+
+def epoch_stream(namespace: str, epoch: int) -> str:
+    """The journal stream of ``namespace`` in ``epoch``.
+
+    Example:
+        >>> epoch_stream("fusee", 1), epoch_stream("fusee", 2)
+        ('FUSEE', 'FUSEE_E2')
+    """
+    if epoch < 1:
+        raise InvalidArgument(f"epoch {epoch}: epochs count from 1")
+    base = namespace.upper()
+    return base if epoch == 1 else f"{base}_E{epoch}"
+
+
+def epoch_of_stream(namespace: str, stream: str) -> int | None:
+    """The epoch whose journal stream ``stream`` is, or None for another stream."""
+    base = namespace.upper()
+    if stream == base:
+        return 1
+    m = re.fullmatch(re.escape(base) + r"_E([1-9][0-9]*)", stream)
+    return int(m.group(1)) if m is not None and int(m.group(1)) >= 2 else None
+
+
+@dataclass(frozen=True)
+class RegionMeta:
+    """What a journal stream's metadata says of its namespace: its home region (None:
+    a namespace without regions), its epoch, its partition count (None: not recorded)."""
+
+    home: str | None
+    epoch: int = 1
+    partitions: int | None = None
+
+    def to_metadata(self) -> dict[str, str]:
+        out = {EPOCH: str(self.epoch)}
+        if self.home is not None:
+            out[HOME] = self.home
+        if self.partitions is not None:
+            out[PARTITIONS] = str(self.partitions)
+        return out
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, str] | None, epoch: int) -> RegionMeta:
+        """Read back :meth:`to_metadata`; ``epoch`` is the stream's (from its name), which
+        a metadata that says otherwise does not override."""
+        md = metadata or {}
+        home = md.get(HOME) or None
+        parts = md.get(PARTITIONS, "")
+        return cls(home, epoch, int(parts) if parts.isdigit() else None)
+
+
+def failover_meta(current: RegionMeta, to: str) -> RegionMeta:
+    """The namespace's metadata once failed over from ``current`` to region ``to``:
+    the home moves, the epoch goes up by one, the partition count stays.
+
+    Raises:
+        InvalidArgument: ``to`` is already the home, or the namespace has no regions.
+    """
+    to = validate_region(to, "target region")
+    if current.home is None:
+        raise InvalidArgument(
+            "the namespace has no home region (it was not opened with region=): "
+            "there is nothing to fail over"
+        )
+    if current.home == to:
+        raise InvalidArgument(
+            f"region {to!r} is already the namespace's home (epoch {current.epoch})"
+        )
+    return RegionMeta(to, current.epoch + 1, current.partitions)

@@ -1,0 +1,457 @@
+"""Drills on two regions of three nodes and a JetStream witness (research/reliability.md
+§1.4, §3.3): a namespace's home region and its partner's mirror; the loss of the whole
+home region, failed over by the documented procedure (``fusee.fail_over``), with the
+RPO and RTO measured; the old home's writers refused by the epoch once it comes back.
+
+The topology is the repository's ``nats/region-*.conf`` on free loopback ports
+(``tests.cluster.LoopbackRegions``): seven nats-servers, the workers in their own
+processes (``tests/workers/chain.py``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import fusee
+from fusee.adapters.jetstream.layout import EPOCH, MSG_ID, Layout
+from fusee.adapters.jetstream.store import NatsStore
+from fusee.errors import Fenced
+from tests.cluster import LoopbackRegions
+from tests.helpers import run_cli
+from tests.workers.procs import CHAIN, Workers, chain_result, wait_until
+
+pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
+
+PARTITIONS = 8
+
+
+@pytest.fixture
+def regions(tmp_path: Path) -> Iterator[LoopbackRegions]:
+    topology = LoopbackRegions.start(tmp_path / "regions")
+    try:
+        yield topology
+    finally:
+        topology.stop()
+
+
+def _env(region: str, partner: str | None = None) -> dict[str, str]:
+    env = {"FUSEE_REGION": region, "FUSEE_REPLICAS": "3"}
+    if partner is not None:
+        env["FUSEE_PARTNER_REGION"] = partner
+    return env
+
+
+def _ran(log: Path) -> collections.Counter[str]:
+    """How many times each step of one run started (its side-effect file)."""
+    if not log.exists():
+        return collections.Counter()
+    return collections.Counter(line.split()[0] for line in log.read_text().splitlines() if line)
+
+
+async def _caught_up(engine: fusee.Engine) -> bool:
+    lag = await engine.mirror_lag()
+    return lag is not None and lag.behind == 0 and lag.mirror_last_seq > 0
+
+
+async def test_a_regional_namespace_lives_in_its_home_with_a_mirror_in_its_partner(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """Streams and buckets in the home's cluster, R3; the journal's and values' mirrors
+    in the partner's, named as the next epoch's streams; the lag readable; appends
+    carry the epoch; a worker outside the home is refused."""
+    engine = await fusee.connect(
+        regions.url("east"), namespace=namespace, region="east", partner="west", replicas=3
+    )
+    try:
+        ns = namespace.upper()
+        js = engine.store.js
+        for name in (ns, f"{ns}_VALUES", f"{ns}_TOKENS", f"KV_{namespace}_work"):
+            info = await js.stream_info(name)
+            assert info.cluster is not None
+            assert info.cluster.name == "east", (name, info.cluster)
+            assert info.config.num_replicas == 3, name
+        for name in (f"{ns}_E2", f"{ns}_E2_VALUES"):
+            info = await js.stream_info(name)
+            assert info.cluster is not None
+            assert info.cluster.name == "west", (name, info.cluster)
+            assert info.mirror is not None
+            assert info.config.metadata is not None
+            assert info.config.metadata["fusee.home"] == "west"
+            assert info.config.metadata["fusee.partitions"] == "16"
+        meta = (await js.stream_info(ns)).config.metadata or {}
+        assert meta["fusee.home"] == "east"
+        assert meta["fusee.epoch"] == "1"
+
+        @fusee.workflow("regional-hello")
+        async def hello(ctx: fusee.Context, name: str) -> str:
+            greeting: str = await ctx.step("greet", lambda: f"hello {name}")
+            return greeting
+
+        west = await fusee.connect(regions.url("west"), namespace=namespace, region="west")
+        try:
+            async with engine.worker():
+                assert await (await engine.start(hello, "r1", "ana")).result(timeout=30) == (
+                    "hello ana"
+                )
+                # a client in the partner region starts and reads runs through the gateways
+                run = await west.start(hello, "r2", "bo")
+                assert await run.result(timeout=30) == "hello bo"
+        finally:
+            await west.close()
+        journal = await engine.store.read_journal("r1")
+        assert journal
+        assert all(m.headers.get(EPOCH) == "1" for m in journal)
+        assert all(m.headers.get(EPOCH) == "1" for m in await engine.store.read_journal("r2"))
+        await wait_until(lambda: _caught_up(engine), timeout=30, what="the mirror caught up")
+        lag = await engine.mirror_lag()
+        assert lag is not None
+        assert lag.mirror == f"{ns}_E2"
+        assert lag.region == "west"
+        assert lag.origin_last_seq == lag.mirror_last_seq
+
+        status = await run_cli(
+            "region", "status", "--region", "west", "--nats", regions.url("west"),
+            "--namespace", namespace, "--json",
+        )  # fmt: skip
+        assert status.returncode == 0, status.stderr
+        shown = json.loads(status.stdout)
+        assert (shown["home"], shown["epoch"], shown["stream"]) == ("east", 1, ns)
+        assert shown["mirror"]["mirror"] == f"{ns}_E2"
+        # a worker outside the home exits at once, naming the home and the way out
+        refused = await run_cli(
+            "worker", str(CHAIN), "--region", "west", "--nats", regions.url("west"),
+            "--namespace", namespace, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode != 0
+        assert "home in region 'east'" in refused.stderr, refused.stderr
+        assert "fusee region failover --to west" in refused.stderr, refused.stderr
+        # a process without a region would append without the epoch: refused
+        with pytest.raises(fusee.ConfigError, match="has regions"):
+            await fusee.connect(regions.url("east"), namespace=namespace)
+        west = await fusee.connect(regions.url("west"), namespace=namespace, region="west")
+        try:
+            assert west.store.layout == Layout(namespace, 1, "east")  # the home, read back
+            with pytest.raises(fusee.ConfigError, match="home in region 'east'"):
+                await west.serve()
+        finally:
+            await west.close()
+    finally:
+        await engine.close()
+
+
+async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """Every east server SIGKILLed while runs hold a step and a probe appends back to
+    back; ``fusee region failover --to west``; a west worker finishes every run, no step
+    that was replicated runs again; the RPO (acknowledged appends missing from the
+    promoted journal) and the RTO are printed. East comes back: its worker, still
+    holding the old epoch, is refused (fenced), and so is an old-epoch append."""
+    east_url, west_url = regions.url("east"), regions.url("west")
+    east = await fusee.connect(
+        east_url, namespace=namespace, region="east", partner="west", replicas=3,
+        partitions=PARTITIONS,
+    )  # fmt: skip
+    gate = tmp_path / "gate"
+    runs: dict[str, dict[str, Any]] = {
+        f"run-{i}": {
+            "log": str(tmp_path / f"effects-{i}.log"),
+            "steps": 4,
+            "delay": 0.0,
+            "tag": str(i),
+            "hold": {"step": "s3", "until": str(gate)},
+        }
+        for i in range(8)
+    }
+    workers = Workers(east_url, namespace, tmp_path, partitions=PARTITIONS)
+    (tmp_path / "west").mkdir()
+    west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
+    try:
+        old_worker = await workers.start(extra_env=_env("east", "west"))
+        for rid, arg in runs.items():
+            await east.start("chain", rid, arg)
+        # every run is inside s3 (s1 and s2 committed), held there by the gate
+        await wait_until(
+            lambda: all(_ran(Path(a["log"]))["s3"] == 1 for a in runs.values()),
+            timeout=60, what="every run in s3",
+        )  # fmt: skip
+        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+
+        # a probe appending back to back up to the loss: what was acknowledged in east
+        acked: list[str] = []
+        kill_at = anyio.Event()
+
+        async def probe() -> None:
+            store, fence, n = east.store, 0, 0
+            with store.retrying_for(2.0):
+                while True:
+                    n += 1
+                    try:
+                        fence = await store.append(
+                            "probe", "run.started" if n == 1 else "step.completed", b"{}",
+                            fence=fence, msg_id=f"probe:{n}",
+                        )  # fmt: skip
+                    except fusee.FuseeError:
+                        return  # the region is gone
+                    acked.append(f"probe:{n}")
+                    if n == 200:
+                        kill_at.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(probe)
+            await kill_at.wait()
+            t_lost = time.monotonic()
+            regions.kill_region("east")
+        await east.close()
+
+        # the documented procedure, as an operator runs it
+        done = await run_cli(
+            "region", "failover", "--to", "west", "--nats", west_url,
+            "--namespace", namespace, "--json", timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        t_promoted = time.monotonic()
+        report = json.loads(done.stdout)
+        assert report["epoch"] == 2
+        assert report["stream"] == f"{namespace.upper()}_E2"
+        assert report["from_region"] == "east"
+        assert not report["planned"]
+
+        west = await fusee.connect(west_url, namespace=namespace, region="west")
+        assert west.store.layout == Layout(namespace, 2, "west")
+        assert west.partitions == PARTITIONS  # carried by the mirror's metadata
+        promoted = [m.headers.get(MSG_ID) for m in await west.store.read_journal("probe")]
+        assert promoted == acked[: len(promoted)], "the promoted journal is not a prefix"
+        rpo = len(acked) - len(promoted)
+
+        await west_workers.start(extra_env=_env("west"))
+        t_served = time.monotonic()
+        gate.touch()  # the held steps may finish now (in the west worker, and the zombie's)
+        got: dict[str, Any] = {}
+        first_done: list[float] = []
+
+        async def one(rid: str) -> None:
+            got[rid] = await west.run(rid).result(timeout=90)
+            first_done.append(time.monotonic())
+
+        with anyio.fail_after(100):
+            async with anyio.create_task_group() as tg:
+                for rid in runs:
+                    tg.start_soon(one, rid)
+        assert got == {rid: chain_result(arg) for rid, arg in runs.items()}
+        for rid, arg in runs.items():
+            ran = _ran(Path(arg["log"]))
+            # s1, s2 were committed and replicated: never again; s3 was running in east
+            # when it went (uncommitted): it runs again in west, as a failover says
+            assert (ran["s1"], ran["s2"]) == (1, 1), (rid, ran)
+            assert ran["s3"] >= 2, (rid, ran)
+            assert ran["s4"] >= 1, (rid, ran)
+            journal = await west.store.read_journal(rid)
+            assert [m.headers.get(EPOCH) for m in journal][-1] == "2"
+        rto = min(first_done) - t_lost
+        print(
+            f"\nregion loss: RPO {rpo} of {len(acked)} acknowledged probe appends "
+            f"(the failover reported the mirror {report['last_lag']} behind at its last "
+            f"fetch); failover procedure {report['seconds']:.1f}s; west worker serving "
+            f"{t_served - t_lost:.1f}s after the loss; RTO (loss to the first run "
+            f"finished in west) {rto:.1f}s; promotion at +{t_promoted - t_lost:.1f}s"
+        )
+
+        # east comes back: its servers drop their copies (the meta group deleted them),
+        # its worker's actors still hold epoch 1 and the gate is open: refused
+        regions.restart_region("east")
+        await old_worker.wait_for("actor.fenced", timeout=60)
+        old = await NatsStore.connect(regions.urls("east"), namespace)
+        try:
+            old.layout = Layout(namespace, 1, "east")  # a writer of the old epoch
+            last = (await west.store.read_journal("run-0"))[-1]
+            with pytest.raises(Fenced, match=r"epoch 1 .* is over"):
+                await old.append("run-0", "step.completed", b"{}", fence=last.seq, msg_id="z")
+        finally:
+            await old.close()
+        stray = await _epoch_one_after(west, report["stream"], report["last_seq"])
+        assert not stray, f"old-epoch records in the promoted journal: {stray}"
+        await west.close()
+    finally:
+        workers.cleanup()
+        west_workers.cleanup()
+
+
+async def _epoch_one_after(engine: fusee.Engine, stream: str, seq: int) -> list[int]:
+    """Sequences above ``seq`` in ``stream`` whose record names epoch 1."""
+    js = engine.store.js
+    last = (await js.stream_info(stream)).state.last_seq
+    out = []
+    for s in range(seq + 1, last + 1):
+        try:
+            msg = await js.get_msg(stream, s)
+        except Exception:  # noqa: BLE001 - a deleted or rolled-up sequence
+            continue
+        if (msg.headers or {}).get(EPOCH) == "1":
+            out.append(s)
+    return out
+
+
+async def test_a_planned_handover_and_the_fail_back_lose_nothing(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """East's worker stopped (SIGTERM) with runs held in a step, ``fusee region failover
+    --to west`` while east is up: it waits for the mirror, reports 0 lost, and a west
+    worker finishes the runs with no committed step run again. Then back: a west
+    process names east its partner (the epoch-3 mirror), the west worker is stopped,
+    ``failover --to east``, and an east worker serves the namespace again."""
+    east_url, west_url = regions.url("east"), regions.url("west")
+    east = await fusee.connect(
+        east_url, namespace=namespace, region="east", partner="west", replicas=3,
+        partitions=PARTITIONS,
+    )  # fmt: skip
+    gate = tmp_path / "gate"
+    runs: dict[str, dict[str, Any]] = {
+        f"run-{i}": {
+            "log": str(tmp_path / f"effects-{i}.log"),
+            "steps": 3,
+            "delay": 0.0,
+            "tag": str(i),
+            "hold": {"step": "s2", "until": str(gate)},
+        }
+        for i in range(4)
+    }
+    for sub in ("east", "west", "back"):
+        (tmp_path / sub).mkdir()
+    east_workers = Workers(east_url, namespace, tmp_path / "east", partitions=PARTITIONS)
+    west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
+    back_workers = Workers(east_url, namespace, tmp_path / "back", partitions=PARTITIONS)
+    try:
+        worker = await east_workers.start(extra_env=_env("east", "west"))
+        for rid, arg in runs.items():
+            await east.start("chain", rid, arg)
+        await wait_until(
+            lambda: all(_ran(Path(a["log"]))["s2"] == 1 for a in runs.values()),
+            timeout=60, what="every run in s2",
+        )  # fmt: skip
+        assert worker.stop() == 0
+        await east.close()
+
+        async def failover(to: str, url: str) -> dict[str, Any]:
+            done = await run_cli(
+                "region", "failover", "--to", to, "--nats", url, "--namespace", namespace,
+                "--json", timeout=120,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            report: dict[str, Any] = json.loads(done.stdout)
+            return report
+
+        report = await failover("west", west_url)
+        assert (report["epoch"], report["planned"], report["lost"]) == (2, True, 0)
+        west = await fusee.connect(
+            west_url, namespace=namespace, region="west", partner="east", replicas=3
+        )
+        try:
+            await west_workers.start(extra_env=_env("west", "east"))
+            gate.touch()
+            for rid, arg in runs.items():
+                assert await west.run(rid).result(timeout=60) == chain_result(arg)
+                ran = _ran(Path(arg["log"]))
+                assert ran["s1"] == 1, (rid, ran)  # committed: never again
+            await wait_until(lambda: _caught_up(west), timeout=30, what="the epoch-3 mirror")
+            lag = await west.mirror_lag()
+            assert lag is not None
+            assert (lag.mirror, lag.region) == (f"{namespace.upper()}_E3", "east")
+        finally:
+            await west.close()
+        for w in west_workers.procs:
+            assert w.stop() == 0
+
+        report = await failover("east", east_url)
+        assert (report["epoch"], report["planned"], report["lost"]) == (3, True, 0)
+        back = await fusee.connect(east_url, namespace=namespace, region="east")
+        try:
+            assert back.store.layout == Layout(namespace, 3, "east")
+            await back_workers.start(extra_env=_env("east"))
+            arg = {**runs["run-0"], "hold": None, "tag": "back"}
+            run = await back.start("chain", "after-fail-back", arg)
+            assert await run.result(timeout=60) == chain_result(arg)
+            for rid, arg in runs.items():  # the journals came back whole
+                assert await back.run(rid).result(timeout=10) == chain_result(arg)
+        finally:
+            await back.close()
+    finally:
+        for group in (east_workers, west_workers, back_workers):
+            group.cleanup()
+
+
+async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """East's worker SIGSTOPped while its runs hold a step (a zombie), the namespace
+    failed over to west; SIGCONT before any west worker runs: the zombie's held steps
+    finish and their commits, whose fences match the promoted journal, are refused by
+    the epoch (``actor.fenced``); it starts no further step; a west worker then
+    finishes every run, and no epoch-1 record is in the promoted journal."""
+    east_url, west_url = regions.url("east"), regions.url("west")
+    east = await fusee.connect(
+        east_url, namespace=namespace, region="east", partner="west", replicas=3,
+        partitions=PARTITIONS,
+    )  # fmt: skip
+    gate = tmp_path / "gate"
+    runs: dict[str, dict[str, Any]] = {
+        f"run-{i}": {
+            "log": str(tmp_path / f"effects-{i}.log"),
+            "steps": 3,
+            "delay": 0.0,
+            "tag": str(i),
+            "hold": {"step": "s2", "until": str(gate)},
+        }
+        for i in range(4)
+    }
+    (tmp_path / "west").mkdir()
+    east_workers = Workers(east_url, namespace, tmp_path, partitions=PARTITIONS)
+    west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
+    try:
+        zombie = await east_workers.start(extra_env=_env("east", "west"))
+        for rid, arg in runs.items():
+            await east.start("chain", rid, arg)
+        await wait_until(
+            lambda: all(_ran(Path(a["log"]))["s2"] == 1 for a in runs.values()),
+            timeout=60, what="every run in s2",
+        )  # fmt: skip
+        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+        zombie.freeze()
+        await east.close()
+        report = await fusee.fail_over(west_url, namespace=namespace, to="west")
+        assert report.epoch == 2
+        # the zombie wakes first, before the new home wrote anything: its fences
+        # match the promoted journal's tails, only the epoch can refuse it
+        gate.touch()
+        zombie.thaw()
+        await wait_until(
+            lambda: {e["run_id"] for e in zombie.find("actor.fenced")} >= set(runs),
+            timeout=60, what="every zombie actor fenced",
+        )  # fmt: skip
+        west = await fusee.connect(west_url, namespace=namespace, region="west")
+        try:
+            await west_workers.start(extra_env=_env("west"))
+            for rid, arg in runs.items():
+                assert await west.run(rid).result(timeout=60) == chain_result(arg)
+            for rid, arg in runs.items():
+                ran = _ran(Path(arg["log"]))
+                # s2: the zombie's (frozen in it) and west's; s3: west's alone
+                assert (ran["s1"], ran["s2"], ran["s3"]) == (1, 2, 1), (rid, ran)
+                journal = await west.store.read_journal(rid)
+                names = [m.headers.get("Fusee-Kind") for m in journal]
+                assert names.count("step.completed") == 3, (rid, names)
+            stray = await _epoch_one_after(west, report.stream, report.last_seq)
+            assert not stray, f"old-epoch records in the promoted journal: {stray}"
+        finally:
+            await west.close()
+    finally:
+        east_workers.cleanup()
+        west_workers.cleanup()

@@ -1,0 +1,71 @@
+"""The pure core of regions: names of each epoch's journal stream, the metadata a
+journal stream records, and what a failover makes of it."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fusee.errors import ConfigError, InvalidArgument
+from fusee.runtime.regions import (
+    RegionMeta,
+    epoch_of_stream,
+    epoch_stream,
+    failover_meta,
+    validate_region,
+)
+
+
+def test_epoch_streams_are_named_and_read_back() -> None:
+    assert epoch_stream("fusee", 1) == "FUSEE"  # a namespace without regions keeps its name
+    assert epoch_stream("fusee", 2) == "FUSEE_E2"
+    assert epoch_of_stream("fusee", "FUSEE") == 1
+    assert epoch_of_stream("fusee", "FUSEE_E12") == 12
+    for other in ("FUSEE_TOKENS", "FUSEE_E2_VALUES", "FUSEE_E1", "FUSEE_E02", "OTHER", "FUSEE_E"):
+        assert epoch_of_stream("fusee", other) is None, other
+    with pytest.raises(InvalidArgument, match="epochs count from 1"):
+        epoch_stream("fusee", 0)
+
+
+@given(st.integers(1, 10_000))
+def test_every_epoch_round_trips(epoch: int) -> None:
+    assert epoch_of_stream("ns_1", epoch_stream("ns_1", epoch)) == epoch
+
+
+def test_region_names_are_checked() -> None:
+    assert validate_region("east") == "east"
+    assert validate_region("us-east_1") == "us-east_1"
+    for bad in ("", "East", "1east", "a.b", "a b", "x" * 33, None, 3):
+        with pytest.raises(ConfigError, match="invalid region"):
+            validate_region(bad)
+
+
+def test_metadata_round_trips_and_a_failover_bumps_the_epoch() -> None:
+    meta = RegionMeta("east", 1, 8)
+    assert meta.to_metadata() == {"fusee.home": "east", "fusee.epoch": "1", "fusee.partitions": "8"}
+    assert RegionMeta.from_metadata(meta.to_metadata(), 1) == meta
+    assert RegionMeta.from_metadata(None, 1) == RegionMeta(None, 1, None)
+    # the stream's name says the epoch; metadata that says otherwise does not override it
+    assert RegionMeta.from_metadata({"fusee.epoch": "9", "fusee.home": "west"}, 2).epoch == 2
+    assert failover_meta(meta, "west") == RegionMeta("west", 2, 8)
+    with pytest.raises(InvalidArgument, match="already the namespace's home"):
+        failover_meta(meta, "east")
+    with pytest.raises(InvalidArgument, match="has no home region"):
+        failover_meta(RegionMeta(None), "west")
+    with pytest.raises(ConfigError, match="invalid target region"):
+        failover_meta(meta, "West")
+
+
+async def test_a_bad_region_is_named_before_anything_is_opened() -> None:
+    """``connect`` checks the names first: no server is asked (none listens here)."""
+    import fusee
+
+    with pytest.raises(ConfigError, match="invalid region 'East'"):
+        await fusee.connect("nats://127.0.0.1:1", region="East")
+    with pytest.raises(ConfigError, match="invalid partner region"):
+        await fusee.connect("nats://127.0.0.1:1", region="east", partner="we st")
+    with pytest.raises(ConfigError, match="it is this process's region"):
+        await fusee.connect("nats://127.0.0.1:1", region="east", partner="east")
+    with pytest.raises(ConfigError, match="without region="):
+        await fusee.connect("nats://127.0.0.1:1", partner="west")
