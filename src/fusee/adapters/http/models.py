@@ -62,6 +62,7 @@ __all__ = (
     "RunWaiting",
     "RunAccepted",
     "SignalSent",
+    "WaitCompleted",
     "ResumeRun",
     "CancelRun",
     "BulkResume",
@@ -155,6 +156,15 @@ class RunAccepted(msgspec.Struct, kw_only=True):
 class SignalSent(msgspec.Struct, kw_only=True):
     run_id: str
     signal: str
+
+
+class WaitCompleted(msgspec.Struct, kw_only=True):
+    """A completion wait completed with an API token (the UI's approve button)."""
+
+    run_id: str
+    pos: int
+    stored: bool
+    value: Any = None
 
 
 class ResumeRun(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
