@@ -710,8 +710,8 @@ class Engine:
 
         Raises:
             RunNotFound: no run ``run_id``.
-            InvalidArgument: the run has no completion wait at ``pos``.
-            InvalidToken: the wait can no longer be completed (see :meth:`complete`).
+            InvalidToken: the run has no completion wait at ``pos``, or the wait can no
+                longer be completed (``spent``; see :meth:`complete`).
 
         Example:
             ``await engine.complete_wait("support-42", 3, True)``
@@ -724,7 +724,7 @@ class Engine:
             raise RunNotFound(f"no run {run_id!r} in namespace {self.namespace!r}")
         wait = history.waits.get(pos)
         if wait is None or wait.wait != "completion":
-            raise InvalidArgument(
+            raise InvalidToken(
                 f"run {run_id!r} has no completion wait at position {pos} "
                 "(its journal's wait.started records with wait 'completion' name them)"
             )

@@ -373,3 +373,75 @@ async def test_ui_cookie_is_taken_for_reads_and_for_writes_with_the_ui_header(
         assert missing.status_code == 404
         assert "nope.js" in missing.json()["error"]["message"]
         assert (await anon.get("/ui/session")).json() == {"auth": True, "logged_in": False}
+
+
+async def test_ui_without_auth_has_no_login(
+    nats_server: Any, browser: Browser, tmp_path: Path
+) -> None:
+    """``fusee api --no-auth``: the UI opens on the runs page, no login, no logout."""
+    namespace = f"t{secrets.token_hex(4)}"
+    with api_server(nats_server.url, namespace, tmp_path, auth=False) as server:
+        base = (await server.wait_for("api.serving", timeout=20))["url"]
+        async with await fusee.connect(nats_server.url, namespace=namespace) as engine:
+            await engine.start("ui-wait", "open-1", None)  # no worker: it stays pending
+        errors: list[str] = []
+        context = await browser.new_context(viewport={"width": 1280, "height": 800})
+        page = await context.new_page()
+        watch_console(page, errors)
+        await page.goto(f"{base}/ui")
+        await expect(page.get_by_role("heading", name="Runs")).to_be_visible()
+        await expect(page.locator('tr[data-run="open-1"]')).to_have_attribute(
+            "data-status", "pending"
+        )
+        await expect(page.locator("#who")).to_have_text("auth off")
+        await expect(page.get_by_role("button", name="Log out")).to_be_hidden()
+        await context.close()
+        assert errors == [], errors
+
+
+async def test_ui_stream_resumes_after_the_api_restarts(
+    served: Served, engine: fusee.Engine, browser: Browser, tmp_path: Path
+) -> None:
+    """The API goes away mid-stream (its event streams end) and comes back on the same
+    port: the page's EventSource reconnects with Last-Event-ID and the text goes on from
+    there, no token lost, none twice."""
+    gate = tmp_path / "gate"
+    await engine.start("ui-stream", "stream-2", {"tokens": TOKENS, "gate": str(gate)})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+    page = await context.new_page()
+    errors: list[str] = []
+    watch_console(page, errors)
+    stream = page.locator('pre.stream[data-stream="model-0"]')
+    status = page.locator('article[data-stream="model-0"] .stream-status')
+    text = ""
+
+    def release(i: int) -> str:
+        (gate.parent / f"{gate.name}.{i}").touch()
+        return token(i)
+
+    with api_server(served.nats, served.namespace, tmp_path / "a") as first:
+        base = (await first.wait_for("api.serving", timeout=20))["url"]
+        port = base.rsplit(":", 1)[1]
+        await page.goto(f"{base}/ui#/runs/stream-2?stream=model-0")
+        await expect(status).to_have_text("live")
+        for i in range(3):
+            text += release(i)
+            await expect(stream).to_have_text(text)
+    await expect(status).to_have_text("reconnecting…")
+    text += release(3)  # written while no API serves: read after the reconnect
+    with api_server(served.nats, served.namespace, tmp_path / "b", args=["--port", port]) as second:
+        await second.wait_for("api.serving", timeout=20)
+        await expect(status).to_have_text("live", timeout=20_000)
+        await expect(stream).to_have_text(text)
+        for i in range(4, TOKENS):
+            text += release(i)
+            await expect(stream).to_have_text(text)
+        await expect(page.locator('article[data-stream="model-0"]')).to_have_attribute(
+            "data-ended", "true"
+        )
+    await context.close()
+    assert await engine.run("stream-2").result(timeout=10) == text
+    # while no API served, the browser's reconnect attempts failed, and said so
+    assert all("ERR_CONNECTION_REFUSED" in e for e in errors), errors

@@ -366,8 +366,8 @@ async def resume(
     "`wait.started` record in the journal. `stored` is false when the same value was "
     "given before.",
     responses=errors(
-        e400=BAD_ID + " `invalid_argument`: the run has no completion wait at `pos`.",
-        e404=NO_RUN,
+        e400=BAD_ID,
+        e404=NO_RUN + " `invalid_token`: the run has no completion wait at `pos`.",
         e409="`invalid_token`: the wait is over (timed out, its run ended, or answered "
         "with another value).",
     ),
