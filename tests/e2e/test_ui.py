@@ -272,7 +272,7 @@ async def test_ui_scenario(
         f"\nui.run_page {STEPS} steps: drawn in {drawn:.0f} ms after the page started "
         f"(fetch + render), {wall:.0f} ms from navigation to the last step in the DOM"
     )
-    await page.locator("#timeline").scroll_into_view_if_needed()
+    await page.locator("#journal-title").scroll_into_view_if_needed()
     await shots.take(page, "run-long")
 
     # --- keyboard: the skip link comes first, the nav is reachable and works

@@ -51,3 +51,17 @@ export function query(params) {
   const s = q.toString();
   return s ? `?${s}` : "";
 }
+
+// Call fn every ms until the page goes (ctx.signal); one call at a time.
+export function poll(ctx, fn, ms) {
+  const tick = async () => {
+    if (ctx.signal.aborted) return;
+    try {
+      await fn();
+    } catch (e) {
+      if (e.name === "AbortError") return;
+    }
+    if (!ctx.signal.aborted) setTimeout(tick, ms);
+  };
+  setTimeout(tick, ms);
+}

@@ -1,7 +1,6 @@
 // Limits: each limit's rate, concurrency, holders and waiters per fairness key.
-import { get } from "./api.js";
+import { get, poll } from "./api.js";
 import { h, clear } from "./dom.js";
-import { poll } from "./runs.js";
 
 export async function limitsPage(ctx) {
   const tbody = h("tbody");

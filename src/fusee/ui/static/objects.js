@@ -1,7 +1,6 @@
 // Objects: a type's keys, a key's state (pretty JSON) with edit, its queue with cancel.
-import { api, get, post, seg } from "./api.js";
+import { api, get, poll, post, seg } from "./api.js";
 import { h, clear, when, pretty, jsonField, confirmDialog } from "./dom.js";
-import { poll } from "./runs.js";
 
 const KNOWN = "fusee.ui.object_types"; // types looked at before, offered again
 

@@ -1,7 +1,6 @@
 // A run's page: header, journal timeline, live token streams, and its actions.
-import { api, get, post, seg, query } from "./api.js";
+import { api, get, post, poll, seg, query } from "./api.js";
 import { h, append, clear, when, span, pretty, statusBadge, jsonField, confirmDialog } from "./dom.js";
-import { poll } from "./runs.js";
 import { timeline } from "./timeline.js";
 
 const ENDED = ["completed", "failed", "cancelled"];

@@ -1,5 +1,5 @@
 // The runs page: filters, paging, live status, paused runs' reasons, bulk resume/cancel.
-import { get, post, seg, query } from "./api.js";
+import { get, poll, post, seg, query } from "./api.js";
 import { h, clear, ago, statusBadge, confirmDialog } from "./dom.js";
 
 const STATUSES = ["", "pending", "running", "waiting", "paused", "completed", "failed", "cancelled"];
@@ -83,8 +83,8 @@ export async function runsPage(ctx) {
     });
     const cells = {
       status: h("td", { class: "status" }),
-      steps: h("td", { class: "num" }),
-      updated: h("td"),
+      steps: h("td", { class: "num", "data-label": "steps" }),
+      updated: h("td", { "data-label": "updated" }),
       reason: h("td", { class: "reason" }),
     };
     const tr = h(
@@ -92,10 +92,10 @@ export async function runsPage(ctx) {
       { "data-run": run.run_id },
       h("td", {}, box),
       h("td", {}, h("a", { href: `#/runs/${seg(run.run_id)}`, text: run.run_id })),
-      h("td", { text: run.workflow }),
+      h("td", { text: run.workflow, "data-label": "workflow" }),
       cells.status,
       cells.steps,
-      h("td", { text: ago(run.created_at), title: new Date(run.created_at * 1000).toISOString() }),
+      h("td", { text: ago(run.created_at), title: new Date(run.created_at * 1000).toISOString(), "data-label": "started" }),
       cells.updated,
       cells.reason,
     );
@@ -184,18 +184,4 @@ export async function runsPage(ctx) {
 
   await load();
   poll(ctx, load, POLL_MS);
-}
-
-// Call fn every ms until the page goes (ctx.signal); one call at a time.
-export function poll(ctx, fn, ms) {
-  const tick = async () => {
-    if (ctx.signal.aborted) return;
-    try {
-      await fn();
-    } catch (e) {
-      if (e.name === "AbortError") return;
-    }
-    if (!ctx.signal.aborted) setTimeout(tick, ms);
-  };
-  setTimeout(tick, ms);
 }
