@@ -315,6 +315,15 @@ class Engine:
         """
         return ObjectKey(obj, key, self)
 
+    async def object_types(self) -> list[str]:
+        """The object types that have (or had) a key with state in this namespace, sorted
+        (what ``GET /v1/objects`` and the web UI's Objects page list).
+
+        Example:
+            ``await engine.object_types()`` -> ``["cart", "chat"]``
+        """
+        return await self.store.list_object_types()
+
     async def list_objects(self, obj: ObjectType | str) -> list[tuple[str, dict[str, Any]]]:
         """Every key of an object type that has state, with its state, sorted by key:
         every change a caller was answered for is in it.

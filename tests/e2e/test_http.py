@@ -375,6 +375,8 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/v1/runs/{run_id}/streams/{name}",
         "/v1/runs/bulk/resume",
         "/v1/runs/bulk/cancel",
+        "/v1/runs/{run_id}/waits/{pos}/complete",
+        "/v1/objects",
         "/v1/objects/{object_type}",
         "/v1/objects/{object_type}/{key}",
         "/v1/objects/{object_type}/{key}/state",

@@ -63,6 +63,7 @@ __all__ = (
     "RunAccepted",
     "SignalSent",
     "WaitCompleted",
+    "ObjectTypes",
     "ResumeRun",
     "CancelRun",
     "BulkResume",
@@ -156,6 +157,12 @@ class RunAccepted(msgspec.Struct, kw_only=True):
 class SignalSent(msgspec.Struct, kw_only=True):
     run_id: str
     signal: str
+
+
+class ObjectTypes(msgspec.Struct, kw_only=True):
+    """The object types that have (or had) a key with state."""
+
+    types: list[str]
 
 
 class WaitCompleted(msgspec.Struct, kw_only=True):

@@ -26,7 +26,13 @@ export async function objectsPage(ctx, type) {
   });
   ctx.root.append(h("h1", { text: "Objects" }), form);
   if (!type) {
-    ctx.root.append(h("p", { class: "note", text: "Name an object type (fusee.object(\"<type>\", ...)) to see its keys." }));
+    const { types } = await get("/v1/objects", { signal: ctx.signal });
+    ctx.root.append(
+      h("h2", { text: "Types" }),
+      types.length
+        ? h("ul", { class: "types", "aria-label": "Object types" }, types.map((t) => h("li", {}, h("a", { href: `#/objects/${seg(t)}`, text: t }))))
+        : h("p", { class: "note", text: "No object has state yet (fusee.object(\"<type>\", ...))." }),
+    );
     return;
   }
   localStorage.setItem(KNOWN, JSON.stringify([type, ...remembered().filter((t) => t !== type)].slice(0, 20)));

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import Cookie
+from litestar.params import Parameter
 
 from fusee.adapters.http.auth import UI_COOKIE, UI_HEADER, cookie_token
 from fusee.adapters.http.errors import ApiError
@@ -75,7 +76,9 @@ async def page() -> Response[bytes]:
 
 
 @get("/ui/static/{file:str}", include_in_schema=False)
-async def static(file: str) -> Response[bytes]:
+async def static(
+    file: Annotated[str, Parameter(description="A file of the UI, one path segment.")],
+) -> Response[bytes]:
     return _file(file)
 
 
