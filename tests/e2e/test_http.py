@@ -376,6 +376,7 @@ async def test_openapi_lists_every_endpoint(client: httpx.AsyncClient) -> None:
         "/v1/runs/bulk/resume",
         "/v1/runs/bulk/cancel",
         "/v1/runs/{run_id}/waits/{pos}/complete",
+        "/v1/runs/{run_id}/streams",
         "/v1/objects",
         "/v1/objects/{object_type}",
         "/v1/objects/{object_type}/{key}",

@@ -64,6 +64,8 @@ __all__ = (
     "SignalSent",
     "WaitCompleted",
     "ObjectTypes",
+    "StreamList",
+    "StreamSummary",
     "ResumeRun",
     "CancelRun",
     "BulkResume",
@@ -157,6 +159,17 @@ class RunAccepted(msgspec.Struct, kw_only=True):
 class SignalSent(msgspec.Struct, kw_only=True):
     run_id: str
     signal: str
+
+
+class StreamSummary(msgspec.Struct, kw_only=True):
+    name: str
+    messages: int
+
+
+class StreamList(msgspec.Struct, kw_only=True):
+    """A run's token streams that hold anything."""
+
+    streams: list[StreamSummary]
 
 
 class ObjectTypes(msgspec.Struct, kw_only=True):

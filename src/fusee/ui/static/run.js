@@ -20,7 +20,16 @@ async function readJournal(runId, after, signal) {
 export async function runPage(ctx, runId) {
   const t0 = performance.now();
   const base = `/v1/runs/${seg(runId)}`;
-  const [info, records] = await Promise.all([get(base, { signal: ctx.signal }), readJournal(runId, 0, ctx.signal)]);
+  const listStreams = () =>
+    get(`${base}/streams`, { signal: ctx.signal }).then(
+      (r) => r.streams,
+      (e) => {
+        if (e.name === "AbortError") throw e;
+        return [];
+      },
+    );
+  const [info, records, firstStreams] = await Promise.all([get(base, { signal: ctx.signal }), readJournal(runId, 0, ctx.signal), listStreams()]);
+  const fetched = performance.now() - t0;
   let lastSeq = records.length ? records[records.length - 1].seq : 0;
 
   const head = h("section", { class: "card run-head", "aria-labelledby": "run-title" });
@@ -158,14 +167,37 @@ export async function runPage(ctx, runId) {
     h("button", { type: "submit", id: "follow-stream", text: "Follow" }),
   );
   const viewers = h("div", { class: "viewers" });
-  streams.append(streamForm, viewers);
+  const listed = h("div", { class: "buttons", id: "stream-list", role: "group", "aria-label": "The run's streams" });
+  streams.append(listed, streamForm, viewers);
   const open = new Map();
+  const offered = new Set(); // streams followed by themselves once (closing one keeps it closed)
+  const followName = (name) => {
+    if (!open.has(name)) open.set(name, follow(ctx, base, name, viewers, () => open.delete(name)));
+  };
+  // The run's streams, as buttons; while it runs, a stream whose step has not ended
+  // (it is being written) is followed at once, three at most.
+  async function drawStreams(given) {
+    const list = given || (await listStreams());
+    clear(listed);
+    for (const s of list) {
+      const b = h("button", { type: "button", class: "small", "data-follow": s.name, text: `Follow ${s.name} (${s.messages})` });
+      b.addEventListener("click", () => followName(s.name));
+      listed.append(b);
+      if (!ENDED.includes(state.info.status) && !tl.completed(s.name) && !offered.has(s.name) && offered.size < 3) {
+        offered.add(s.name);
+        followName(s.name);
+      }
+    }
+  }
   streamForm.addEventListener("submit", (ev) => {
     ev.preventDefault();
     const name = streamName.value.trim();
-    if (name && !open.has(name)) open.set(name, follow(ctx, base, name, viewers, () => open.delete(name)));
+    if (name) followName(name);
   });
-  for (const name of ctx.params.getAll("stream")) open.set(name, follow(ctx, base, name, viewers, () => open.delete(name)));
+  for (const name of ctx.params.getAll("stream")) {
+    offered.add(name);
+    followName(name);
+  }
 
   function drawNames() {
     clear(names).append(tl.stepNames().map((n) => h("option", { value: n })));
@@ -176,9 +208,10 @@ export async function runPage(ctx, runId) {
   drawButtons();
   drawApprovals();
   drawNames();
+  await drawStreams(firstStreams);
   const ms = performance.now() - t0;
-  document.body.dataset.renderMs = ms.toFixed(1);
   head.dataset.renderMs = ms.toFixed(1);
+  head.dataset.fetchMs = fetched.toFixed(1);
 
   async function refresh() {
     const [i, more] = await Promise.all([get(base, { signal: ctx.signal }), readJournal(runId, lastSeq, ctx.signal)]);
@@ -190,6 +223,7 @@ export async function runPage(ctx, runId) {
     }
     const changed = i.status !== state.info.status || i.updated_at !== state.info.updated_at;
     state.info = i;
+    if (!ENDED.includes(i.status) || changed) await drawStreams();
     if (changed) {
       state.outcome = await outcome();
       drawHead();

@@ -22,7 +22,8 @@ export function timeline(runId) {
   const calls = new Map(); // "<generation>:<pos>" -> entry
   const names = new Set();
   let generation = 1;
-  const api = { el, started: null, add, pendingCompletions, stepNames: () => [...names] };
+  const done = new Set(); // the steps completed: their streams are over
+  const api = { el, started: null, add, pendingCompletions, stepNames: () => [...names], completed: (n) => done.has(n) };
 
   function entry(pos, kind) {
     const key = `${generation}:${pos}`;
@@ -93,6 +94,7 @@ export function timeline(runId) {
           const e = entry(r.pos, "step");
           Object.assign(e, { name: r.name, state: "completed", attempt: r.attempt, duration_ms: r.duration_ms, result: r.result });
           names.add(r.name);
+          done.add(r.name);
           touched.add(e);
           break;
         }
