@@ -41,7 +41,9 @@ function loginPage(ctx) {
       const { data } = await api("POST", "/ui/login", { token: input.value });
       session = data;
       showWho();
-      navigate("#/runs");
+      const after = sessionStorage.getItem("fusee.after");
+      sessionStorage.removeItem("fusee.after");
+      navigate(after && !after.startsWith("#/login") ? after : "#/runs");
     } catch (e) {
       err.textContent = e.message;
       input.setAttribute("aria-invalid", "true");

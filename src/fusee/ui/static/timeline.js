@@ -44,7 +44,8 @@ export function timeline(runId) {
     const li = clear(e.li);
     li.dataset.name = e.name;
     li.dataset.state = e.state;
-    const label = e.kind === "step" ? "step" : WAIT_LABEL[e.wait] || e.wait;
+    // a compensation is a step named "compensate:<name>" (fusee.actors.steps.COMPENSATE)
+    const label = e.kind === "step" ? (e.name.startsWith("compensate:") ? "compensation" : "step") : WAIT_LABEL[e.wait] || e.wait;
     const name =
       e.wait === "child"
         ? h("a", { class: "name", href: `#/runs/${seg(e.name)}`, text: e.name })
