@@ -118,6 +118,10 @@ async def test_ui_scenario(
     await engine.start("ui-approve", "approve-1", None)
     await engine.object("ui-cart", "k1").call("add", "apple")
     await engine.update_limit("ui-lim", per_second=5.0, concurrent=2)
+    await engine.update_limit("ui-slot", concurrent=1)
+    slot_gate = tmp_path / "slot-gate"
+    for rid, key in (("slot-1", "alice"), ("slot-2", "bob")):
+        await engine.start("ui-slot", rid, {"key": key, "gate": str(slot_gate)})
     await wait_until(
         lambda: _all_parked(engine), timeout=30, what="the waiting runs parked, the pause paused"
     )
@@ -257,12 +261,24 @@ async def test_ui_scenario(
     await shots.take(page, "object")
     assert await engine.object("ui-cart", "k1").state() == {"items": ["pear"]}
 
-    # --- limits
+    # --- limits: rates and caps, and the holder and the waiter (by fairness key) of one
+    waiting = await wait_until(
+        lambda: _slot_waiter(engine), timeout=30, what="ui-slot held once, one run waiting"
+    )
     await page.get_by_role("link", name="Limits").click()
     row = page.locator('tr[data-limit="ui-lim"]')
-    await expect(row).to_contain_text("5")
-    await expect(row).to_contain_text("2")
+    await expect(row.locator("td").nth(0)).to_have_text("5")
+    await expect(row.locator("td").nth(2)).to_have_text("2")
+    slot = page.locator('tr[data-limit="ui-slot"]')
+    await expect(slot.locator("td").nth(2)).to_have_text("1")  # concurrent
+    await expect(slot.locator("td").nth(3)).to_have_text("1")  # holders
+    await expect(slot.locator(".waiters")).to_have_text(f"{waiting}: 1")
     await shots.take(page, "limits")
+    slot_gate.touch()
+    await expect(slot.locator("td").nth(3)).to_have_text("0", timeout=20_000)
+    await expect(slot).to_contain_text("none")
+    for rid in ("slot-1", "slot-2"):
+        assert await engine.run(rid).result(timeout=20) == "done"
 
     # --- the run page of a 500-step run: how long until its timeline is drawn
     await wait_until(
@@ -336,6 +352,14 @@ async def _all_parked(engine: fusee.Engine) -> bool:
     want = {"wait-1": "waiting", "wait-2": "waiting", "wait-3": "waiting", "pause-1": "paused"}
     want["approve-1"] = "waiting"
     return all([await status_of(engine, rid) == s for rid, s in want.items()])
+
+
+async def _slot_waiter(engine: fusee.Engine) -> str | None:
+    """The fairness key waiting for ``ui-slot`` once one run holds it and one waits."""
+    limit = await engine.get_limit("ui-slot")
+    if limit.holders == 1 and sum(limit.waiters.values()) == 1:
+        return next(iter(limit.waiters))
+    return None
 
 
 async def _has_stream(engine: fusee.Engine, run_id: str) -> bool:

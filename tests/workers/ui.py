@@ -5,7 +5,9 @@ file ``<arg["gate"]>.<i>`` exists, so the test releases each token itself and wa
 arrive in the page. ``ui-wait``: waits for the signal ``go`` (to be cancelled).
 ``ui-pause``: a step that fails until the file ``arg["fixed"]`` exists, paused when its
 one attempt runs out. ``ui-approve``: asks for the approval ``refund`` (a completion
-wait) and returns its value. ``ui-long``: ``arg["steps"]`` steps (the 500-step run page).
+wait) and returns its value. ``ui-slot``: a step under the limit ``ui-slot``, held until
+the file ``arg["gate"]`` exists. ``ui-long``: ``arg["steps"]`` steps (the 500-step run
+page).
 ``ui-cart``: an object whose ``add`` appends an item to ``items``.
 """
 
@@ -58,6 +60,19 @@ async def ui_approve(ctx: fusee.Context, arg: Any) -> Any:
     approval = await ctx.await_completion("refund")
     await ctx.step("after-approval", lambda: "refunded" if approval is True else "kept")
     return approval
+
+
+@fusee.workflow("ui-slot")
+async def ui_slot(ctx: fusee.Context, arg: dict[str, Any]) -> str:
+    """One step under the limit ``ui-slot`` (fairness key ``arg["key"]``), held until the
+    file ``arg["gate"]`` exists: a holder, and waiters behind it."""
+
+    async def held() -> str:
+        await wait_for_file(arg["gate"])
+        return "done"
+
+    done: str = await ctx.step("slot", held, limit="ui-slot", fairness_key=arg["key"])
+    return done
 
 
 @fusee.workflow("ui-long")
