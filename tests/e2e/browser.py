@@ -28,10 +28,13 @@ ARGS = [
 
 def chromium() -> str:
     """The chromium executable (``FUSEE_CHROMIUM``, else ``chromium`` on ``PATH``)."""
-    found = os.environ.get("FUSEE_CHROMIUM") or shutil.which("chromium")
+    given = os.environ.get("FUSEE_CHROMIUM")
+    found = given or shutil.which("chromium")
     if found and Path(found).exists():
         return found
     why = "no chromium on PATH (Debian: apt-get install chromium; or set FUSEE_CHROMIUM)"
+    if given:
+        why = f"FUSEE_CHROMIUM={given!r} does not exist"
     if os.environ.get("CI") == "true":
         pytest.fail(f"CI must run the browser tests: {why}")
     pytest.skip(why)

@@ -260,6 +260,19 @@ async def test_ui_scenario(
     await expect(page.locator("#object-state")).to_contain_text("pear")
     await shots.take(page, "object")
     assert await engine.object("ui-cart", "k1").state() == {"items": ["pear"]}
+    # its queue: an invocation that runs until cancelled, cancelled from the page
+    seq = await engine.object("ui-cart", "k1").send("hold", str(tmp_path / "never"))
+    cancel = page.get_by_role("button", name=f"Cancel invocation {seq} (hold)")
+    await expect(cancel).to_be_visible(timeout=15_000)
+    await cancel.click()
+    await dialog.get_by_role("button", name="Confirm").click()
+    await expect(page.locator("#object-note")).to_have_text(f"Invocation {seq} cancelled.")
+    await expect(page.locator("#object-queue")).to_contain_text(
+        "Nothing running or waiting.", timeout=15_000
+    )
+    shown = await engine.object("ui-cart", "k1").show()
+    assert shown.running is None
+    assert shown.waiting == []
 
     # --- limits: rates and caps, and the holder and the waiter (by fairness key) of one
     waiting = await wait_until(

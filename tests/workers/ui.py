@@ -8,7 +8,8 @@ one attempt runs out. ``ui-approve``: asks for the approval ``refund`` (a comple
 wait) and returns its value. ``ui-slot``: a step under the limit ``ui-slot``, held until
 the file ``arg["gate"]`` exists. ``ui-long``: ``arg["steps"]`` steps (the 500-step run
 page).
-``ui-cart``: an object whose ``add`` appends an item to ``items``.
+``ui-cart``: an object whose ``add`` appends an item to ``items`` and whose ``hold``
+runs until a file exists.
 """
 
 from __future__ import annotations
@@ -88,4 +89,10 @@ async def add(ctx: Any, item: str) -> list[str]:
     return items
 
 
-carts = fusee.object("ui-cart", {"add": add})
+async def hold(ctx: Any, gate: str) -> str:
+    """Runs until the file ``gate`` exists (or it is cancelled): an invocation to cancel."""
+    await wait_for_file(gate)
+    return "released"
+
+
+carts = fusee.object("ui-cart", {"add": add, "hold": hold})
