@@ -112,7 +112,7 @@ async def test_ui_scenario(
     fixed = tmp_path / "fixed"
     await engine.start("ui-long", "long-1", {"steps": STEPS})
     await engine.start("ui-stream", "stream-1", {"tokens": TOKENS, "gate": str(gate)})
-    for rid in ("wait-1", "wait-2", "wait-3"):
+    for rid in ("wait-1", "wait-2", "wait-3", "batch-1", "batch-2"):
         await engine.start("ui-wait", rid, None)
     await engine.start("ui-pause", "pause-1", {"fixed": str(fixed)})
     await engine.start("ui-approve", "approve-1", None)
@@ -125,7 +125,8 @@ async def test_ui_scenario(
     await wait_until(
         lambda: _all_parked(engine), timeout=30, what="the waiting runs parked, the pause paused"
     )
-    write = (await engine.tokens.create("write", name="ui-test")).token
+    # admin: the filter-wide bulk actions need it (the cookie test below uses write)
+    write = (await engine.tokens.create("admin", name="ui-test")).token
 
     errors: list[str] = []
     context = await browser.new_context(viewport={"width": 1280, "height": 800})
@@ -179,6 +180,21 @@ async def test_ui_scenario(
     )
     journal = await engine.run("wait-1").journal()
     assert any(isinstance(r, RunCancelled) for _, r in journal)
+
+    # --- every run the filters match, on every page: counted first, then confirmed
+    await page.get_by_label("ID starts with").fill("batch-")
+    await page.get_by_role("button", name="Filter").click()
+    await expect(rows).to_have_count(2)
+    await page.get_by_role("button", name="Cancel all matching…").click()
+    await expect(dialog.locator("#confirm-title")).to_have_text("Cancel 2 runs?")
+    await expect(dialog).to_contain_text("id_prefix=batch-")
+    await dialog.get_by_role("button", name="Confirm").click()
+    await expect(page.locator("#runs-note")).to_have_text("Cancelled 2 (skipped 0).")
+    for rid in ("batch-1", "batch-2"):
+        await expect(page.locator(f'tr[data-run="{rid}"]')).to_have_attribute(
+            "data-status", "cancelled", timeout=15_000
+        )
+        assert any(isinstance(r, RunCancelled) for _, r in await engine.run(rid).journal())
 
     # --- a paused run resumed from its page
     fixed.write_text("up")
@@ -362,7 +378,8 @@ async def test_ui_scenario(
 
 
 async def _all_parked(engine: fusee.Engine) -> bool:
-    want = {"wait-1": "waiting", "wait-2": "waiting", "wait-3": "waiting", "pause-1": "paused"}
+    want = {f"wait-{i}": "waiting" for i in (1, 2, 3)} | {"pause-1": "paused"}
+    want |= {"batch-1": "waiting", "batch-2": "waiting"}
     want["approve-1"] = "waiting"
     return all([await status_of(engine, rid) == s for rid, s in want.items()])
 

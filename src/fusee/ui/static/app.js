@@ -72,6 +72,7 @@ async function route() {
   const ctx = { root: clear(main), signal: current.signal };
   const { parts, params } = parse();
   ctx.params = params;
+  ctx.session = () => session;
   main.setAttribute("aria-busy", "true");
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === (parts[0] || "runs")) a.setAttribute("aria-current", "page");

@@ -44,7 +44,14 @@ export async function runsPage(ctx) {
   const note = h("p", { class: "note", role: "status", id: "runs-note" });
   const resumeBtn = h("button", { type: "button", id: "bulk-resume", disabled: true, text: "Resume selected" });
   const cancelBtn = h("button", { type: "button", id: "bulk-cancel", class: "danger", disabled: true, text: "Cancel selected" });
-  const bulkBar = h("div", { class: "bulk", role: "group", "aria-label": "Bulk actions" }, resumeBtn, cancelBtn);
+  // Every run the filters match (the admin routes /v1/runs/bulk/...), not only this page's.
+  const session = ctx.session ? ctx.session() : null;
+  const admin = !session || !session.auth || session.scope === "admin";
+  const resumeAll = h("button", { type: "button", id: "bulk-resume-all", hidden: !admin, text: "Resume all matching…" });
+  const cancelAll = h("button", { type: "button", id: "bulk-cancel-all", class: "danger", hidden: !admin, text: "Cancel all matching…" });
+  resumeAll.disabled = Boolean(filters.status && filters.status !== "paused");
+  cancelAll.disabled = ["completed", "failed", "cancelled"].includes(filters.status);
+  const bulkBar = h("div", { class: "bulk", role: "group", "aria-label": "Bulk actions" }, resumeBtn, cancelBtn, resumeAll, cancelAll);
   const all = h("input", { type: "checkbox", id: "select-all", "aria-label": "Select every run on this page" });
   const tbody = h("tbody");
   const table = h(
@@ -179,6 +186,27 @@ export async function runsPage(ctx) {
     selected.clear();
     await load();
   }
+  async function bulkAll(action) {
+    const body = {};
+    for (const k of ["workflow", "status", "id_prefix", "since"]) if (filters[k]) body[k] = filters[k];
+    if (action === "cancel") body.reason = "cancelled in bulk from the web UI";
+    note.textContent = "";
+    try {
+      const dry = await post(`/v1/runs/bulk/${action}`, { ...body, dry_run: true });
+      const shown = Object.entries(body).filter(([k]) => k !== "reason").map(([k, v]) => `${k}=${v}`).join(", ") || "no filter: every run";
+      const verb = action === "resume" ? "Resume" : "Cancel";
+      const ok = await confirmDialog(`${verb} ${dry.done} run${dry.done === 1 ? "" : "s"}?`, `Every ${action === "resume" ? "paused run" : "run not ended"} matching ${shown}, on every page.`);
+      if (!ok) return;
+      const done = await post(`/v1/runs/bulk/${action}`, body);
+      const failed = Object.keys(done.failed || {}).length;
+      note.textContent = `${verb === "Resume" ? "Resumed" : "Cancelled"} ${done.done} (skipped ${done.skipped}${failed ? `, failed ${failed}` : ""}).`;
+    } catch (e) {
+      note.textContent = e.message;
+    }
+    await load();
+  }
+  resumeAll.addEventListener("click", () => bulkAll("resume"));
+  cancelAll.addEventListener("click", () => bulkAll("cancel"));
   resumeBtn.addEventListener("click", () => bulk("resume"));
   cancelBtn.addEventListener("click", () => bulk("cancel"));
 
