@@ -268,7 +268,8 @@ function follow(ctx, base, name, into, closed) {
     }
   });
   es.addEventListener("restart", () => {
-    pending = "";
+    // an attempt started over: its text so far stays, marked, and the new one follows
+    flush();
     text.appendData("\n── attempt restarted ──\n");
   });
   es.addEventListener("end", () => {
