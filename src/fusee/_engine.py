@@ -45,7 +45,7 @@ from fusee.errors import (
 from fusee.logs import get_logger
 from fusee.runtime.bulk import BulkSummary, RunFilter, TimeLike, make_filter
 from fusee.runtime.codec import canonical, decode_value
-from fusee.runtime.completions import mac_matches, parse_token
+from fusee.runtime.completions import completion_token, mac_matches, parse_token
 from fusee.runtime.durations import format_duration, parse_duration
 from fusee.runtime.history import History, load_journal
 from fusee.runtime.ids import (
@@ -341,6 +341,15 @@ class Engine:
             ``await engine.object(chats, "user-7").call("say", "hi")``
         """
         return ObjectKey(obj, key, self)
+
+    async def object_types(self) -> list[str]:
+        """The object types that have (or had) a key with state in this namespace, sorted
+        (what ``GET /v1/objects`` and the web UI's Objects page list).
+
+        Example:
+            ``await engine.object_types()`` -> ``["cart", "chat"]``
+        """
+        return await self.store.list_object_types()
 
     async def list_objects(self, obj: ObjectType | str) -> list[tuple[str, dict[str, Any]]]:
         """Every key of an object type that has state, with its state, sorted by key:
@@ -726,6 +735,44 @@ class Engine:
         raise InvalidToken(
             f"{what} was already used: it was completed with another value", spent=True
         )
+
+    async def complete_wait(self, run_id: str, pos: int, value: Any = None) -> bool:
+        """Complete the ``ctx.await_completion`` wait at position ``pos`` of run
+        ``run_id`` with ``value``, as its token would (:meth:`complete`): for an operator
+        who holds an API token but not the callback URL (the web UI's approve button).
+
+        Returns True when this call stored the completion, False when the same value
+        was already given.
+
+        Raises:
+            RunNotFound: no run ``run_id``.
+            InvalidToken: the run has no completion wait at ``pos``, or the wait can no
+                longer be completed (``spent``; see :meth:`complete`).
+
+        Example:
+            ``await engine.complete_wait("support-42", 3, True)``
+        """
+        run_id = check_run_id(validate_id(run_id, "run ID"))
+        history = History(run_id)
+        journal = await self.store.read_journal(escape(run_id))
+        load_journal(history, [(m.seq, m.data) for m in journal])
+        if history.started is None:
+            raise RunNotFound(f"no run {run_id!r} in namespace {self.namespace!r}")
+        wait = history.waits.get(pos)
+        if wait is None or wait.wait != "completion":
+            raise InvalidToken(
+                f"run {run_id!r} has no completion wait at position {pos} "
+                "(its journal's wait.started records with wait 'completion' name them)"
+            )
+        token = completion_token(
+            self.store.completion_secret,
+            self.namespace,
+            run_id,
+            history.started_seq,
+            pos,
+            wait.name,
+        )
+        return await self.complete(token, value)
 
     async def completion(self, token: str) -> CompletionInfo:
         """What the ``ctx.await_completion`` wait that ``token`` names asks for, and

@@ -392,6 +392,25 @@ class Run:
             async for event in it:
                 yield event
 
+    async def streams(self) -> dict[str, int]:
+        """The run's token streams that hold anything, by name, each with how many
+        messages it holds (tokens and attempt/end markers): what the web UI offers to
+        follow. A stream older than the tokens stream's ``max_age`` is gone from it.
+
+        Raises:
+            RunNotFound: no such run.
+
+        Example:
+            ``await engine.run("chat-7").streams()`` -> ``{"model-0": 41}``
+        """
+        tokens = self.engine.store.tokens
+        if tokens is None:
+            raise FuseeError(f"{self!r}: this engine's store keeps no token streams")
+        found = await tokens.names(self.eid)
+        if not found:
+            await self.describe()  # RunNotFound
+        return found
+
     async def stream(self, name: str, offset: int = 0) -> AsyncGenerator[str, None]:
         """The text of the run's token stream ``name`` from token index ``offset``, chunk
         by chunk (tokens only; see :meth:`stream_events` for attempt boundaries).

@@ -89,6 +89,10 @@ class TokenReader(Protocol):
         order, stored ones first, until the stream is over."""
         ...
 
+    async def names(self, eid: str) -> dict[str, int]:
+        """The streams of run ``eid`` that hold anything, each with its message count."""
+        ...
+
 
 class TokenStreams(TokenSink, TokenReader, Protocol):
     """A namespace's token streams, written and read."""

@@ -171,7 +171,10 @@ async def dev(opts: GlobalOptions, file: str, *, serve: bool, api_port: int | No
                 anyio.create_task_group() as tg,
             ):
                 if api_port is not None:
-                    await tg.start(_serve_api, engine, "127.0.0.1", api_port)
+                    bound = await tg.start(_serve_api, engine, "127.0.0.1", api_port)
+                    # the web UI, served by the same app (log in with the token above)
+                    sys.stdout.write(f"fusee dev: web UI at {bound.url}/ui\n")
+                    sys.stdout.flush()
                 if main is not None:
                     await main(engine)
                 if serve or main is None:

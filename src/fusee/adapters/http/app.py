@@ -49,6 +49,7 @@ from fusee.adapters.http.routes import (
     runs,
     streams,
     tokens,
+    ui,
 )
 from fusee.adapters.http.state import ApiState
 from fusee.adapters.http.strict import strict_inputs
@@ -118,6 +119,7 @@ def create_app(
         *completions.handlers,
         *limits.handlers,
         *tokens.handlers,
+        *ui.handlers,
     ]
     app = Litestar(
         route_handlers=handlers,
@@ -166,7 +168,7 @@ def create_app(
         debug=False,
         logging_config=None,
     )
-    app.state.fusee = ApiState(engine=engine, keepalive=keepalive)
+    app.state.fusee = ApiState(engine=engine, keepalive=keepalive, auth=auth)
     _finish_document(app, auth=auth)
     inner: Any = BodyLimit(app, max_body=max_body)
     if auth:  # before the body is read: a refused request's body never is

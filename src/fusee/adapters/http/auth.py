@@ -3,7 +3,8 @@
 ``AuthMiddleware(app, verifier, rules)`` is plain ASGI (any framework's app fits). It
 finds the rule of the request's method and route template, reads the token from
 ``Authorization: Bearer <token>`` (or, for a browser's ``EventSource``, a *stream* token
-in ``?access_token=``), and answers ``401 unauthorized`` (no token, or one that is
+in ``?access_token=``, or, for the web UI, an API token in the ``fusee_ui`` cookie:
+see below), and answers ``401 unauthorized`` (no token, or one that is
 malformed, unknown, revoked, expired or forged) or ``403 forbidden`` (a scope too low;
 a stream token used anywhere but its own stream) without calling the app. A request let
 through carries the API token's info in ``scope["state"]["fusee_token"]``.
@@ -14,6 +15,13 @@ that :meth:`fusee.Tokens.on_revoke` cancels when the token (or a stream token's 
 is revoked. A response not started yet (a long ``GET /result``) becomes a ``401``; one
 under way (an event stream) gets an ``error`` event if it is ``text/event-stream``, and
 ends.
+
+The web UI (``/ui``) keeps the API token it was given at its login in an ``HttpOnly``,
+``SameSite=Strict`` cookie (:data:`UI_COOKIE`), which the browser sends with the UI's
+own requests only. Against cross-site request forgery, a request other than ``GET`` or
+``HEAD`` is let in on that cookie only if it also carries ``X-Fusee-UI: 1`` (a header
+a cross-site page cannot send without a CORS preflight, which this API never grants);
+an ``Authorization`` header, when sent, wins over the cookie.
 
 Scopes: ``read`` < ``write`` < ``admin``. A route without a rule needs ``read`` for
 ``GET``/``HEAD`` and ``write`` for any other method, so a new route is never open by
@@ -35,6 +43,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from http.cookies import CookieError, SimpleCookie
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote
 
@@ -47,7 +56,16 @@ from fusee.adapters.http.redact import redacted
 from fusee.errors import FuseeError, Unauthorized
 from fusee.logs import get_logger
 
-__all__ = ("AuthMiddleware", "DEFAULT_RULES", "STREAM_ROUTE", "Rules", "RequiredScope")
+__all__ = (
+    "AuthMiddleware",
+    "DEFAULT_RULES",
+    "STREAM_ROUTE",
+    "UI_COOKIE",
+    "UI_HEADER",
+    "Rules",
+    "RequiredScope",
+    "cookie_token",
+)
 
 log = get_logger()
 
@@ -58,6 +76,11 @@ _ORDER = ("read", "write", "admin")
 
 STREAM_ROUTE = "/v1/runs/{run_id}/streams/{name}"
 """The one route a stream token opens (``GET``), for its own run and stream."""
+
+UI_COOKIE = "fusee_ui"
+"""The cookie the web UI's login sets: the API token, ``HttpOnly; SameSite=Strict``."""
+UI_HEADER = "X-Fusee-UI"
+"""The header (value ``1``) the UI sends with every request that changes something."""
 
 DEFAULT_RULES: dict[tuple[str, str], RequiredScope] = {
     # about the API itself
@@ -75,6 +98,13 @@ DEFAULT_RULES: dict[tuple[str, str], RequiredScope] = {
     ("DELETE", "/v1/tokens/{token_id}"): "admin",
     # minting a stream token reads: it gives no more than the stream itself
     ("POST", "/v1/runs/{run_id}/streams/{name}/token"): "read",
+    # the web UI's page and files (no data in them), its login and logout (they check
+    # the token themselves), and what its session is
+    ("GET", "/ui"): None,
+    ("GET", "/ui/static/{file}"): None,
+    ("GET", "/ui/session"): None,
+    ("POST", "/ui/login"): None,
+    ("POST", "/ui/logout"): None,
 }
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
@@ -157,7 +187,15 @@ class AuthMiddleware:
     async def _check(
         self, scope: Any, method: str, views: list[str], needed: str
     ) -> _Refusal | _Grant:
-        token, from_query = _token_of(scope)
+        token, source = _token_of(scope)
+        from_query = source == "query"
+        if source == "cookie" and method not in ("GET", "HEAD") and not _has_ui_header(scope):
+            return _Refusal(
+                403,
+                "forbidden",
+                f"the UI's cookie is taken for {method} only with the header {UI_HEADER}: 1 "
+                "(a guard against cross-site requests)",
+            )
         if token is None:
             return _Refusal(
                 401, "unauthorized", "this route needs a token: Authorization: Bearer <token>"
@@ -308,19 +346,43 @@ def _views(scope: Any) -> list[str]:
     return views
 
 
-def _token_of(scope: Any) -> tuple[str | None, bool]:
-    """The request's token and whether it came from the query string."""
+def _token_of(scope: Any) -> tuple[str | None, str]:
+    """The request's token and where it came from: ``header``, ``query``, ``cookie``."""
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
             kind, _, token = value.decode("latin-1").strip().partition(" ")
             if kind.lower() == "bearer" and token.strip():
-                return token.strip(), False
+                return token.strip(), "header"
             break  # another scheme (a proxy's Basic): a stream token may be in the query
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     given = query.get("access_token")
     if given and given[0]:
-        return given[0], True
-    return None, False
+        return given[0], "query"
+    cookie = cookie_token(scope)
+    if cookie is not None:
+        return cookie, "cookie"
+    return None, "header"
+
+
+def cookie_token(scope: Any) -> str | None:
+    """The API token in the UI's cookie (:data:`UI_COOKIE`), if the request has one."""
+    for name, value in scope.get("headers", ()):
+        if name != b"cookie":
+            continue
+        jar = SimpleCookie()
+        try:
+            jar.load(value.decode("latin-1"))
+        except CookieError:
+            continue  # someone else's malformed cookie: not ours
+        morsel = jar.get(UI_COOKIE)
+        if morsel is not None and morsel.value:
+            return morsel.value
+    return None
+
+
+def _has_ui_header(scope: Any) -> bool:
+    wanted = UI_HEADER.lower().encode()
+    return any(name == wanted and value == b"1" for name, value in scope.get("headers", ()))
 
 
 def _request_id(scope: Any) -> str:

@@ -62,6 +62,10 @@ __all__ = (
     "RunWaiting",
     "RunAccepted",
     "SignalSent",
+    "WaitCompleted",
+    "ObjectTypes",
+    "StreamList",
+    "StreamSummary",
     "ResumeRun",
     "CancelRun",
     "BulkResume",
@@ -155,6 +159,32 @@ class RunAccepted(msgspec.Struct, kw_only=True):
 class SignalSent(msgspec.Struct, kw_only=True):
     run_id: str
     signal: str
+
+
+class StreamSummary(msgspec.Struct, kw_only=True):
+    name: str
+    messages: int
+
+
+class StreamList(msgspec.Struct, kw_only=True):
+    """A run's token streams that hold anything."""
+
+    streams: list[StreamSummary]
+
+
+class ObjectTypes(msgspec.Struct, kw_only=True):
+    """The object types that have (or had) a key with state."""
+
+    types: list[str]
+
+
+class WaitCompleted(msgspec.Struct, kw_only=True):
+    """A completion wait completed with an API token (the UI's approve button)."""
+
+    run_id: str
+    pos: int
+    stored: bool
+    value: Any = None
 
 
 class ResumeRun(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -125,7 +125,12 @@ async def serve_api(
                 try:
                     await server.ready.wait()
                     log.info(
-                        "api.serving", url=bound.url, host=bound.host, port=bound.port, auth=auth
+                        "api.serving",
+                        url=bound.url,
+                        host=bound.host,
+                        port=bound.port,
+                        auth=auth,
+                        ui=f"{bound.url}/ui",
                     )
                     if not auth:
                         log.warning(

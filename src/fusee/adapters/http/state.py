@@ -32,10 +32,12 @@ class ApiState:
             app closes it).
         keepalive: seconds between SSE keep-alive comments.
         streams: the open SSE responses, ended at once on shutdown.
+        auth: whether requests need a token (``create_app(auth=)``).
     """
 
     engine: Engine
     keepalive: float = 15.0
+    auth: bool = True
     streams: StreamRegistry = field(default_factory=StreamRegistry)
 
 

@@ -1298,6 +1298,16 @@ class NatsStore:
             for k, (rev, value) in found.items()
         ]
 
+    async def list_object_types(self) -> list[str]:
+        """Every object type with a key in the objects bucket (one that has, or had,
+        state), sorted: the bucket's subjects, from its stream's info (no value read)."""
+        bucket = self.layout.objects_bucket
+        prefix = f"$KV.{bucket}."
+        with lost_on_transient(f"listing {bucket}"):
+            info = await retrying(self.js.stream_info, f"KV_{bucket}", prefix + ">")
+        subjects = info.state.subjects or {}
+        return sorted({unescape(s[len(prefix) :].split(".", 1)[0]) for s in subjects})
+
     async def _kv_list(self, bucket: str, kv: KeyValue, keys: str) -> dict[str, tuple[int, bytes]]:
         """Every key of ``kv`` under the filter ``keys`` with its latest value (not
         empty) and revision, each key once.

@@ -85,6 +85,21 @@ class TokenStore:
         """``<ns>.tok.<run eid>.<escaped name>``."""
         return f"{self.namespace}.tok.{eid}.{escape(name)}"
 
+    async def names(self, eid: str) -> dict[str, int]:
+        """The streams of run ``eid`` that hold anything (within the stream's
+        ``max_age``), each with its message count (tokens and markers): the subjects
+        the stream's info lists under the run's prefix (a writer's claim, one token
+        deeper, left out), no message read."""
+        prefix = f"{self.namespace}.tok.{eid}."
+        info = await retrying(self.js.stream_info, self.stream, prefix + ">")
+        out: dict[str, int] = {}
+        for subject, count in sorted((info.state.subjects or {}).items()):
+            rest = subject[len(prefix) :]
+            if "." in rest:  # the writer's claim, `<stream subject>.w`: not the stream's
+                continue
+            out[unescape(rest)] = count
+        return out
+
     def config(self) -> StreamConfig:
         replicas = self.replicas
         return StreamConfig(

@@ -22,6 +22,7 @@ from fusee.adapters.http.models import (
     ObjectEdit,
     ObjectKeys,
     ObjectKeyState,
+    ObjectTypes,
     Queued,
 )
 from fusee.adapters.http.params import parse_wait
@@ -85,6 +86,11 @@ def _timed_out(obj: ObjectKey, what: str, wait: float) -> ApiError:
         "or running (GET /v1/objects/{type}/{key} shows the queue)",
         "timeout",
     )
+
+
+@get("/v1/objects", summary="The object types that have (or had) a key with state")
+async def list_types(request: AnyRequest) -> ObjectTypes:
+    return ObjectTypes(types=await api_state(request).engine.object_types())
 
 
 @get(
@@ -271,4 +277,4 @@ async def cancel(
     return CancelQueued(seq=seq, reason=body.reason)
 
 
-handlers = [list_keys, show, get_state, patch_state, clear_state, call, send, cancel]
+handlers = [list_types, list_keys, show, get_state, patch_state, clear_state, call, send, cancel]

@@ -25,6 +25,7 @@ from fusee.adapters.http.models import (
     RunWaiting,
     SignalSent,
     StartRun,
+    WaitCompleted,
 )
 from fusee.adapters.http.params import filter_names, parse_wait
 from fusee.adapters.http.schemas import (
@@ -40,7 +41,14 @@ from fusee.adapters.http.schemas import (
     errors,
 )
 from fusee.adapters.http.state import api_state, until_disconnect
-from fusee.errors import InvalidArgument, InvalidId, RunCancelled, RunFailed, Timeout
+from fusee.errors import (
+    InvalidArgument,
+    InvalidId,
+    InvalidToken,
+    RunCancelled,
+    RunFailed,
+    Timeout,
+)
 from fusee.runtime.ids import validate_id, validate_name
 
 __all__ = ("handlers",)
@@ -348,4 +356,44 @@ async def resume(
     return RunAccepted(run_id=run.run_id, status="resuming")
 
 
-handlers = [start_run, list_runs, describe, journal, result, signal, cancel, resume]
+@post(
+    "/v1/runs/{run_id:str}/waits/{pos:int}/complete",
+    status_code=200,
+    summary="Complete a run's completion wait (an approval) with an API token",
+    description="What `POST /v1/completions/{token}` does, for a caller that holds an API "
+    "token (`write`) rather than the callback URL: the body (any JSON; empty: `null`) is "
+    "the value `ctx.await_completion` returns. `pos` is the wait's position, from its "
+    "`wait.started` record in the journal. `stored` is false when the same value was "
+    "given before.",
+    responses=errors(
+        e400=BAD_ID,
+        e404=NO_RUN + " `invalid_token`: the run has no completion wait at `pos`.",
+        e409="`invalid_token`: the wait is over (timed out, its run ended, or answered "
+        "with another value).",
+    ),
+)
+async def complete_wait(
+    request: AnyRequest,
+    run_id: RunId,
+    pos: Annotated[int, Parameter(ge=0, le=_MAX_SEQ, description="The wait's position.")],
+    data: Annotated[Any, Body()] = None,
+) -> WaitCompleted:
+    run = _run(request, run_id)
+    try:
+        stored = await api_state(request).engine.complete_wait(run.run_id, pos, data)
+    except InvalidToken as exc:
+        raise ApiError(409 if exc.spent else 404, str(exc), "invalid_token") from None
+    return WaitCompleted(run_id=run.run_id, pos=pos, stored=stored, value=data)
+
+
+handlers = [
+    start_run,
+    list_runs,
+    describe,
+    journal,
+    result,
+    signal,
+    cancel,
+    resume,
+    complete_wait,
+]

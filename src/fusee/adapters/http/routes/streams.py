@@ -10,8 +10,9 @@ from litestar.openapi import ResponseSpec
 from litestar.params import HeaderParameter, QueryParameter
 
 from fusee.adapters.http.errors import ApiError
+from fusee.adapters.http.models import StreamList, StreamSummary
 from fusee.adapters.http.params import resume_offset
-from fusee.adapters.http.schemas import BAD_ID, Name, RunId, errors
+from fusee.adapters.http.schemas import BAD_ID, NO_RUN, Name, RunId, errors
 from fusee.adapters.http.sse import FIRST_ITEM_GRACE, TokenEventLike, TokenEventStream
 from fusee.adapters.http.state import api_state
 from fusee.runtime.ids import validate_name
@@ -117,4 +118,17 @@ async def follow(
     )
 
 
-handlers = [follow]
+@get(
+    "/v1/runs/{run_id:str}/streams",
+    summary="A run's token streams",
+    description="Each stream of the run that holds anything, by name, with how many "
+    "messages it holds (tokens and attempt/end markers). A stream older than the "
+    "tokens stream's retention is gone.",
+    responses=errors(e400=BAD_ID, e404=NO_RUN),
+)
+async def list_streams(request: Request[Any, Any, Any], run_id: RunId) -> StreamList:
+    found = await api_state(request).engine.run(run_id).streams()
+    return StreamList(streams=[StreamSummary(name=n, messages=c) for n, c in found.items()])
+
+
+handlers = [list_streams, follow]
