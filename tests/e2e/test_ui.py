@@ -27,6 +27,10 @@ from tests.e2e.browser import ARGS, COUNT_COLOURS, chromium
 from tests.workers.procs import HERE, Workers, api_server, started, wait_until
 from tests.workers.ui import token
 
+# a page's answer waits on a worker's round trip through NATS: on 2 loaded cores that
+# can take more than Playwright's default 5 s
+expect.set_options(timeout=20_000)
+
 STEPS = 500  # the long run's steps
 TOKENS = 6  # the streamed run's tokens
 
@@ -427,9 +431,34 @@ async def test_ui_cookie_is_taken_for_reads_and_for_writes_with_the_ui_header(
         assert await status_of(engine, "cookie-1") != "cancelled"
         done = await client.post("/v1/runs/cookie-1/cancel", json={}, headers={"X-Fusee-UI": "1"})
         assert done.status_code == 202, done.text
+        # another app on this host (cookies are shared across ports) with a cookie
+        # http.cookies cannot parse: ours is still read
+        client.cookies.set("prefs", '{"theme": "dark"}')
+        assert (await client.get("/ui/session")).json()["logged_in"] is True
+        assert (await client.get("/v1/runs")).status_code == 200
         out = await client.post("/ui/logout", headers={"X-Fusee-UI": "1"})
         assert out.status_code == 200
         assert (await client.get("/v1/runs")).status_code == 401
+    read = (await engine.tokens.create("read", name="ui-cookie-read")).token
+    await engine.start("ui-wait", "cookie-2", None)
+    async with httpx.AsyncClient(base_url=served.base, timeout=20) as client:
+        ui = {"X-Fusee-UI": "1"}
+        behind = await client.post(
+            "/ui/login", json={"token": read}, headers={**ui, "X-Forwarded-Proto": "https"}
+        )
+        assert behind.status_code == 200, behind.text
+        assert "secure" in behind.headers["set-cookie"].lower()  # TLS at a proxy in front
+        client.cookies.set("fusee_ui", read)  # httpx keeps no Secure cookie over http
+        assert (await client.get("/v1/runs")).status_code == 200
+        denied = await client.post("/v1/runs/cookie-2/cancel", json={}, headers=ui)
+        assert denied.status_code == 403, denied.text  # a read token's cookie writes nothing
+        assert await status_of(engine, "cookie-2") != "cancelled"
+    admin = (await engine.tokens.create("write", name="ui-waits")).token
+    async with httpx.AsyncClient(base_url=served.base, timeout=20) as client:
+        bearer = {"Authorization": f"Bearer {admin}"}
+        none = await client.post("/v1/runs/cookie-2/waits/0/complete", json=True, headers=bearer)
+        assert none.status_code == 404, none.text
+        assert none.json()["error"]["code"] == "wait_not_found"
     async with httpx.AsyncClient(base_url=served.base, timeout=20) as anon:
         page = await anon.get("/ui")
         assert page.status_code == 200

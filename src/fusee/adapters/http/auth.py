@@ -43,7 +43,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from http.cookies import CookieError, SimpleCookie
 from typing import Any, Literal
 from urllib.parse import parse_qs, unquote
 
@@ -366,17 +365,16 @@ def _token_of(scope: Any) -> tuple[str | None, str]:
 
 def cookie_token(scope: Any) -> str | None:
     """The API token in the UI's cookie (:data:`UI_COOKIE`), if the request has one."""
+    # each ``name=value`` pair on its own: another app's cookie on this host (cookies
+    # are shared across ports) holding a quote, a space or a backslash must not hide
+    # ours (http.cookies.SimpleCookie drops the whole header then)
     for name, value in scope.get("headers", ()):
         if name != b"cookie":
             continue
-        jar = SimpleCookie()
-        try:
-            jar.load(value.decode("latin-1"))
-        except CookieError:
-            continue  # someone else's malformed cookie: not ours
-        morsel = jar.get(UI_COOKIE)
-        if morsel is not None and morsel.value:
-            return morsel.value
+        for pair in value.decode("latin-1").split(";"):
+            key, eq, given = pair.strip().partition("=")
+            if eq and key == UI_COOKIE and given:
+                return given.strip('"')
     return None
 
 

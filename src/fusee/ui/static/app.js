@@ -70,7 +70,13 @@ async function route() {
   if (current) current.abort();
   current = new AbortController();
   const ctx = { root: clear(main), signal: current.signal };
-  const { parts, params } = parse();
+  let parsed;
+  try {
+    parsed = parse();
+  } catch (e) {
+    parsed = { parts: [], params: new URLSearchParams() }; // a malformed hash: the runs page
+  }
+  const { parts, params } = parsed;
   ctx.params = params;
   ctx.session = () => session;
   main.setAttribute("aria-busy", "true");
@@ -116,5 +122,14 @@ document.getElementById("logout").addEventListener("click", async () => {
   navigate("#/login");
 });
 
-window.addEventListener("hashchange", route);
+// the skip link moves focus to the page's content, without going through the router
+// (its #main is not a page: the hash stays the page's)
+document.getElementById("skip").addEventListener("click", (e) => {
+  e.preventDefault();
+  main.focus();
+});
+
+window.addEventListener("hashchange", () => {
+  if (location.hash.startsWith("#/") || location.hash === "") route();
+});
 route();

@@ -213,8 +213,18 @@ export async function runPage(ctx, runId) {
   head.dataset.renderMs = ms.toFixed(1);
   head.dataset.fetchMs = fetched.toFixed(1);
 
-  async function refresh() {
-    const [i, more] = await Promise.all([get(base, { signal: ctx.signal }), readJournal(runId, lastSeq, ctx.signal)]);
+  // one refresh at a time (the poll's and an action's): each reads the journal from
+  // the seq the one before it reached, so no record is drawn twice
+  let refreshing = Promise.resolve();
+  function refresh() {
+    refreshing = refreshing.then(refreshOnce, refreshOnce);
+    return refreshing;
+  }
+
+  async function refreshOnce() {
+    const after = lastSeq;
+    const [i, read] = await Promise.all([get(base, { signal: ctx.signal }), readJournal(runId, after, ctx.signal)]);
+    const more = read.filter((r) => r.seq > after);
     if (more.length) {
       lastSeq = more[more.length - 1].seq;
       tl.add(more);

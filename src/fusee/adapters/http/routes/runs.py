@@ -382,7 +382,10 @@ async def complete_wait(
     try:
         stored = await api_state(request).engine.complete_wait(run.run_id, pos, data)
     except InvalidToken as exc:
-        raise ApiError(409 if exc.spent else 404, str(exc), "invalid_token") from None
+        # the caller's API token is fine: the wait is what is missing or over
+        if exc.spent:
+            raise ApiError(409, str(exc), "wait_over") from None
+        raise ApiError(404, str(exc), "wait_not_found") from None
     return WaitCompleted(run_id=run.run_id, pos=pos, stored=stored, value=data)
 
 

@@ -133,7 +133,10 @@ async def login(request: AnyRequest) -> Response[Session]:
         path="/",
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        # HTTPS here, or at a proxy in front (its X-Forwarded-Proto; trusting the
+        # header only ever makes the cookie stricter)
+        secure=request.url.scheme == "https"
+        or request.headers.get("x-forwarded-proto", "").split(",")[0].strip() == "https",
         max_age=max_age,
     )
     body_out = Session(auth=True, logged_in=True, token_id=info.id, scope=info.scope)
