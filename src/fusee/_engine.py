@@ -38,6 +38,7 @@ from fusee.errors import (
     InvalidArgument,
     InvalidToken,
     JournalGap,
+    PermissionDenied,
     RunExists,
     RunNotFound,
 )
@@ -303,8 +304,23 @@ class Engine:
             ``made = await engine.tokens.create("read", name="dashboard")``
         """
         if self._tokens is None:
-            self._tokens = Tokens(self.store.auth, self.store.completion_secret, self.namespace)
+            self._tokens = Tokens(self.store.auth, self._secret("API tokens"), self.namespace)
         return self._tokens
+
+    def _secret(self, what: str) -> bytes:
+        """The namespace's secret, which ``what`` is keyed by.
+
+        Raises:
+            PermissionDenied: these NATS credentials may not read it (the client role).
+        """
+        if not self.store.completion_secret:
+            raise PermissionDenied(
+                f"{what} are keyed by the namespace's secret (config.secret in the "
+                f"{self.store.layout.work_bucket} bucket), which these NATS credentials "
+                f"({self.store.auth_method}) may not read: it takes the worker role of "
+                "nats/accounts.conf (see docs/reference/nats-permissions.md)"
+            )
+        return self.store.completion_secret
 
     def object(self, obj: ObjectType | str, key: str) -> ObjectKey:
         """The object ``key`` of type ``obj`` (an ``fusee.object`` or its name), on
@@ -729,6 +745,7 @@ class Engine:
     async def _completion_wait(self, token: str) -> tuple[str, int, History, WaitStarted]:
         """The run, position, journal and wait a completion token names, its MAC checked."""
         run_id, pos, mac = parse_token(token)
+        secret = self._secret("completion tokens")
         history = History(run_id)
         journal = await self.store.read_journal(escape(run_id))
         load_journal(history, [(m.seq, m.data) for m in journal])
@@ -740,7 +757,7 @@ class Engine:
             )
         if not mac_matches(
             mac,
-            self.store.completion_secret,
+            secret,
             self.namespace,
             run_id,
             history.started_seq,

@@ -29,6 +29,7 @@ import structlog
 import fusee
 from fusee.adapters.jetstream.permissions import inbox_prefix, role_for
 from fusee.adapters.jetstream.server import EmbeddedServer
+from fusee.runtime.completions import completion_token
 from fusee.runtime.ids import escape
 from tests.helpers import registry_of
 from tests.integration.test_nats_permissions import (  # noqa: F401 (fixtures)
@@ -127,8 +128,10 @@ async def test_a_client_engine_works_with_its_own_reply_inbox(
             assert await run.result() == 7
         assert (await run.describe()).status == "completed"
         assert any(await client.live_workers(listen=0.5))
-        # only what it does without: a wake hint, an ended watch's consumer delete
-        expected = ("$js.api.consumer.delete.", f"_fusee.{NS}.wake.")
+        # only what it does without: a wake hint, an ended watch's consumer delete,
+        # the namespace's secret (asked at connect)
+        secret = f"$js.api.direct.get.kv_{NS}_work.$kv.{NS}_work.config.secret"
+        expected = ("$js.api.consumer.delete.", f"_fusee.{NS}.wake.", secret)
         assert all(s.startswith(expected) for s in client.store.denied), client.store.denied
 
 
@@ -232,17 +235,51 @@ async def test_the_client_role_cannot_forge_a_result_with_a_schedule(
     assert result != "FORGED"
 
 
-@pytest.mark.xfail(strict=True, reason=f"the client reads config.secret: {GAP}")
 async def test_the_client_role_cannot_read_the_namespace_secret(
     accounts_server: EmbeddedServer, admin: fusee.Engine, raw_client: Raw
 ) -> None:
+    """The secret keys completion URLs and API tokens: the client role reads the work
+    bucket key by key (Direct Get by subject), never ``config.secret``, nor by the
+    forms that name their subject in the body (a Direct Get or message get without a
+    subject, a consumer)."""
     await admin.store.load_secret()
-    kv = await raw_client.nc.jetstream(timeout=2).key_value(admin.store.layout.work_bucket)
-    try:
-        entry = await kv.get("config.secret")
-    except (nats.errors.TimeoutError, nats.errors.Error):
-        entry = None
-    assert entry is None or not entry.value
+    lay = admin.store.layout
+    stream, key = f"KV_{lay.work_bucket}", f"$KV.{lay.work_bucket}.config.secret"
+    js = raw_client.nc.jetstream(timeout=2)
+    kv = await js.key_value(lay.work_bucket)
+    assert (await kv.get("config.partitions")).value  # (what a client reads, it reads)
+    reads: tuple[Callable[[], Awaitable[Any]], ...] = (
+        lambda: kv.get("config.secret"),  # $JS.API.DIRECT.GET.<stream>.<subject>
+        lambda: js.get_last_msg(stream, key, direct=True),
+        lambda: js.get_last_msg(stream, key),  # $JS.API.STREAM.MSG.GET.<stream>
+        lambda: js.get_msg(stream, seq=1, direct=True),  # DIRECT.GET.<stream>, a body
+        lambda: js.get_last_msg(stream, f"$KV.{lay.work_bucket}.config.*", direct=True),
+        lambda: kv.watch("config.secret"),  # a consumer
+    )
+    for read in reads:
+        with pytest.raises((nats.errors.TimeoutError, nats.errors.Error)):
+            await read()
+    assert any("config.secret" in e for e in raw_client.errors), raw_client.errors
+
+
+async def test_a_client_engine_connects_at_once_and_names_what_needs_the_secret(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    """A client engine reads the secret at connect like any other: refused, it goes on
+    without it at once (not after the read's timeout), and what is keyed by it says
+    which role it takes."""
+    await admin.store.load_secret()
+    with anyio.fail_after(4):  # (a refused read waits out 5 s)
+        eng = await fusee.connect(accounts_server.url, namespace=NS, **ROLE["client"])
+    async with eng:
+        assert eng.store.completion_secret == b""
+        with pytest.raises(fusee.PermissionDenied, match=r"config\.secret.*worker role"):
+            _ = eng.tokens
+        with pytest.raises(fusee.PermissionDenied, match="completion tokens"):
+            await eng.complete(completion_token(b"k" * 32, NS, "r1", 1, 3, "approve"), 1)
+    worker = await fusee.connect(accounts_server.url, namespace=NS, **ROLE["worker"])
+    async with worker:
+        assert worker.store.completion_secret == await admin.store.load_secret()
 
 
 @pytest.mark.xfail(strict=True, reason=f"a worker rewrites another run's journal: {GAP}")

@@ -112,6 +112,8 @@ UNMARKED_KIND = "run.inactive"  # its removal: replaces it, then expires
 LISTED_KIND = "run.listed"  # a run's listing entry (Layout.listing)
 LISTED_FROM = "config.listed_from"  # in the work bucket: see NatsStore.legacy_pages
 PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.list_old_pauses
+# the read of the namespace's secret (NatsStore.load_secret), refused to the client role
+SECRET_READ = "$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.config.secret"
 UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then expires
 
 # Room kept in every message for what is not the value: the record's other fields
@@ -217,6 +219,8 @@ class NatsStore:
         # subjects the server refused this connection (permission violations), with
         # its message: a denied request looks like a timeout to nats-py
         self.denied: dict[str, str] = {}
+        # reads that end as soon as the server refuses their subject (``_unless_refused``)
+        self._refusals: dict[str, anyio.CancelScope] = {}
         self.auth_method = "no credentials"  # how it authenticated, for messages
         # the journal stream has followers (R3): their Direct Gets may be behind the
         # leader's acks, so journal reads are checked against the leader's tail (see
@@ -336,16 +340,20 @@ class NatsStore:
         stream for a consumer's API call: each consumer has a name of its own)."""
         if subject.startswith("$js.api.consumer."):
             subject = subject.rpartition(".")[0]
+        if (refused := self._refusals.pop(subject, None)) is not None:
+            refused.cancel()
         if subject not in self.denied:
             self.denied[subject] = message
             # what a role is expected to be refused, and fusee does without: deleting an
             # ordered consumer (the server drops it when idle), an inbox trim, a wake
-            # hint (the owner follows every inbox); anything else is a misconfiguration
+            # hint (the owner follows every inbox), the namespace's secret (a client's
+            # connect asks; see load_secret); anything else is a misconfiguration
             lay = self.layout
             expected = (
                 "$js.api.consumer.delete.",
                 f"$js.api.stream.purge.{lay.stream}".lower(),
                 lay.wake(0).rpartition(".")[0].lower() + ".",
+                SECRET_READ.format(bucket=lay.work_bucket).lower(),
             )
             level = log.debug if subject.startswith(expected) else log.warning
             level("nats.permission_denied", subject=subject, error=message)
@@ -916,24 +924,47 @@ class NatsStore:
 
     async def load_secret(self, key: str = "config.secret") -> bytes:
         """The namespace's secret (32 random bytes, base64url in the work bucket), made by
-        the first client that asks: ``create`` lets concurrent first clients agree."""
+        the first client that asks: ``create`` lets concurrent first clients agree.
+
+        Credentials that may not read it (the client role: nats/accounts.conf) get
+        ``b""`` as soon as the server refuses the read, not after its timeout; what
+        needs the secret then says so (``Engine``)."""
+        bucket = self.layout.work_bucket
+        subject = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}"  # (SECRET_READ's)
         try:
-            entry = await self.work.get(key)
+            entry = await self._unless_refused(subject, self.work.get, key)
         except nats.js.errors.KeyNotFoundError:
             fresh = base64.urlsafe_b64encode(secrets.token_bytes(32))
             with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
                 await self.work.create(key, fresh)
             made = await self._config(key, leader=True)  # (a follower may lag: see above)
             if made is None:  # pragma: no cover - created above, and the bucket keeps it
-                raise FuseeError(
-                    f"{key} in {self.layout.work_bucket} vanished as it was made"
-                ) from None
+                raise FuseeError(f"{key} in {bucket} vanished as it was made") from None
             value = base64.urlsafe_b64decode(made)
         else:
+            if entry is None:
+                return b""
             value = base64.urlsafe_b64decode(entry.value or b"")
         if len(value) < 32:
-            raise FuseeError(f"{key} in {self.layout.work_bucket} holds fewer than 32 bytes")
+            raise FuseeError(f"{key} in {bucket} holds fewer than 32 bytes")
         return value
+
+    async def _unless_refused(
+        self, subject: str, fn: Callable[..., Awaitable[Any]], *args: Any
+    ) -> Any:
+        """``fn(*args)``, a read whose request goes to ``subject``, or None once the
+        server refuses this connection that subject (nats-py would wait out its
+        timeout: a refusal is reported on the side, see ``note_denied``)."""
+        low = subject.lower()
+        if low in self.denied:
+            return None
+        with anyio.CancelScope() as refused:  # (cancelled by note_denied)
+            self._refusals[low] = refused
+            try:
+                return await fn(*args)
+            finally:
+                self._refusals.pop(low, None)
+        return None
 
     async def schedule_timer(
         self, eid: str, partition: int, pos: int, until: float, *, start: int = 0
