@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import msgspec
 
 from fusee._client import Client
 from fusee.actors.ports import StoredMessage
@@ -210,12 +211,24 @@ class Run:
         above stream sequence ``after``: the rest of a journal read before). A wait's
         end that rode on a later record (its ``waited``) is listed as its own
         ``WaitDone`` at that record's sequence, just before it, as if it had been
-        journaled alone."""
-        return [
-            (m.seq, record)
-            for m in await self.engine.store.read_journal(self.eid, after)
-            for record in unfold(decode_record(m.data))
-        ]
+        journaled alone.
+
+        Raises:
+            JournalGap: a record cannot be read (emptied or replaced, e.g. by a
+                ``Nats-Rollup`` header on its subject), naming its sequence.
+        """
+        out: list[tuple[int, Any]] = []
+        for m in await self.engine.store.read_journal(self.eid, after):
+            try:
+                record = decode_record(m.data)
+            except msgspec.DecodeError as exc:
+                raise JournalGap(
+                    f"run {self.run_id!r}: the journal record at sequence {m.seq} cannot be "
+                    f"read ({exc}): emptied or replaced since it was written",
+                    seq=m.seq,
+                ) from None
+            out += [(m.seq, r) for r in unfold(record)]
+        return out
 
     async def signal(self, name: str, payload: Any = None, *, key: str | None = None) -> bool:
         """Send the run the signal ``name`` with ``payload``; durable once it returns.

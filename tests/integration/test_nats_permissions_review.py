@@ -29,6 +29,7 @@ import structlog
 import fusee
 from fusee.adapters.jetstream.permissions import inbox_prefix, role_for
 from fusee.adapters.jetstream.server import EmbeddedServer
+from fusee.errors import JournalGap
 from fusee.runtime.completions import completion_token
 from fusee.runtime.ids import escape
 from tests.helpers import registry_of
@@ -304,6 +305,27 @@ async def test_the_worker_role_cannot_roll_up_another_runs_journal(
     except (fusee.FuseeError, msgspec.DecodeError) as exc:  # (an emptied record)
         after = exc
     assert after == before
+
+
+async def test_a_rolled_up_journal_reads_as_a_journal_gap_naming_its_record(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    """What the worker role can still do (the strict xfail above) is not silent: the
+    record a rollup left reads as a ``JournalGap`` naming its sequence (it was a
+    ``msgspec.DecodeError``), as a replay of it pauses the run."""
+    lay = admin.store.layout
+    run = await admin.start("noop", "rolled-up-read", 1)
+    nc = await nats.connect(
+        accounts_server.url, inbox_prefix=inbox_prefix(ROLE["worker"]["user"]), **ROLE["worker"]
+    )
+    try:
+        subject = lay.journal(escape("rolled-up-read"))
+        ack = await nc.jetstream(timeout=2).publish(subject, b"", headers={"Nats-Rollup": "sub"})
+    finally:
+        await nc.close()
+    with pytest.raises(JournalGap, match=rf"sequence {ack.seq} cannot be read") as gap:
+        await run.journal()
+    assert gap.value.seq == ack.seq
 
 
 # (last in this module: each empties what the others read)
