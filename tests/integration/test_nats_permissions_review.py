@@ -283,6 +283,20 @@ async def test_a_client_engine_connects_at_once_and_names_what_needs_the_secret(
         assert worker.store.completion_secret == await admin.store.load_secret()
 
 
+async def test_a_client_lists_limits_reading_the_work_bucket_key_by_key(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    """Listing limits watched the work bucket (a consumer, which would reach the
+    secret): the client role reads their keys by subject instead."""
+    await admin.limit("listed-by-a-client", concurrent=2)
+    eng = await fusee.connect(accounts_server.url, namespace=NS, **ROLE["client"])
+    async with eng:
+        with anyio.fail_after(4):  # (a refused consumer create waits out 5 s)
+            limits = {lim.name: lim.concurrent for lim in await eng.limits()}
+        assert limits.get("listed-by-a-client") == 2, limits
+        assert not any(s.startswith("$js.api.consumer.create.") for s in eng.store.denied)
+
+
 @pytest.mark.xfail(strict=True, reason=f"a worker rewrites another run's journal: {GAP}")
 async def test_the_worker_role_cannot_roll_up_another_runs_journal(
     accounts_server: EmbeddedServer, admin: fusee.Engine

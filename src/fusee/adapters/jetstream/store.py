@@ -1209,7 +1209,9 @@ class NatsStore:
             for k, (rev, value) in found.items()
         ]
 
-    async def _kv_list(self, bucket: str, kv: KeyValue, keys: str) -> dict[str, tuple[int, bytes]]:
+    async def _kv_list(
+        self, bucket: str, kv: KeyValue, keys: str, *, watch: bool = True
+    ) -> dict[str, tuple[int, bytes]]:
         """Every key of ``kv`` under the filter ``keys`` with its latest value (not
         empty) and revision, each key once.
 
@@ -1217,18 +1219,21 @@ class NatsStore:
         the initial values can come twice (kept once, the latest), or not at all (its
         older value is no longer the last one, and the watcher says it is done before
         the update). So the keys the stream lists that the watcher did not deliver are
-        read one by one (Direct Get, 32 at a time)."""
+        read one by one (Direct Get, 32 at a time). ``watch=False``: every key is read
+        that way (a few keys; no consumer, which the client role may not make on the
+        work bucket: it would reach ``config.secret``)."""
         out: dict[str, tuple[int, bytes]] = {}
         with lost_on_transient(f"listing {bucket}"):
-            watcher = await kv.watch(keys, ignore_deletes=True)
-            try:
-                async for entry in watcher:
-                    if entry is None:
-                        break
-                    if entry.value:
-                        out[entry.key] = (entry.revision or 0, entry.value)
-            finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped
+            if watch:
+                watcher = await kv.watch(keys, ignore_deletes=True)
+                try:
+                    async for entry in watcher:
+                        if entry is None:
+                            break
+                        if entry.value:
+                            out[entry.key] = (entry.revision or 0, entry.value)
+                finally:
+                    await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped
             subject_prefix = f"$KV.{bucket}."
             info = await retrying(self.js.stream_info, f"KV_{bucket}", subject_prefix + keys)
         missing = [
@@ -1271,7 +1276,8 @@ class NatsStore:
 
     async def list_limits(self) -> dict[str, bytes]:
         """Every limit's config, by its work-bucket key (``limit.<eid>``)."""
-        found = await self._kv_list(self.layout.work_bucket, self.work, "limit.*")
+        # key by key: limits are few, and a client may read the work bucket only so
+        found = await self._kv_list(self.layout.work_bucket, self.work, "limit.*", watch=False)
         return {k: v for k, (_, v) in found.items()}
 
     async def ensure_active(self, partition: int, eid: str) -> None:
