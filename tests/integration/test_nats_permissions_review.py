@@ -5,9 +5,9 @@
 What permissions can stop, they stop: the client role cannot pose as a worker on core
 NATS (heartbeats, ping answers, hand-overs, wake hints, shared calls) nor read another
 connection's replies, and a refused write is a ``PermissionDenied`` at once, naming the
-subject and the role it takes. What they cannot stop today (the journal stream allows
-message schedules and rollups, the secret is readable) is kept as strict xfails naming
-the gap (docs/reference/nats-permissions.md "What the roles do not stop"): the layout
+subject and the role it takes, and the client role never reads the namespace's
+secret. What they cannot stop today (the journal stream allows message schedules and
+rollups) is kept as strict xfails naming the gap (docs/reference/nats-permissions.md "What the roles do not stop"): the layout
 change that closes it flips them.
 """
 
