@@ -16,7 +16,8 @@ against a real server by ``tests/integration/test_nats_permissions.py``):
   (``<ns>.run.>``), a value, a token, a bucket, nor anything the worker may not; on
   core NATS it only calls shared handlers and hears heartbeats (never poses as a
   worker: no heartbeat, ping answer, take or wake), and subscribes to its own reply
-  inboxes only (:func:`inbox_prefix`).
+  inboxes only (:func:`inbox_prefix`); it reads the work bucket key by key, never the
+  namespace's secret (:func:`_client_work_reads`).
 
 These roles are not a security boundary against a hostile client or worker: what each
 can still do is in ``docs/reference/nats-permissions.md`` ("What the roles do not
