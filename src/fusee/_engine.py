@@ -25,6 +25,7 @@ from fusee._run import ENDED, DurationLike, Run
 from fusee._tokens import Tokens
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
+from fusee.actors.ports import scheduled_by
 from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
@@ -568,7 +569,11 @@ class Engine:
             raise RunNotFound(f"no run {from_run!r} in namespace {self.namespace!r}")
         try:
             # (read as every reader does: a break a forced resume accepted is taken)
-            records = load_journal(History(from_run), [(m.seq, m.data) for m in messages])
+            records = load_journal(
+                History(from_run),
+                [(m.seq, m.data) for m in messages],
+                scheduled=scheduled_by(messages),
+            )
         except JournalGap as gap:
             raise InvalidArgument(
                 f"from_run={from_run!r}: its journal's chain is broken ({gap}); resume it "
@@ -603,8 +608,9 @@ class Engine:
         the journal holds exactly a prefix of the copies (nothing ran it yet)."""
         history = History(run_id)
         try:
+            messages = await self.store.read_journal(eid)
             records = load_journal(
-                history, [(m.seq, m.data) for m in await self.store.read_journal(eid)]
+                history, [(m.seq, m.data) for m in messages], scheduled=scheduled_by(messages)
             )
         except JournalGap:
             return  # (broken: not a prefix of the copies; its worker pauses it)
@@ -748,7 +754,7 @@ class Engine:
         secret = self._secret("completion tokens")
         history = History(run_id)
         journal = await self.store.read_journal(escape(run_id))
-        load_journal(history, [(m.seq, m.data) for m in journal])
+        load_journal(history, [(m.seq, m.data) for m in journal], scheduled=scheduled_by(journal))
         wait = history.waits.get(pos)
         if history.started is None or wait is None or wait.wait != "completion":
             raise InvalidToken(
