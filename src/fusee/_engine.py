@@ -25,6 +25,7 @@ from fusee._run import ENDED, DurationLike, Run
 from fusee._tokens import Tokens
 from fusee.actors.context import COMPENSATE
 from fusee.actors.object_state import current_state
+from fusee.actors.ports import scheduled_by
 from fusee.actors.registry import REGISTRY, Registry, Workflow
 from fusee.actors.starts import start_marker, start_or_attach
 from fusee.actors.worker import Worker, WorkerConfig
@@ -39,6 +40,7 @@ from fusee.errors import (
     InvalidArgument,
     InvalidToken,
     JournalGap,
+    PermissionDenied,
     RunExists,
     RunNotFound,
 )
@@ -330,8 +332,23 @@ class Engine:
             ``made = await engine.tokens.create("read", name="dashboard")``
         """
         if self._tokens is None:
-            self._tokens = Tokens(self.store.auth, self.store.completion_secret, self.namespace)
+            self._tokens = Tokens(self.store.auth, self._secret("API tokens"), self.namespace)
         return self._tokens
+
+    def _secret(self, what: str) -> bytes:
+        """The namespace's secret, which ``what`` is keyed by.
+
+        Raises:
+            PermissionDenied: these NATS credentials may not read it (the client role).
+        """
+        if not self.store.completion_secret:
+            raise PermissionDenied(
+                f"{what} are keyed by the namespace's secret (config.secret in the "
+                f"{self.store.layout.work_bucket} bucket), which these NATS credentials "
+                f"({self.store.auth_method}) may not read: it takes the worker role of "
+                "nats/accounts.conf (see docs/reference/nats-permissions.md)"
+            )
+        return self.store.completion_secret
 
     def object(self, obj: ObjectType | str, key: str) -> ObjectKey:
         """The object ``key`` of type ``obj`` (an ``fusee.object`` or its name), on
@@ -588,7 +605,11 @@ class Engine:
             raise RunNotFound(f"no run {from_run!r} in namespace {self.namespace!r}")
         try:
             # (read as every reader does: a break a forced resume accepted is taken)
-            records = load_journal(History(from_run), [(m.seq, m.data) for m in messages])
+            records = load_journal(
+                History(from_run),
+                [(m.seq, m.data) for m in messages],
+                scheduled=scheduled_by(messages),
+            )
         except JournalGap as gap:
             raise InvalidArgument(
                 f"from_run={from_run!r}: its journal's chain is broken ({gap}); resume it "
@@ -623,8 +644,9 @@ class Engine:
         the journal holds exactly a prefix of the copies (nothing ran it yet)."""
         history = History(run_id)
         try:
+            messages = await self.store.read_journal(eid)
             records = load_journal(
-                history, [(m.seq, m.data) for m in await self.store.read_journal(eid)]
+                history, [(m.seq, m.data) for m in messages], scheduled=scheduled_by(messages)
             )
         except JournalGap:
             return  # (broken: not a prefix of the copies; its worker pauses it)
@@ -803,9 +825,10 @@ class Engine:
     async def _completion_wait(self, token: str) -> tuple[str, int, History, WaitStarted]:
         """The run, position, journal and wait a completion token names, its MAC checked."""
         run_id, pos, mac = parse_token(token)
+        secret = self._secret("completion tokens")
         history = History(run_id)
         journal = await self.store.read_journal(escape(run_id))
-        load_journal(history, [(m.seq, m.data) for m in journal])
+        load_journal(history, [(m.seq, m.data) for m in journal], scheduled=scheduled_by(journal))
         wait = history.waits.get(pos)
         if history.started is None or wait is None or wait.wait != "completion":
             raise InvalidToken(
@@ -814,7 +837,7 @@ class Engine:
             )
         if not mac_matches(
             mac,
-            self.store.completion_secret,
+            secret,
             self.namespace,
             run_id,
             history.started_seq,

@@ -14,9 +14,10 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import msgspec
 
 from fusee._client import Client
-from fusee.actors.ports import StoredMessage
+from fusee.actors.ports import SCHEDULER, StoredMessage, scheduled_by
 from fusee.actors.starts import start_marker
 from fusee.errors import (
     FuseeError,
@@ -28,6 +29,7 @@ from fusee.errors import (
     RunNotFound,
     Timeout,
 )
+from fusee.logs import get_logger
 from fusee.runtime.codec import decode_value
 from fusee.runtime.durations import parse_duration
 from fusee.runtime.history import History, load_journal
@@ -45,6 +47,9 @@ DurationLike = str | float | int | timedelta
 
 # The kinds of the records that end a run.
 ENDED = ("run.completed", "run.failed", "run.cancelled")
+
+
+log = get_logger()
 
 
 class Run:
@@ -76,7 +81,9 @@ class Run:
         if messages:
             self._first, self._last = messages[0].data, messages[-1].seq
         try:
-            load_journal(history, [(m.seq, m.data) for m in messages])
+            load_journal(
+                history, [(m.seq, m.data) for m in messages], scheduled=scheduled_by(messages)
+            )
         except JournalGap as gap:
             return history, gap
         if history.started is None:
@@ -210,12 +217,30 @@ class Run:
         above stream sequence ``after``: the rest of a journal read before). A wait's
         end that rode on a later record (its ``waited``) is listed as its own
         ``WaitDone`` at that record's sequence, just before it, as if it had been
-        journaled alone."""
-        return [
-            (m.seq, record)
-            for m in await self.engine.store.read_journal(self.eid, after)
-            for record in unfold(decode_record(m.data))
-        ]
+        journaled alone.
+
+        Raises:
+            JournalGap: a record cannot be read (emptied or replaced, e.g. by a
+                ``Nats-Rollup`` header on its subject), naming its sequence.
+        """
+        out: list[tuple[int, Any]] = []
+        for m in await self.engine.store.read_journal(self.eid, after):
+            if (by := m.headers.get(SCHEDULER)) is not None:
+                raise JournalGap(
+                    f"run {self.run_id!r}: the journal record at sequence {m.seq} was "
+                    f"written by a message schedule (on {by}), never by fusee: forged",
+                    seq=m.seq,
+                )
+            try:
+                record = decode_record(m.data)
+            except msgspec.DecodeError as exc:
+                raise JournalGap(
+                    f"run {self.run_id!r}: the journal record at sequence {m.seq} cannot be "
+                    f"read ({exc}): emptied or replaced since it was written",
+                    seq=m.seq,
+                ) from None
+            out += [(m.seq, r) for r in unfold(record)]
+        return out
 
     async def signal(self, name: str, payload: Any = None, *, key: str | None = None) -> bool:
         """Send the run the signal ``name`` with ``payload``; durable once it returns.
@@ -430,8 +455,12 @@ class Run:
 
 
 def _outcome_of(run_id: str, msg: StoredMessage) -> Any:
-    """The run's outcome if ``msg`` is its end record (else None; nothing decoded)."""
+    """The run's outcome if ``msg`` is its end record (else None; nothing decoded). A
+    record a message schedule wrote is not: forged (its replay pauses the run)."""
     if msg.headers.get("Fusee-Kind") not in ENDED:
+        return None
+    if (by := msg.headers.get(SCHEDULER)) is not None:
+        log.warning("run.forged_record", run=run_id, seq=msg.seq, scheduler=by)
         return None
     return _outcome(run_id, msg.data)
 

@@ -5,9 +5,9 @@
 What permissions can stop, they stop: the client role cannot pose as a worker on core
 NATS (heartbeats, ping answers, hand-overs, wake hints, shared calls) nor read another
 connection's replies, and a refused write is a ``PermissionDenied`` at once, naming the
-subject and the role it takes. What they cannot stop today (the journal stream allows
-message schedules and rollups, the secret is readable) is kept as strict xfails naming
-the gap (docs/reference/nats-permissions.md "What the roles do not stop"): the layout
+subject and the role it takes, and the client role never reads the namespace's
+secret. What they cannot stop today (the journal stream allows message schedules and
+rollups) is kept as strict xfails naming the gap (docs/reference/nats-permissions.md "What the roles do not stop"): the layout
 change that closes it flips them.
 """
 
@@ -29,6 +29,8 @@ import structlog
 import fusee
 from fusee.adapters.jetstream.permissions import inbox_prefix, role_for
 from fusee.adapters.jetstream.server import EmbeddedServer
+from fusee.errors import JournalGap
+from fusee.runtime.completions import completion_token
 from fusee.runtime.ids import escape
 from tests.helpers import registry_of
 from tests.integration.test_nats_permissions import (  # noqa: F401 (fixtures)
@@ -127,8 +129,10 @@ async def test_a_client_engine_works_with_its_own_reply_inbox(
             assert await run.result() == 7
         assert (await run.describe()).status == "completed"
         assert any(await client.live_workers(listen=0.5))
-        # only what it does without: a wake hint, an ended watch's consumer delete
-        expected = ("$js.api.consumer.delete.", f"_fusee.{NS}.wake.")
+        # only what it does without: a wake hint, an ended watch's consumer delete,
+        # the namespace's secret (asked at connect)
+        secret = f"$js.api.direct.get.kv_{NS}_work.$kv.{NS}_work.config.secret"
+        expected = ("$js.api.consumer.delete.", f"_fusee.{NS}.wake.", secret)
         assert all(s.startswith(expected) for s in client.store.denied), client.store.denied
 
 
@@ -202,7 +206,6 @@ async def _accepted(publish: Callable[[], Awaitable[Any]]) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason=f"forged result by schedule: {GAP}")
 async def test_the_client_role_cannot_forge_a_result_with_a_schedule(
     accounts_server: EmbeddedServer, admin: fusee.Engine, raw_client: Raw
 ) -> None:
@@ -230,19 +233,73 @@ async def test_the_client_role_cannot_forge_a_result_with_a_schedule(
     except fusee.Timeout:
         result = None
     assert result != "FORGED"
+    # the server marks what a schedule wrote (Nats-Scheduler, which no client may set):
+    # never fusee's on a journal, so a read or a replay names it, as a break
+    with pytest.raises(JournalGap, match="written by a message schedule") as gap:
+        await run.journal()
+    assert (await run.describe()).status == "paused"
+    assert "forged" in str((await run.describe()).reason), gap.value
 
 
-@pytest.mark.xfail(strict=True, reason=f"the client reads config.secret: {GAP}")
 async def test_the_client_role_cannot_read_the_namespace_secret(
     accounts_server: EmbeddedServer, admin: fusee.Engine, raw_client: Raw
 ) -> None:
+    """The secret keys completion URLs and API tokens: the client role reads the work
+    bucket key by key (Direct Get by subject), never ``config.secret``, nor by the
+    forms that name their subject in the body (a Direct Get or message get without a
+    subject, a consumer)."""
     await admin.store.load_secret()
-    kv = await raw_client.nc.jetstream(timeout=2).key_value(admin.store.layout.work_bucket)
-    try:
-        entry = await kv.get("config.secret")
-    except (nats.errors.TimeoutError, nats.errors.Error):
-        entry = None
-    assert entry is None or not entry.value
+    lay = admin.store.layout
+    stream, key = f"KV_{lay.work_bucket}", f"$KV.{lay.work_bucket}.config.secret"
+    js = raw_client.nc.jetstream(timeout=2)
+    kv = await js.key_value(lay.work_bucket)
+    assert (await kv.get("config.partitions")).value  # (what a client reads, it reads)
+    reads: tuple[Callable[[], Awaitable[Any]], ...] = (
+        lambda: kv.get("config.secret"),  # $JS.API.DIRECT.GET.<stream>.<subject>
+        lambda: js.get_last_msg(stream, key, direct=True),
+        lambda: js.get_last_msg(stream, key),  # $JS.API.STREAM.MSG.GET.<stream>
+        lambda: js.get_msg(stream, seq=1, direct=True),  # DIRECT.GET.<stream>, a body
+        lambda: js.get_last_msg(stream, f"$KV.{lay.work_bucket}.config.*", direct=True),
+        lambda: kv.watch("config.secret"),  # a consumer
+    )
+    for read in reads:
+        with pytest.raises((nats.errors.TimeoutError, nats.errors.Error)):
+            await read()
+    assert any("config.secret" in e for e in raw_client.errors), raw_client.errors
+
+
+async def test_a_client_engine_connects_at_once_and_names_what_needs_the_secret(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    """A client engine reads the secret at connect like any other: refused, it goes on
+    without it at once (not after the read's timeout), and what is keyed by it says
+    which role it takes."""
+    await admin.store.load_secret()
+    with anyio.fail_after(4):  # (a refused read waits out 5 s)
+        eng = await fusee.connect(accounts_server.url, namespace=NS, **ROLE["client"])
+    async with eng:
+        assert eng.store.completion_secret == b""
+        with pytest.raises(fusee.PermissionDenied, match=r"config\.secret.*worker role"):
+            _ = eng.tokens
+        with pytest.raises(fusee.PermissionDenied, match="completion tokens"):
+            await eng.complete(completion_token(b"k" * 32, NS, "r1", 1, 3, "approve"), 1)
+    worker = await fusee.connect(accounts_server.url, namespace=NS, **ROLE["worker"])
+    async with worker:
+        assert worker.store.completion_secret == await admin.store.load_secret()
+
+
+async def test_a_client_lists_limits_reading_the_work_bucket_key_by_key(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    """Listing limits watched the work bucket (a consumer, which would reach the
+    secret): the client role reads their keys by subject instead."""
+    await admin.limit("listed-by-a-client", concurrent=2)
+    eng = await fusee.connect(accounts_server.url, namespace=NS, **ROLE["client"])
+    async with eng:
+        with anyio.fail_after(4):  # (a refused consumer create waits out 5 s)
+            limits = {lim.name: lim.concurrent for lim in await eng.limits()}
+        assert limits.get("listed-by-a-client") == 2, limits
+        assert not any(s.startswith("$js.api.consumer.create.") for s in eng.store.denied)
 
 
 @pytest.mark.xfail(strict=True, reason=f"a worker rewrites another run's journal: {GAP}")
@@ -267,6 +324,27 @@ async def test_the_worker_role_cannot_roll_up_another_runs_journal(
     except (fusee.FuseeError, msgspec.DecodeError) as exc:  # (an emptied record)
         after = exc
     assert after == before
+
+
+async def test_a_rolled_up_journal_reads_as_a_journal_gap_naming_its_record(
+    accounts_server: EmbeddedServer, admin: fusee.Engine
+) -> None:
+    """What the worker role can still do (the strict xfail above) is not silent: the
+    record a rollup left reads as a ``JournalGap`` naming its sequence (it was a
+    ``msgspec.DecodeError``), as a replay of it pauses the run."""
+    lay = admin.store.layout
+    run = await admin.start("noop", "rolled-up-read", 1)
+    nc = await nats.connect(
+        accounts_server.url, inbox_prefix=inbox_prefix(ROLE["worker"]["user"]), **ROLE["worker"]
+    )
+    try:
+        subject = lay.journal(escape("rolled-up-read"))
+        ack = await nc.jetstream(timeout=2).publish(subject, b"", headers={"Nats-Rollup": "sub"})
+    finally:
+        await nc.close()
+    with pytest.raises(JournalGap, match=rf"sequence {ack.seq} cannot be read") as gap:
+        await run.journal()
+    assert gap.value.seq == ack.seq
 
 
 # (last in this module: each empties what the others read)

@@ -6,11 +6,19 @@ import msgspec
 import pytest
 
 from fusee.errors import DeterminismError, JournalGap
-from fusee.runtime.history import Execute, History, Replayed, ReplayedFailure, Replayer
+from fusee.runtime.history import (
+    Execute,
+    History,
+    Replayed,
+    ReplayedFailure,
+    Replayer,
+    load_journal,
+)
 from fusee.runtime.records import (
     AnyRecord,
     CallCancelled,
     RunCompleted,
+    RunResumed,
     RunStarted,
     StepCompleted,
     StepFailed,
@@ -174,6 +182,22 @@ def test_an_unreadable_record_is_a_gap() -> None:
     entries = journal(START)
     with pytest.raises(JournalGap, match="cannot be read"):
         load([entries[0], (20, b'{"kind":"no.such.kind"}')])
+
+
+def test_a_record_a_message_schedule_wrote_is_a_gap_even_when_it_chains() -> None:
+    """A client's schedule can make the server write a record that links (the chain is
+    unkeyed); the server marks what it wrote so, and fusee never schedules onto a
+    journal: forged, and a forced resume that a schedule wrote forgives nothing."""
+    entries = journal(START, done(1, "a"), RunCompleted(result=msgspec.Raw(b'"FORGED"')))
+    by = {30: "fusee.in.0.x"}
+    with pytest.raises(JournalGap, match=r"sequence 30 was written by a message schedule"):
+        load_journal(History("r"), entries, scheduled=by)
+    assert load_journal(History("r"), entries)  # (the same bytes, not scheduled: taken)
+    whole = journal(START, done(1, "a"), done(2, "b"), RunResumed(force=True, gap=1000))
+    sneaky = [whole[0], *whole[2:]]  # a break at 30 (20 is missing)...
+    with pytest.raises(JournalGap, match="sequence 30"):  # ...not forgiven by a forged resume
+        load_journal(History("r"), sneaky, scheduled={40: "fusee.in.0.x"})
+    assert load_journal(History("r"), sneaky)  # (a resume of fusee's forgives it)
 
 
 def test_the_end_is_known() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fusee.actors.ports import ObjectReads
+from fusee.actors.ports import ObjectReads, scheduler_of
 from fusee.errors import InvalidArgument, JournalGap
 from fusee.logs import get_logger
 from fusee.runtime.history import History
@@ -82,7 +82,9 @@ async def read_object(store: ObjectReads, object_type: str, key: str) -> ObjectS
         )
     history = snap.history
     for i, msg in enumerate(records):
-        record = history.feed(msg.seq, msg.data, anchor=bool(anchor) and i == 0)
+        record = history.feed(
+            msg.seq, msg.data, anchor=bool(anchor) and i == 0, scheduler=scheduler_of(msg)
+        )
         snap.fence = msg.seq
         if isinstance(record, ObjectDone):
             snap.cursor, snap.last = record.inbox_seq, record

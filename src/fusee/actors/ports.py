@@ -20,6 +20,9 @@ from fusee.runtime.tokens import StoredState, TokenEvent
 __all__ = (
     "Stored",
     "StoredMessage",
+    "SCHEDULER",
+    "scheduled_by",
+    "scheduler_of",
     "NobodyListens",
     "ObjectReads",
     "TokenReader",
@@ -50,6 +53,24 @@ class StoredMessage(Stored, Protocol):
 
     @property
     def headers(self) -> Mapping[str, str]: ...
+
+
+# the header the server puts on a message a schedule wrote (and refuses from a client:
+# err_code 10212); fusee's schedules target inboxes, so on a journal it means forged
+SCHEDULER = "Nats-Scheduler"
+
+
+def scheduler_of(message: Stored) -> str | None:
+    """The subject of the message schedule that wrote ``message`` (None: not one; a
+    store that keeps no headers, as the tests' in-memory one, has none)."""
+    headers: Mapping[str, str] | None = getattr(message, "headers", None)
+    return headers.get(SCHEDULER) if headers else None
+
+
+def scheduled_by(messages: Iterable[Stored]) -> dict[int, str]:
+    """The sequences of ``messages`` a message schedule wrote, with its subject (for
+    ``load_journal(scheduled=)``)."""
+    return {m.seq: by for m in messages if (by := scheduler_of(m)) is not None}
 
 
 class NobodyListens(FuseeError):

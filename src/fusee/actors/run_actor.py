@@ -25,6 +25,7 @@ from fusee.actors.concurrency import control_in
 from fusee.actors.context import Context, run_compensations
 from fusee.actors.core import ActorCore
 from fusee.actors.outcomes import Outcome, failure_of
+from fusee.actors.ports import scheduled_by
 from fusee.actors.registry import Registry
 from fusee.actors.run_index import project_index
 from fusee.errors import (
@@ -111,7 +112,11 @@ class RunActor:
         messages = await self.core.store.read_journal(self.core.eid)
         if messages:
             self.core.fence = messages[-1].seq
-        load_journal(self.core.history, [(m.seq, m.data) for m in messages])
+        load_journal(
+            self.core.history,
+            [(m.seq, m.data) for m in messages],
+            scheduled=scheduled_by(messages),
+        )
 
     async def _load_and_read(self, forgive: int = 0) -> Loaded | LoadFailed:
         """The journal and the inbox, read at once: an activation's two round trips go

@@ -7,7 +7,7 @@ it: a position that has an outcome is replayed, the first one that has none runs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,7 +107,9 @@ class History:
     invocation_at: int = 0  # the sequence of its first journaled record (0: none yet)
     done: ObjectDone | None = None
 
-    def feed(self, seq: int, data: bytes, *, anchor: bool = False) -> AnyRecord | None:
+    def feed(
+        self, seq: int, data: bytes, *, anchor: bool = False, scheduler: str | None = None
+    ) -> AnyRecord | None:
         """Add the record stored at stream sequence ``seq``. An ``anchor`` is the first
         record read of a journal read from the middle (an object's, from the record its
         state projection was made at): it is taken as it is, and what follows must link
@@ -120,6 +122,14 @@ class History:
             JournalGap: the record does not name the previous record as its predecessor,
                 or cannot be decoded.
         """
+        if scheduler is not None:  # (never fusee's: its schedules target inboxes)
+            if seq <= self.forgive:  # a forced resume accepted the break: skipped
+                return None
+            raise JournalGap(
+                f"run {self.run_id!r}: the journal record at sequence {seq} was written by "
+                f"a message schedule (on {scheduler}), never by fusee: forged",
+                seq=seq,
+            )
         try:
             record = decode_record(data)
         except msgspec.DecodeError as exc:
@@ -619,11 +629,17 @@ class Replayer:
             )
 
 
-def load_journal(history: History, messages: Sequence[tuple[int, bytes]]) -> list[AnyRecord]:
+def load_journal(
+    history: History,
+    messages: Sequence[tuple[int, bytes]],
+    *,
+    scheduled: Mapping[int, str] | None = None,
+) -> list[AnyRecord]:
     """Feed ``messages`` (``(seq, data)``, in order) to ``history``; the records taken,
     in order. A break of the chain that a forced resume journaled later in them
     accepted (``run.resumed`` with ``force``, its ``gap`` at or past the break) is taken
-    as it is (an unreadable record there is skipped).
+    as it is (an unreadable record there is skipped). ``scheduled``: the sequences of
+    records a message schedule wrote, with the schedule's subject (a break: forged).
 
     Raises:
         JournalGap: a break no forced resume accepted.
@@ -633,10 +649,11 @@ def load_journal(history: History, messages: Sequence[tuple[int, bytes]]) -> lis
     while i < len(messages):
         seq, data = messages[i]
         try:
-            if (record := history.feed(seq, data)) is not None:
+            by = scheduled.get(seq) if scheduled else None
+            if (record := history.feed(seq, data, scheduler=by)) is not None:
                 taken.append(record)
         except JournalGap as gap:
-            accepted = _forced_gap(messages[i + 1 :])
+            accepted = _forced_gap(messages[i + 1 :], scheduled or {})
             if accepted < gap.seq:
                 raise
             history.forgive = max(history.forgive, accepted)
@@ -645,10 +662,13 @@ def load_journal(history: History, messages: Sequence[tuple[int, bytes]]) -> lis
     return taken
 
 
-def _forced_gap(messages: Sequence[tuple[int, bytes]]) -> int:
-    """The furthest ``gap`` a forced ``run.resumed`` among ``messages`` accepts (0: none)."""
+def _forced_gap(messages: Sequence[tuple[int, bytes]], scheduled: Mapping[int, str]) -> int:
+    """The furthest ``gap`` a forced ``run.resumed`` among ``messages`` accepts (0: none;
+    one a message schedule wrote accepts nothing)."""
     furthest = 0
-    for _, data in messages:
+    for seq, data in messages:
+        if seq in scheduled:
+            continue
         try:
             record = decode_record(data)
         except msgspec.DecodeError:

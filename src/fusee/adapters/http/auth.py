@@ -371,7 +371,8 @@ def cookie_token(scope: Any) -> str | None:
     for name, value in scope.get("headers", ()):
         if name != b"cookie":
             continue
-        for pair in value.decode("latin-1").split(";"):
+        header: str = value.decode("latin-1")
+        for pair in header.split(";"):
             key, eq, given = pair.strip().partition("=")
             if eq and key == UI_COOKIE and given:
                 return given.strip('"')

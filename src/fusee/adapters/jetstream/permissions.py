@@ -16,7 +16,8 @@ against a real server by ``tests/integration/test_nats_permissions.py``):
   (``<ns>.run.>``), a value, a token, a bucket, nor anything the worker may not; on
   core NATS it only calls shared handlers and hears heartbeats (never poses as a
   worker: no heartbeat, ping answer, take or wake), and subscribes to its own reply
-  inboxes only (:func:`inbox_prefix`).
+  inboxes only (:func:`inbox_prefix`); it reads the work bucket key by key, never the
+  namespace's secret (:func:`_client_work_reads`).
 
 These roles are not a security boundary against a hostile client or worker: what each
 can still do is in ``docs/reference/nats-permissions.md`` ("What the roles do not
@@ -85,11 +86,37 @@ def _streams(lay: Layout) -> tuple[list[str], list[str]]:
     return [lay.stream, lay.values_stream, tokens], buckets
 
 
-def _read(lay: Layout) -> list[str]:
+# The work bucket's keys a client reads, one by one (``NatsStore``): the namespace's
+# settings but its secret, objects' active markers, partitions' owners, limits.
+_CLIENT_WORK_KEYS = (
+    "config.partitions",
+    "config.listed_from",
+    "config.paused_listed",
+    "active.>",
+    "owner.>",
+    "limit.>",
+)
+
+
+def _client_work_reads(lay: Layout) -> list[str]:
+    """The client's reads of the work bucket: its info (key names, no values) and a
+    Direct Get per key it reads, by subject. Not the secret (``config.secret``, the
+    key of completion URLs and API tokens): no Direct Get of it, nor the forms that
+    name their subject in the body (a Direct Get or message get without a subject
+    token, a consumer), which would reach it too."""
+    stream, bucket = f"KV_{lay.work_bucket}", lay.work_bucket
+    gets = [f"$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.{k}" for k in _CLIENT_WORK_KEYS]
+    return [f"$JS.API.STREAM.INFO.{stream}", *gets]
+
+
+def _read(lay: Layout, *, client: bool = False) -> list[str]:
     """What every role needs to read: stream info, direct gets, the ordered consumers a
-    watch (results, token streams, bucket listings) makes, and their flow control."""
+    watch (results, token streams, bucket listings) makes, and their flow control (the
+    client reads the work bucket key by key: :func:`_client_work_reads`)."""
     streams, buckets = _streams(lay)
-    out = ["$JS.API.INFO"]
+    if client:
+        buckets = [b for b in buckets if b != f"KV_{lay.work_bucket}"]
+    out = ["$JS.API.INFO", *(_client_work_reads(lay) if client else ())]
     for s in (*streams, *buckets):
         out += [
             f"$JS.API.STREAM.INFO.{s}",
@@ -161,7 +188,7 @@ def permissions(namespace: str, role: str) -> Permissions:
         pub, sub = _client_core(lay, user)
         # inbox messages only: signals, cancels, invocations (``Layout.inbox``)
         allow = [
-            *_read(lay),
+            *_read(lay, client=True),
             f"{ns}.in.*.*",
             # an object call marks its key active (``NatsStore.ensure_active``), so the
             # partition's owner activates it

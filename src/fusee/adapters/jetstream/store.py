@@ -123,6 +123,8 @@ UNMARKED_KIND = "run.inactive"  # its removal: replaces it, then expires
 LISTED_KIND = "run.listed"  # a run's listing entry (Layout.listing)
 LISTED_FROM = "config.listed_from"  # in the work bucket: see NatsStore.legacy_pages
 PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.list_old_pauses
+# the read of the namespace's secret (NatsStore.load_secret), refused to the client role
+SECRET_READ = "$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.config.secret"
 UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then expires
 
 # Room kept in every message for what is not the value: the record's other fields
@@ -256,6 +258,8 @@ class NatsStore:
         # subjects the server refused this connection (permission violations), with
         # its message: a denied request looks like a timeout to nats-py
         self.denied: dict[str, str] = {}
+        # reads that end as soon as the server refuses their subject (``_unless_refused``)
+        self._refusals: dict[str, anyio.CancelScope] = {}
         self.auth_method = "no credentials"  # how it authenticated, for messages
         # the journal stream has followers (R3): their Direct Gets may be behind the
         # leader's acks, so journal reads are checked against the leader's tail (see
@@ -402,16 +406,20 @@ class NatsStore:
         stream for a consumer's API call: each consumer has a name of its own)."""
         if subject.startswith("$js.api.consumer."):
             subject = subject.rpartition(".")[0]
+        if (refused := self._refusals.pop(subject, None)) is not None:
+            refused.cancel()
         if subject not in self.denied:
             self.denied[subject] = message
             # what a role is expected to be refused, and fusee does without: deleting an
             # ordered consumer (the server drops it when idle), an inbox trim, a wake
-            # hint (the owner follows every inbox); anything else is a misconfiguration
+            # hint (the owner follows every inbox), the namespace's secret (a client's
+            # connect asks; see load_secret); anything else is a misconfiguration
             lay = self.layout
             expected = (
                 "$js.api.consumer.delete.",
                 f"$js.api.stream.purge.{lay.stream}".lower(),
                 lay.wake(0).rpartition(".")[0].lower() + ".",
+                SECRET_READ.format(bucket=lay.work_bucket).lower(),
             )
             level = log.debug if subject.startswith(expected) else log.warning
             level("nats.permission_denied", subject=subject, error=message)
@@ -1036,24 +1044,47 @@ class NatsStore:
 
     async def load_secret(self, key: str = "config.secret") -> bytes:
         """The namespace's secret (32 random bytes, base64url in the work bucket), made by
-        the first client that asks: ``create`` lets concurrent first clients agree."""
+        the first client that asks: ``create`` lets concurrent first clients agree.
+
+        Credentials that may not read it (the client role: nats/accounts.conf) get
+        ``b""`` as soon as the server refuses the read, not after its timeout; what
+        needs the secret then says so (``Engine``)."""
+        bucket = self.layout.work_bucket
+        subject = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}"  # (SECRET_READ's)
         try:
-            entry = await self.work.get(key)
+            entry = await self._unless_refused(subject, self.work.get, key)
         except nats.js.errors.KeyNotFoundError:
             fresh = base64.urlsafe_b64encode(secrets.token_bytes(32))
             with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
                 await self.work.create(key, fresh)
             made = await self._config(key, leader=True)  # (a follower may lag: see above)
             if made is None:  # pragma: no cover - created above, and the bucket keeps it
-                raise FuseeError(
-                    f"{key} in {self.layout.work_bucket} vanished as it was made"
-                ) from None
+                raise FuseeError(f"{key} in {bucket} vanished as it was made") from None
             value = base64.urlsafe_b64decode(made)
         else:
+            if entry is None:
+                return b""
             value = base64.urlsafe_b64decode(entry.value or b"")
         if len(value) < 32:
-            raise FuseeError(f"{key} in {self.layout.work_bucket} holds fewer than 32 bytes")
+            raise FuseeError(f"{key} in {bucket} holds fewer than 32 bytes")
         return value
+
+    async def _unless_refused(
+        self, subject: str, fn: Callable[..., Awaitable[Any]], *args: Any
+    ) -> Any:
+        """``fn(*args)``, a read whose request goes to ``subject``, or None once the
+        server refuses this connection that subject (nats-py would wait out its
+        timeout: a refusal is reported on the side, see ``note_denied``)."""
+        low = subject.lower()
+        if low in self.denied:
+            return None
+        with anyio.CancelScope() as refused:  # (cancelled by note_denied)
+            self._refusals[low] = refused
+            try:
+                return await fn(*args)
+            finally:
+                self._refusals.pop(low, None)
+        return None
 
     async def schedule_timer(
         self, eid: str, partition: int, pos: int, until: float, *, start: int = 0
@@ -1308,7 +1339,9 @@ class NatsStore:
         subjects = info.state.subjects or {}
         return sorted({unescape(s[len(prefix) :].split(".", 1)[0]) for s in subjects})
 
-    async def _kv_list(self, bucket: str, kv: KeyValue, keys: str) -> dict[str, tuple[int, bytes]]:
+    async def _kv_list(
+        self, bucket: str, kv: KeyValue, keys: str, *, watch: bool = True
+    ) -> dict[str, tuple[int, bytes]]:
         """Every key of ``kv`` under the filter ``keys`` with its latest value (not
         empty) and revision, each key once.
 
@@ -1316,18 +1349,21 @@ class NatsStore:
         the initial values can come twice (kept once, the latest), or not at all (its
         older value is no longer the last one, and the watcher says it is done before
         the update). So the keys the stream lists that the watcher did not deliver are
-        read one by one (Direct Get, 32 at a time)."""
+        read one by one (Direct Get, 32 at a time). ``watch=False``: every key is read
+        that way (a few keys; no consumer, which the client role may not make on the
+        work bucket: it would reach ``config.secret``)."""
         out: dict[str, tuple[int, bytes]] = {}
         with lost_on_transient(f"listing {bucket}"):
-            watcher = await kv.watch(keys, ignore_deletes=True)
-            try:
-                async for entry in watcher:
-                    if entry is None:
-                        break
-                    if entry.value:
-                        out[entry.key] = (entry.revision or 0, entry.value)
-            finally:
-                await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped
+            if watch:
+                watcher = await kv.watch(keys, ignore_deletes=True)
+                try:
+                    async for entry in watcher:
+                        if entry is None:
+                            break
+                        if entry.value:
+                            out[entry.key] = (entry.revision or 0, entry.value)
+                finally:
+                    await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped
             subject_prefix = f"$KV.{bucket}."
             info = await retrying(self.js.stream_info, f"KV_{bucket}", subject_prefix + keys)
         missing = [
@@ -1370,7 +1406,8 @@ class NatsStore:
 
     async def list_limits(self) -> dict[str, bytes]:
         """Every limit's config, by its work-bucket key (``limit.<eid>``)."""
-        found = await self._kv_list(self.layout.work_bucket, self.work, "limit.*")
+        # key by key: limits are few, and a client may read the work bucket only so
+        found = await self._kv_list(self.layout.work_bucket, self.work, "limit.*", watch=False)
         return {k: v for k, (_, v) in found.items()}
 
     async def ensure_active(self, partition: int, eid: str) -> None:
