@@ -129,9 +129,14 @@ async def fail_over(store: NatsStore, to: str) -> FailoverReport:
 
 
 async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[int | None, bool]:
-    """If the old home answers, wait (up to ``CATCH_UP``) until the mirror holds its
-    last record: ``(records still missing, True)``. ``(None, False)`` when it does not
-    answer (a region lost)."""
+    """If the old home answers, close its journal and values streams to writes and wait (up to
+    ``CATCH_UP``) until the mirror holds its last record: ``(0, True)``. ``(None,
+    False)`` when it does not answer (a region lost).
+
+    Raises:
+        FuseeError: the mirror did not catch up in time (nothing deleted; asked again,
+            the failover waits again).
+    """
     try:
         with anyio.fail_after(5.0):
             origin = await js.stream_info(layout.stream)
@@ -139,6 +144,19 @@ async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[
         return None, False
     if origin.cluster is not None and not origin.cluster.leader:
         return None, False  # known to the meta group, but no replica of it answers
+    # closed to writes first, so that nothing is stored after the last sequence the
+    # mirror must reach (a client, an API or a worker of the old home still appending):
+    # what was acknowledged is all in the mirror before anything is deleted. The
+    # streams take no subject of the namespace's any more (a stream with message
+    # schedules cannot be sealed: nats-server 2.15 refuses it, 10052); their mirrors
+    # read on, by consumer
+    closed = f"{layout.namespace}.closed.e{layout.epoch}"
+    for name, part in ((layout.stream, "run"), (layout.values_stream, "val")):
+        closing = (await retrying(js.stream_info, name, what=f"stream {name}")).config
+        if closing.subjects != [f"{closed}.{part}"]:
+            closing.subjects = [f"{closed}.{part}"]
+            await retrying(js.update_stream, closing, what=f"closing {name} to writes")
+    origin = await retrying(js.stream_info, layout.stream, what=f"stream {layout.stream}")
     target = int(origin.state.last_seq)
     with anyio.move_on_after(CATCH_UP):
         while True:
@@ -147,7 +165,12 @@ async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[
                 return 0, True
             await anyio.sleep(0.1)  # the mirror offers no event for its progress
     mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
-    return max(0, target - int(mirror.state.last_seq)), True
+    behind = target - int(mirror.state.last_seq)
+    raise FuseeError(
+        f"the mirror {nxt.stream} is still {behind} records behind {layout.stream} after "
+        f"{CATCH_UP:.0f}s: nothing was deleted ({layout.stream} takes no more writes); "
+        f"run the failover again to wait again"
+    )
 
 
 async def _delete(js: JetStreamContext, name: str) -> None:
