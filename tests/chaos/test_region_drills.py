@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import nats
+import nats.js.errors
 import pytest
 
 import fusee
@@ -339,6 +341,20 @@ async def test_a_planned_handover_and_the_fail_back_lose_nothing(
         )  # fmt: skip
         assert worker.stop() == 0
         await east.close()
+        # a handover interrupted after its first step: the old home's streams closed to
+        # writes (as the procedure closes them) and nothing deleted; a write there is
+        # refused, not stored, and the failover run again finds the closed stream
+        nc = await nats.connect(east_url.split(","))
+        try:
+            js, old = nc.jetstream(timeout=5.0), Layout(namespace, 1, "east")
+            for name, part in ((old.stream, "run"), (old.values_stream, "val")):
+                config = (await js.stream_info(name)).config
+                config.subjects = [f"{namespace}.closed.e1.{part}"]
+                await js.update_stream(config)
+            with pytest.raises(nats.js.errors.NoStreamResponseError):
+                await js.publish(f"{namespace}.in.0.late", b"a write after the close")
+        finally:
+            await nc.close()
 
         async def failover(to: str, url: str) -> dict[str, Any]:
             done = await run_cli(

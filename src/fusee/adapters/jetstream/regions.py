@@ -37,10 +37,11 @@ async def current_stream(
     nc: Client, namespace: str, refused: Callable[[], FuseeError | None] | None = None
 ) -> str | None:
     """The stream that binds the namespace's journal subjects now (mirrors bind none),
-    as the meta leader knows it; None when there is none."""
+    or the one a planned handover closed to writes, as the meta leader knows it; None
+    when there is none."""
 
-    async def names() -> list[str]:
-        body = json.dumps({"subject": f"{namespace}.run.>"}).encode()
+    async def names(subject: str) -> list[str]:
+        body = json.dumps({"subject": subject}).encode()
         reply = json.loads((await nc.request("$JS.API.STREAM.NAMES", body, timeout=5.0)).data)
         if "error" in reply:
             err = reply["error"]
@@ -51,9 +52,15 @@ async def current_stream(
             )
         return list(reply.get("streams") or [])
 
-    found = await retrying(names, what="the namespace's journal stream", refused=refused)
-    ours = [n for n in found if epoch_of_stream(namespace, n) is not None]
-    return ours[0] if ours else None
+    what = "the namespace's journal stream"
+    for subject in (f"{namespace}.run.>", f"{namespace}.closed.>"):
+        # then one a planned handover closed to writes (failover.py) and has not
+        # deleted yet: still the namespace's current epoch
+        found = await retrying(names, subject, what=what, refused=refused)
+        ours = [n for n in found if epoch_of_stream(namespace, n) is not None]
+        if ours:
+            return ours[0]
+    return None
 
 
 async def find_layout(nc: Client, namespace: str, region: str) -> tuple[Layout, RegionMeta]:
