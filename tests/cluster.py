@@ -18,6 +18,7 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,25 @@ def _node_config(name: str, index: int, ports: tuple[int, int, int], routes: lis
     return text
 
 
+def _wait_healthy(
+    nodes: list[ClusterNode], elected: Callable[[], bool], timeout: float, what: str
+) -> None:
+    """Until every live node of ``nodes`` is healthy and ``elected()`` (a meta leader as
+    the caller wants it); a node that exited is told at once, with its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for node in nodes:
+            if node.proc is not None and node.proc.poll() is not None:
+                raise RuntimeError(
+                    f"nats-server {node.name} exited ({node.proc.returncode}):\n{node.log_tail()}"
+                )
+        if all(n.healthy(js_only=False) for n in nodes if n.alive) and elected():
+            return
+        time.sleep(0.05)  # a poll, not an order: the servers offer only HTTP health
+    tails = "\n".join(f"--- {n.name}\n{n.log_tail()}" for n in nodes)
+    raise RuntimeError(f"{what} was not ready after {timeout}s:\n{tails}")
+
+
 @dataclass
 class LoopbackCluster:
     """Three nats-servers in one JetStream cluster on loopback, in ``dir``."""
@@ -222,20 +242,7 @@ class LoopbackCluster:
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Until every live node is healthy (JetStream current, a meta leader known)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for node in self.nodes:
-                if node.proc is not None and node.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"nats-server {node.name} exited ({node.proc.returncode}):\n"
-                        f"{node.log_tail()}"
-                    )
-            live = [n for n in self.nodes if n.alive]
-            if all(n.healthy(js_only=False) for n in live) and self.meta_leader():
-                return
-            time.sleep(0.05)  # no event to wait on: the servers offer only HTTP
-        tails = "\n".join(f"--- {n.name}\n{n.log_tail()}" for n in self.nodes)
-        raise RuntimeError(f"the cluster was not ready after {timeout}s:\n{tails}")
+        _wait_healthy(self.nodes, lambda: self.meta_leader() is not None, timeout, "the cluster")
 
     def restart(self, node: ClusterNode, *, timeout: float = 30.0) -> None:
         """Start ``node`` again on its ports and store; wait until the cluster is ready."""
@@ -362,21 +369,12 @@ class LoopbackRegions:
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until every live node is healthy and a meta leader of all 7 is elected."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for node in self.nodes:
-                if node.proc is not None and node.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"nats-server {node.name} exited ({node.proc.returncode}):\n"
-                        f"{node.log_tail()}"
-                    )
-            live = [n for n in self.nodes if n.alive]
+
+        def elected() -> bool:
             leader, size = self.meta()
-            if all(n.healthy(js_only=False) for n in live) and leader and size == len(self.nodes):
-                return
-            time.sleep(0.05)  # no event to wait on: the servers offer only HTTP
-        tails = "\n".join(f"--- {n.name}\n{n.log_tail()}" for n in self.nodes)
-        raise RuntimeError(f"the regions were not ready after {timeout}s:\n{tails}")
+            return bool(leader) and size == len(self.nodes)
+
+        _wait_healthy(self.nodes, elected, timeout, "the regions")
 
     def kill_region(self, region: str) -> None:
         """SIGKILL every server of ``region`` (a region lost at once); stores stay."""
