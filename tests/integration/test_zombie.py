@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -90,5 +91,47 @@ async def test_zombie_owner_is_fenced_out(
         # only the step the zombie was frozen in ran twice, with the same key
         assert counts[keys[2]] == 2
         assert all(counts[keys[p]] == 1 for p in (1, 3, 4)), execution_lines(log)
+    finally:
+        await engine.close()
+
+
+async def test_a_frozen_owner_is_replaced_after_one_ping_not_one_per_partition(
+    nats_server: Any, namespace: str, worker_procs: Any
+) -> None:
+    """A worker frozen (SIGSTOP) while it owns half of 16 partitions: its peer takes
+    all of them once its ping goes unanswered, asking it once (each ping it waits out is
+    ``ping_timeout``: one per partition made a frozen owner of 8 partitions 8 pings, 16 s,
+    to replace)."""
+    partitions = 16
+    engine = await fusee.connect(nats_server.url, namespace=namespace, partitions=partitions)
+    pings: list[str] = []
+
+    async def on_ping(msg: Any) -> None:
+        pings.append(msg.subject)  # (the test does not answer: the worker is frozen)
+
+    try:
+        by_id = await start_balanced(worker_procs(partitions=partitions), engine, 2)
+        frozen_id = next(iter(by_id))
+        frozen, other_id = by_id[frozen_id], next(w for w in by_id if w != frozen_id)
+        held = [p for p, w in (await owners(engine)).items() if w == frozen_id]
+        assert len(held) >= 2, held  # (rendezvous hashing: 16 partitions over 2 workers)
+        sub = await engine.store.nc.subscribe(engine.store.layout.ping(frozen_id), cb=on_ping)
+        frozen.freeze()
+        began = time.monotonic()
+        try:
+
+            async def all_taken() -> bool:
+                return set((await owners(engine)).values()) == {other_id}
+
+            await wait_until(all_taken, timeout=30, what=f"the {len(held)} partitions taken")
+            took = time.monotonic() - began
+            print(f"\na frozen owner of {len(held)} partitions replaced in {took:.1f} s")
+        finally:
+            frozen.thaw()
+            await sub.unsubscribe()
+        assert len(pings) == 1, (
+            f"{len(pings)} pings to the frozen owner of {len(held)} partitions before they "
+            "were taken"
+        )
     finally:
         await engine.close()

@@ -129,7 +129,12 @@ class WorkerConfig:
     partitions: int = 16
     heartbeat: float = 0.2  # seconds between heartbeats
     suspect_after: float = 0.7  # silence after which a worker is pinged
-    ping_timeout: float = 0.5  # no answer in this long: taken as dead (PING_TIMEOUT too)
+    # How long a ping's answer may take before the worker is taken as dead (PING_TIMEOUT
+    # too). A dead process answers at once (no responders), so this only times a frozen
+    # or cut-off one; a live worker starved of CPU for a second (heartbeat gaps of
+    # 1.2-1.35 s were seen at a load of 8 on 2 cores) must not be judged dead, or its
+    # running steps are stopped and run again elsewhere.
+    ping_timeout: float = 2.0
     verify_every: float = 2.0  # re-read partition owners and active runs this often
     drain_timeout: float = 5.0  # a released partition's steps get this long to commit
     # FUSEE_ALWAYS_REPLAY=1: evict every actor after each step (replay tests)
@@ -484,14 +489,32 @@ class Worker:
             self._reachable()
             self._last_verify = anyio.current_time()
         now = anyio.current_time()
-        for worker, seen in list(self.members.items()):
-            if now - seen > self.config.suspect_after and not await self._alive(worker):
+        gone: set[str] = set()  # judged dead this round: not pinged again per partition
+
+        lost: list[ConnectionLost] = []
+
+        async def suspect(worker: str) -> None:
+            try:
+                alive = await self._alive(worker)
+            except ConnectionLost as exc:  # raised below, not as an ExceptionGroup
+                lost.append(exc)
+                return
+            if not alive:
                 log.info("worker.gone", peer=worker)
+                gone.add(worker)
+
+        silent = [w for w, seen in self.members.items() if now - seen > self.config.suspect_after]
+        if silent:  # pinged together: one frozen peer does not hold up the others' verdicts
+            async with anyio.create_task_group() as tg:
+                for worker in silent:
+                    tg.start_soon(suspect, worker)
+        if lost:
+            raise lost[0]
         live = set(self.members) | {self.id}
         for p in range(self.config.partitions):
             mine = owner_for(p, live) == self.id
             if mine and p not in self.owned and p not in self._releasing:
-                await self._acquire(p)
+                await self._acquire(p, gone)
             elif not mine and p in self.owned and p not in self._releasing:
                 assert self._tg is not None
                 self._tg.start_soon(self._release, p)
@@ -499,7 +522,10 @@ class Worker:
             self._last_verify = now
             await self._verify()
 
-    async def _acquire(self, p: int) -> None:
+    async def _acquire(self, p: int, gone: set[str] | frozenset[str] = frozenset()) -> None:
+        """Claim ``p`` unless a live worker holds it (``gone``: workers that did not
+        answer a ping just now, whose partitions are taken without another one: a
+        frozen owner of 16 partitions is replaced after one ping, not 16)."""
         current = await self.store.get_owner(p)
         if current is None:
             revision = await self.store.claim_owner(p, self.id, None)
@@ -507,7 +533,7 @@ class Worker:
             holder, last = current
             if holder == self.id:
                 revision = last
-            elif holder in self.members or await self._alive(holder):
+            elif holder in self.members or (holder not in gone and await self._alive(holder)):
                 return  # alive: it hands the partition over when it sees us
             else:
                 revision = await self.store.claim_owner(p, self.id, last)

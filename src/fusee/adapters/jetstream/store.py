@@ -111,7 +111,7 @@ CONNECT_DEADLINE = 10.0
 IDLE_MARKER = b'{"idle":true}'  # an object's active marker while it is idle
 # How long a client waits for a worker's ping answer before it counts the worker as
 # gone: a worker's own patience with its peers (``WorkerConfig.ping_timeout``).
-PING_TIMEOUT = 0.5
+PING_TIMEOUT = 2.0
 # The inbox consumer's idle heartbeat: nats-py recreates the ordered consumer once it
 # missed two (a server restart, the consumer deleted); nats-py's own default.
 INBOX_HEARTBEAT = 5.0
