@@ -324,6 +324,34 @@ def _at_least(runs: dict[str, Any], count: int) -> bool:
 
 SERVED_BY = {"common": {"a", "b"}, "only_a": {"a"}, "only_b": {"b"}, "only_c": {"c"}}
 
+# what a worker logs when a run may have two executions: a partition moving, a peer
+# judged gone, a fence, a guest let go, an outage, a stop
+_MOVES = {
+    "partition.lost",
+    "worker.gone",
+    "actor.fenced",
+    "actor.guest_expired",
+    "actor.interrupted",
+    "nats.unreachable",
+    "worker.stopped",
+}
+
+
+def _story(workers: list[WorkerProc], run_ids: set[str]) -> str:
+    """The log lines of ``workers`` about ``run_ids`` and the moves that could run a
+    step twice, in time order: a failure says what happened."""
+    lines = []
+    for w in workers:
+        for e in w.events():
+            if e.get("run_id") in run_ids or e.get("event") in _MOVES:
+                keep = ("run_id", "attempt", "partition", "peer", "error", "owner")
+                extra = " ".join(f"{k}={e[k]}" for k in keep if k in e)
+                lines.append(
+                    f"{e.get('timestamp', '')} {w.log_path.parent.name}/{w.name} "
+                    f"{e.get('event')} {extra}"
+                )
+    return "\n".join(sorted(lines))
+
 
 async def test_a_rolling_restart_of_three_workers_with_different_code(
     nats_cluster: LoopbackCluster, namespace: str, tmp_path: Path
@@ -335,8 +363,10 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
     its step once, and no step ran twice (the side-effect log)."""
     cluster = nats_cluster
     engine = await fusee.connect(cluster.urls, namespace=namespace, replicas=3, partitions=16)
+    for code in "abc":  # each code's workers log in their own folder
+        (tmp_path / code).mkdir()
     pool = {
-        code: Workers(cluster.url, namespace, tmp_path, 16, HERE / f"code_{code}.py")
+        code: Workers(cluster.url, namespace, tmp_path / code, 16, HERE / f"code_{code}.py")
         for code in "abc"
     }
     log = tmp_path / "effects.log"
@@ -415,7 +445,11 @@ async def test_a_rolling_restart_of_three_workers_with_different_code(
         counts = collections.Counter(name for name, _, _ in execution_lines(log))
         assert set(counts) == set(runs)
         ran_again = {k: n for k, n in counts.items() if n != 1}
-        assert not ran_again, f"steps that ran more than once: {ran_again}"
+        assert not ran_again, (
+            f"steps that ran more than once: {ran_again} (name, key, attempt: "
+            f"{[e for e in execution_lines(log) if e[0] in ran_again]}); the workers said:\n"
+            + _story([w for ws in pool.values() for w in ws.procs], set(ran_again))
+        )
     finally:
         await sub.unsubscribe()
         for w in pool.values():
