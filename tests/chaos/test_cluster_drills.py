@@ -327,6 +327,8 @@ SERVED_BY = {"common": {"a", "b"}, "only_a": {"a"}, "only_b": {"b"}, "only_c": {
 # what a worker logs when a run may have two executions: a partition moving, a peer
 # judged gone, a fence, a guest let go, an outage, a stop
 _MOVES = {
+    "partition.acquired",
+    "partition.released",
     "partition.lost",
     "worker.gone",
     "actor.fenced",

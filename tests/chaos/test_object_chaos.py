@@ -46,10 +46,11 @@ MODULE = Path(__file__).resolve().parent.parent / "workers" / "objects_chaos.py"
 PARTITIONS = 2
 CLIENTS_PER_KEY = 3
 # each client calls until the kills are over: at least 7 calls (42 in all), and at most
-# 3 more per kill made so far (a kill aimed at a projection waits for one: a key of the
+# 3 more per kill begun so far (a kill aimed at a projection waits for one: a key of the
 # chaos worker projects every 4 records, see objects_chaos.py); a client ahead of the
-# kills waits for the next one, so a machine slow to start workers (the kills) does not
-# let the calls run out before the kills end (a fixed 60 did, at a load of 6)
+# kills waits for the next one to begin, so a machine slow to start workers (the kills)
+# does not let the calls run out before the kills end (a fixed 60 did, at a load of 6),
+# and a kill waiting for a step or a projection has calls coming
 MIN_CALLS, CALLS_PER_KILL = 7, 3
 KILLS = 20
 CALL_TIMEOUT = 45.0  # a call that has not returned by then hangs: the test fails
@@ -91,12 +92,15 @@ class Chaos:
     tails: dict[str, Tail] = field(default_factory=dict)
     killed: dict[int, float] = field(default_factory=dict)  # pid -> time it was dead by
     kills: list[str] = field(default_factory=list)  # how each kill was chosen
-    # set (and replaced) at each kill, and once they are over: clients ahead wait on it
+    begun: int = 0  # kills begun (the clients' budget grows with it)
+    # set (and replaced) as each kill begins, and once they are over: clients ahead of
+    # the kills wait on it
     next_kill: anyio.Event = field(default_factory=anyio.Event)
 
-    def killed_one(self) -> None:
-        done, self.next_kill = self.next_kill, anyio.Event()
-        done.set()
+    def kill_begins(self) -> None:
+        self.begun += 1
+        began, self.next_kill = self.next_kill, anyio.Event()
+        began.set()
 
     async def start(self) -> None:
         env = {"FUSEE_TEST_STOP_AT_PROJECTION": str(self.stop_flag)}
@@ -111,7 +115,6 @@ class Chaos:
         self.killed[victim.pid] = time.time()
         self.alive.remove(victim)
         self.kills.append(f"{how}:{victim.name}")
-        self.killed_one()
 
     async def next_event(self, event: str, timeout: float) -> WorkerProc | None:
         """The live worker that logs ``event`` for an object next (None: none in time)."""
@@ -156,6 +159,7 @@ class Chaos:
 
     async def run(self, partitions: list[int]) -> None:
         for _ in range(KILLS):
+            self.kill_begins()
             how = self.rng.choice(["step", "step", "projecting", "random"])
             victim: WorkerProc | None = None
             if how == "step":
@@ -268,7 +272,7 @@ async def test_sigkill_mid_handler_20_times(
             obj = engine.object("counter", key)
             n = 0
             while n < MIN_CALLS or not kills_done.is_set():
-                while n >= MIN_CALLS + CALLS_PER_KILL * len(chaos.kills):
+                while n >= MIN_CALLS + CALLS_PER_KILL * chaos.begun:
                     if kills_done.is_set():
                         return
                     await chaos.next_kill.wait()  # ahead of the kills
@@ -287,7 +291,7 @@ async def test_sigkill_mid_handler_20_times(
         async def killer() -> None:
             await chaos.run(sorted(keys))
             kills_done.set()
-            chaos.killed_one()  # (clients waiting for a next kill: there is none)
+            chaos.kill_begins()  # (clients waiting for a next kill: there is none)
 
         async with anyio.create_task_group() as tg:
             for key, names in plan.items():

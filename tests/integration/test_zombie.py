@@ -100,8 +100,8 @@ async def test_a_frozen_owner_is_replaced_after_one_ping_not_one_per_partition(
 ) -> None:
     """A worker frozen (SIGSTOP) while it owns half of 16 partitions: its peer takes
     all of them once its ping goes unanswered, asking it once (each ping it waits out is
-    ``ping_timeout``: one per partition made a frozen owner of 8 partitions 8 pings, 16 s,
-    to replace)."""
+    ``ping_timeout``: one more per partition made a frozen owner of n partitions n+1
+    pings to replace)."""
     partitions = 16
     engine = await fusee.connect(nats_server.url, namespace=namespace, partitions=partitions)
     pings: list[str] = []
@@ -133,5 +133,37 @@ async def test_a_frozen_owner_is_replaced_after_one_ping_not_one_per_partition(
             f"{len(pings)} pings to the frozen owner of {len(held)} partitions before they "
             "were taken"
         )
+    finally:
+        await engine.close()
+
+
+async def test_a_worker_joining_while_the_only_owner_is_frozen_pings_it_once(
+    nats_server: Any, namespace: str, worker_procs: Any
+) -> None:
+    """The owner of all 16 partitions frozen (SIGSTOP), then a second worker starts: it
+    has never heard the frozen one, finds it in the owner records, pings it once (its
+    discovery) and takes the 16 partitions before it says it has started (one ping
+    per partition, 2 s each, made that 35 s)."""
+    partitions = 16
+    engine = await fusee.connect(nats_server.url, namespace=namespace, partitions=partitions)
+    pings: list[str] = []
+
+    async def on_ping(msg: Any) -> None:
+        pings.append(msg.subject)
+
+    try:
+        workers = worker_procs(partitions=partitions)
+        first = await start_balanced(workers, engine, 1)
+        [(frozen_id, frozen)] = first.items()
+        sub = await engine.store.nc.subscribe(engine.store.layout.ping(frozen_id), cb=on_ping)
+        frozen.freeze()
+        try:
+            joined = await workers.start()
+            joined_id = joined.find("worker.started")[0]["worker"]
+            assert set((await owners(engine)).values()) == {joined_id}
+        finally:
+            frozen.thaw()
+            await sub.unsubscribe()
+        assert len(pings) == 1, f"{len(pings)} pings to the frozen owner of {partitions}"
     finally:
         await engine.close()

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import secrets
 import socket
@@ -269,8 +270,8 @@ class Worker:
                     tg.start_soon(self._heartbeat_loop)
                     tg.start_soon(self._wake_loop)
                     try:
-                        await self._discover()
-                        await self._balance()
+                        # owners that did not answer are not pinged again per partition
+                        await self._balance(gone=await self._discover())
                     except ConnectionLost as exc:
                         self._unreachable(exc)  # the balance loop tries again
                     log.info(
@@ -402,7 +403,7 @@ class Worker:
             body = encode_core(RenewOp(self.id, seqs))
             await self.store.publish_core(core_subject(self.namespace, eid), body)
 
-    async def _discover(self) -> None:
+    async def _discover(self) -> set[str]:
         """Learn which owners of partitions are alive before claiming anything, so a
         joining worker takes its share and no more, and a dead owner's partitions are
         taken at once (a ping to a closed connection has no responders) instead of after
@@ -425,13 +426,25 @@ class Worker:
         if lost:
             raise lost[0]
         owners.discard(self.id)
+        gone: set[str] = set()
+
+        async def ping(worker: str) -> None:
+            if not await self._alive(worker):
+                gone.add(worker)
+
         async with anyio.create_task_group() as tg:
             for worker in owners:
-                tg.start_soon(self._alive, worker)
+                tg.start_soon(ping, worker)
+        return gone
 
     async def _alive(self, worker: str) -> bool:
+        """Whether ``worker`` answers a ping (a failed ping, NATS's fault or not, is a
+        no: ``store.ping`` raises nothing for it)."""
+        asked = anyio.current_time()
         answer = await self.store.ping(self.store.layout.ping(worker), self.config.ping_timeout)
         if answer is None:
+            if self.members.get(worker, -math.inf) >= asked:
+                return True  # it heartbeat while the ping went unanswered: alive
             self.members.pop(worker, None)
             self.serves.pop(worker, None)
             return False
@@ -479,7 +492,10 @@ class Worker:
         for worker in self.members:
             self.members[worker] = now
 
-    async def _balance(self) -> None:
+    async def _balance(self, *, gone: set[str] | None = None) -> None:
+        """Acquire the partitions this worker should own and release the others; peers
+        silent too long are pinged first. ``gone``: peers already found not answering
+        (by ``_discover``)."""
         if self._stopping:
             return
         if self._outage_since is not None:
@@ -489,17 +505,10 @@ class Worker:
             self._reachable()
             self._last_verify = anyio.current_time()
         now = anyio.current_time()
-        gone: set[str] = set()  # judged dead this round: not pinged again per partition
-
-        lost: list[ConnectionLost] = []
+        gone = set() if gone is None else gone  # dead this round: not pinged per partition
 
         async def suspect(worker: str) -> None:
-            try:
-                alive = await self._alive(worker)
-            except ConnectionLost as exc:  # raised below, not as an ExceptionGroup
-                lost.append(exc)
-                return
-            if not alive:
+            if not await self._alive(worker):
                 log.info("worker.gone", peer=worker)
                 gone.add(worker)
 
@@ -508,8 +517,6 @@ class Worker:
             async with anyio.create_task_group() as tg:
                 for worker in silent:
                     tg.start_soon(suspect, worker)
-        if lost:
-            raise lost[0]
         live = set(self.members) | {self.id}
         for p in range(self.config.partitions):
             mine = owner_for(p, live) == self.id
@@ -522,10 +529,12 @@ class Worker:
             self._last_verify = now
             await self._verify()
 
-    async def _acquire(self, p: int, gone: set[str] | frozenset[str] = frozenset()) -> None:
-        """Claim ``p`` unless a live worker holds it (``gone``: workers that did not
-        answer a ping just now, whose partitions are taken without another one: a
-        frozen owner of 16 partitions is replaced after one ping, not 16)."""
+    async def _acquire(self, p: int, gone: set[str] | None = None) -> None:
+        """Claim ``p`` unless a live worker holds it. ``gone``: workers that did not
+        answer a ping this round (one that does not answer here joins them), whose
+        partitions are taken without another: a frozen owner of 16 partitions is
+        replaced after one ping, not 16."""
+        gone = set() if gone is None else gone
         current = await self.store.get_owner(p)
         if current is None:
             revision = await self.store.claim_owner(p, self.id, None)
@@ -533,9 +542,13 @@ class Worker:
             holder, last = current
             if holder == self.id:
                 revision = last
-            elif holder in self.members or (holder not in gone and await self._alive(holder)):
-                return  # alive: it hands the partition over when it sees us
             else:
+                if holder in self.members:
+                    return  # alive: it hands the partition over when it sees us
+                if holder not in gone:
+                    if await self._alive(holder):
+                        return  # (the same)
+                    gone.add(holder)
                 revision = await self.store.claim_owner(p, self.id, last)
         if revision is None:
             return
