@@ -1912,9 +1912,21 @@ class NatsStore:
 
     async def _marker_subjects(self) -> list[tuple[int, str]]:
         """``(partition, eid)`` of every run's active marker in the journal stream (a
-        removed one lingers for its second)."""
-        with lost_on_transient("listing the active runs"):
-            info = await retrying(self.js.stream_info, self.layout.stream, self.layout.markers)
+        removed one lingers for its second).
+
+        Raises:
+            ConnectionLost: NATS did not answer, or the journal stream is not in this
+                cluster (an old home back after a failover moved it: a worker rides it
+                out, its actors are fenced at their next append, instead of crashing).
+        """
+        try:
+            with lost_on_transient("listing the active runs"):
+                info = await retrying(self.js.stream_info, self.layout.stream, self.layout.markers)
+        except nats.js.errors.NotFoundError as exc:
+            raise ConnectionLost(
+                f"the journal stream {self.layout.stream!r} is not in this cluster (a "
+                f"failover may have moved the namespace: fusee region status)"
+            ) from exc
         return [
             named
             for subject in info.state.subjects or {}
