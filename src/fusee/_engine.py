@@ -466,7 +466,8 @@ class Engine:
     async def live_workers(self, *, listen: float = 0.5) -> dict[str, list[str]]:
         """The workers of this namespace alive now, each with the code it serves
         (``workflow:<name>``, ``object:<type>``), from the heartbeats they send every
-        0.2 s: heard for ``listen`` seconds.
+        0.2 s: heard for ``listen`` seconds. Workers of another epoch (an old home's,
+        after a failover) are not listed.
 
         Example:
             ``any("object:chat" in s for s in (await engine.live_workers()).values())``
@@ -479,6 +480,9 @@ class Engine:
             except msgspec.DecodeError:
                 return
             if isinstance(body, dict) and isinstance(body.get("id"), str):
+                epoch = body.get("epoch")
+                if isinstance(epoch, int) and epoch != self.store.layout.epoch:
+                    return  # an old home's worker, heard across regions: not serving here
                 if body.get("bye"):
                     heard.pop(body["id"], None)
                 else:

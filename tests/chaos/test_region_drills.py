@@ -454,7 +454,7 @@ async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
         )  # fmt: skip
         west = await fusee.connect(west_url, namespace=namespace, region="west")
         try:
-            await west_workers.start(extra_env=_env("west"))
+            new_home = await west_workers.start(extra_env=_env("west"))
             for rid, arg in runs.items():
                 assert await west.run(rid).result(timeout=60) == chain_result(arg)
             for rid, arg in runs.items():
@@ -466,6 +466,11 @@ async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
                 assert names.count("step.completed") == 3, (rid, names)
             stray = await _epoch_one_after(west, report.stream, report.last_seq)
             assert not stray, f"old-epoch records in the promoted journal: {stray}"
+            # the zombie heard west's heartbeats across the regions: not a peer of its
+            assert zombie.find("region.superseded"), "the zombie never saw the failover"
+            assert west.store.layout.epoch == 2
+            live = set(await west.live_workers())
+            assert live == {new_home.find("worker.started")[0]["worker"]}, live
         finally:
             await west.close()
     finally:

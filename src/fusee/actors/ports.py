@@ -315,6 +315,12 @@ class RunStore(Protocol):
 class SubjectLayout(Protocol):
     """The core NATS subjects workers talk on (one namespace's, see the NATS layout doc)."""
 
+    @property
+    def epoch(self) -> int:
+        """The namespace's epoch this process writes in (a failover ends it): workers
+        of other epochs are not peers, though their core NATS messages cross regions."""
+        ...
+
     def ping(self, worker: str) -> str:
         """Where ``worker`` answers pings (request/reply)."""
         ...

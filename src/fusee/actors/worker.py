@@ -225,6 +225,7 @@ class Worker:
         self._releasing: set[int] = set()
         self._kick = anyio.Event()
         self._stopping = False
+        self._superseded = False  # a worker of a later epoch was heard (logged once)
         self._tg: anyio.abc.TaskGroup | None = None
         self._actors_tg: anyio.abc.TaskGroup | None = None
         self._actors_closed = anyio.Event()
@@ -343,8 +344,32 @@ class Worker:
 
     async def _on_ping(self, _subject: str, _data: bytes, reply: str | None) -> None:
         if reply:  # with its code: a peer that just started knows it before a heartbeat
-            body = {"id": self.id, "serves": sorted(code_of(self.registry))}
+            body = {
+                "id": self.id,
+                "serves": sorted(code_of(self.registry)),
+                "epoch": self.store.layout.epoch,
+            }
             await self.store.publish_core(reply, json.dumps(body).encode())
+
+    def _of_another_epoch(self, worker: str, body: Any) -> bool:
+        """Whether ``body`` (a heartbeat or a ping's answer) comes from a worker of
+        another epoch of the namespace: core NATS crosses regions, so after a failover
+        the old home's workers (a zombie woken, a region back) and the new home's hear
+        each other; they are not peers (each would count the other in its rendezvous
+        ranking and leave it partitions it can never take). A body without an epoch
+        (a worker of an earlier version) is this epoch's."""
+        theirs = body.get("epoch") if isinstance(body, dict) else None
+        mine = self.store.layout.epoch
+        if not isinstance(theirs, int) or theirs == mine:
+            return False
+        if theirs > mine and not self._superseded:
+            self._superseded = True
+            log.warning(
+                "region.superseded", epoch=mine, by_epoch=theirs, by_worker=worker,
+                hint="the namespace failed over: this worker's appends are refused; "
+                "restart it against the new home (fusee region status)",
+            )  # fmt: skip
+        return True
 
     async def _on_heartbeat(self, subject: str, data: bytes, _reply: str | None) -> None:
         worker = subject.rsplit(".", 1)[-1]
@@ -352,6 +377,8 @@ class Worker:
             return
         try:
             body = json.loads(data)
+            if self._of_another_epoch(worker, body):
+                return
             bye = bool(body.get("bye"))
             # a worker of a version that does not say what it serves is never handed
             # anything: it only runs the partitions it owns
@@ -376,6 +403,7 @@ class Worker:
             "partitions": sorted(self.owned),
             "bye": bye,
             "serves": sorted(code_of(self.registry)),
+            "epoch": self.store.layout.epoch,
         }
         await self.store.publish_core(
             self.store.layout.heartbeat(self.id), json.dumps(body).encode()
@@ -448,11 +476,16 @@ class Worker:
             self.members.pop(worker, None)
             self.serves.pop(worker, None)
             return False
-        self.members[worker] = anyio.current_time()
         try:
-            serves = json.loads(answer).get("serves")
+            body = json.loads(answer)
+            serves = body.get("serves")
         except (ValueError, AttributeError):
-            serves = None
+            body, serves = None, None
+        if self._of_another_epoch(worker, body):
+            self.members.pop(worker, None)  # not a peer: its partitions are taken
+            self.serves.pop(worker, None)
+            return False
+        self.members[worker] = anyio.current_time()
         if isinstance(serves, list):
             self.serves[worker] = frozenset(str(c) for c in serves)
         return True

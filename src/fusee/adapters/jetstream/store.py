@@ -2077,7 +2077,8 @@ class NatsStore:
         alive: dict[str, bool] = {}
 
         async def ping(worker: str) -> None:
-            alive[worker] = await self.ping(self.layout.ping(worker), timeout) is not None
+            answer = await self.ping(self.layout.ping(worker), timeout)
+            alive[worker] = answer is not None and _of_epoch(answer, self.layout.epoch)
 
         async with anyio.create_task_group() as tg:
             for worker in set(owners.values()):
@@ -2092,6 +2093,17 @@ class NatsStore:
         except TRANSIENT:
             return None
         return msg.data
+
+
+def _of_epoch(answer: bytes, epoch: int) -> bool:
+    """Whether a worker's ping answer comes from ``epoch`` (core NATS crosses regions:
+    an old home's worker answers too, and runs nothing here). An answer without an
+    epoch (a worker of an earlier version) is taken as this epoch's."""
+    try:
+        theirs = json.loads(answer).get("epoch")
+    except (ValueError, AttributeError):
+        return True
+    return not isinstance(theirs, int) or theirs == epoch
 
 
 def _journal_seq(headers: dict[str, str]) -> int:
