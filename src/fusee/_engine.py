@@ -1079,6 +1079,9 @@ class Engine:
     ) -> Worker:
         cfg = config or WorkerConfig(partitions=self.partitions)
         cfg.partitions = self.partitions
+        # a worker's appends stay fenced by the epoch it started in: this process does
+        # not follow a failover (its workers are restarted against the new home)
+        self.store.follows_failover = False
         return Worker(
             self.store,
             registry or REGISTRY,

@@ -53,6 +53,7 @@ async def fail_over(
         creds=creds or os.environ.get("FUSEE_NATS_CREDS") or None,
     )
     store = await NatsStore.connect(urls, namespace, region=to, credentials=credentials)
+    store.follows_failover = False  # it makes the failover, reading the epoch it ends
     try:
         return await _fail_over(store, to)
     finally:

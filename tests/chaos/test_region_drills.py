@@ -26,6 +26,7 @@ import fusee
 from fusee.adapters.jetstream.layout import EPOCH, MSG_ID, Layout
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced
+from fusee.runtime.ids import partition_of
 from tests.cluster import LoopbackRegions
 from tests.helpers import run_cli
 from tests.workers.procs import CHAIN, Workers, chain_result, wait_until
@@ -270,7 +271,24 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
         # east comes back: its servers drop their copies (the meta group deleted them),
         # its worker's actors still hold epoch 1 and the gate is open: refused
         regions.restart_region("east")
-        await old_worker.wait_for("actor.fenced", timeout=60)
+
+        def stopped() -> bool:
+            # each actor stops without writing: fenced by the epoch at its next append,
+            # or dropped with its partition (the owner records name west's worker)
+            fenced = {e["run_id"] for e in old_worker.find("actor.fenced")}
+            lost = {e["partition"] for e in old_worker.find("partition.lost")}
+            return all(r in fenced or partition_of(r, PARTITIONS) in lost for r in runs)
+
+        await wait_until(stopped, timeout=60, what="every old-epoch actor stopped")
+        # it heard west's worker across the regions: it claims nothing any more
+        await old_worker.wait_for("region.superseded", timeout=30)
+        west_id = west_workers.procs[0].find("worker.started")[0]["worker"]
+
+        async def west_owns_all() -> bool:
+            owners = [await west.store.get_owner(p) for p in range(PARTITIONS)]
+            return all(o is not None and o[0] == west_id for o in owners)
+
+        await wait_until(west_owns_all, timeout=30, what="west's worker owning every partition")
         old = await NatsStore.connect(regions.urls("east"), namespace)
         try:
             old.layout = Layout(namespace, 1, "east")  # a writer of the old epoch

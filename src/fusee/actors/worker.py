@@ -351,25 +351,30 @@ class Worker:
             }
             await self.store.publish_core(reply, json.dumps(body).encode())
 
-    def _of_another_epoch(self, worker: str, body: Any) -> bool:
-        """Whether ``body`` (a heartbeat or a ping's answer) comes from a worker of
-        another epoch of the namespace: core NATS crosses regions, so after a failover
-        the old home's workers (a zombie woken, a region back) and the new home's hear
-        each other; they are not peers (each would count the other in its rendezvous
-        ranking and leave it partitions it can never take). A body without an epoch
-        (a worker of an earlier version) is this epoch's."""
+    def _epoch_of(self, worker: str, body: Any) -> int:
+        """How the epoch named in ``body`` (a heartbeat or a ping's answer) compares
+        with this worker's: -1 earlier, 0 the same, 1 later. Core NATS crosses regions,
+        so after a failover the old home's workers (a zombie woken, a region back) and
+        the new home's hear each other; they are not peers (each would count the other
+        in its rendezvous ranking and leave it partitions it never takes). A later one
+        means this worker's epoch is over: it is superseded (:meth:`_balance`). A body
+        without an epoch (a worker of an earlier version) is this epoch's."""
         theirs = body.get("epoch") if isinstance(body, dict) else None
         mine = self.store.layout.epoch
         if not isinstance(theirs, int) or theirs == mine:
-            return False
-        if theirs > mine and not self._superseded:
+            return 0
+        if theirs < mine:
+            return -1
+        if not self._superseded:
             self._superseded = True
+            self._kick.set()
             log.warning(
                 "region.superseded", epoch=mine, by_epoch=theirs, by_worker=worker,
-                hint="the namespace failed over: this worker's appends are refused; "
-                "restart it against the new home (fusee region status)",
+                hint="the namespace failed over: this worker claims no partition and "
+                "its appends are refused; restart it against the new home "
+                "(fusee region status)",
             )  # fmt: skip
-        return True
+        return 1
 
     async def _on_heartbeat(self, subject: str, data: bytes, _reply: str | None) -> None:
         worker = subject.rsplit(".", 1)[-1]
@@ -377,8 +382,8 @@ class Worker:
             return
         try:
             body = json.loads(data)
-            if self._of_another_epoch(worker, body):
-                return
+            if self._epoch_of(worker, body) != 0:
+                return  # not a peer
             bye = bool(body.get("bye"))
             # a worker of a version that does not say what it serves is never handed
             # anything: it only runs the partitions it owns
@@ -481,10 +486,13 @@ class Worker:
             serves = body.get("serves")
         except (ValueError, AttributeError):
             body, serves = None, None
-        if self._of_another_epoch(worker, body):
-            self.members.pop(worker, None)  # not a peer: its partitions are taken
+        epoch = self._epoch_of(worker, body)
+        if epoch != 0:
+            self.members.pop(worker, None)  # not a peer
             self.serves.pop(worker, None)
-            return False
+            # an old home's worker owns nothing here: its partitions are taken; a later
+            # epoch's is the rightful owner of what it holds
+            return epoch > 0
         self.members[worker] = anyio.current_time()
         if isinstance(serves, list):
             self.serves[worker] = frozenset(str(c) for c in serves)
@@ -530,6 +538,14 @@ class Worker:
         silent too long are pinged first. ``gone``: peers already found not answering
         (by ``_discover``)."""
         if self._stopping:
+            return
+        if self._superseded:
+            # the namespace failed over: claim nothing, hand back what is held (its
+            # actors stop at their next step boundary, fenced by the epoch if they write)
+            for p in list(self.owned):
+                if p not in self._releasing:
+                    assert self._tg is not None
+                    self._tg.start_soon(self._release, p)
             return
         if self._outage_since is not None:
             # back? The owner records answer first (ConnectionLost while still away),

@@ -8,6 +8,7 @@ lacks (the subtree fence header; batched Direct Get is in ``direct.py``).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -92,7 +93,7 @@ from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.index import info_or_none
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
-from fusee.runtime.regions import RegionMeta, validate_region
+from fusee.runtime.regions import RegionMeta, epoch_of_stream, validate_region
 
 __all__ = (
     "NatsStore",
@@ -136,6 +137,8 @@ WRONG_LAST_SEQUENCE = 10071
 # an append whose Nats-Expected-Stream is not the stream that would store it: the
 # writer's epoch is over (the namespace failed over to another region)
 WRONG_STREAM = 10060
+# JetStream's advisory of a stream's configuration changed (a failover's promotion)
+STREAM_UPDATED = "$JS.EVENT.ADVISORY.STREAM.UPDATED.*"
 # Tries of a paused run's conditional unmark (each refusal: the marker's subject changed)
 MAX_UNMARK_TRIES = 5
 BATCH_DUPLICATE = 10201
@@ -271,6 +274,10 @@ class NatsStore:
         self.region: str | None = None
         self.partner: str | None = None
         self.recorded_partitions: int | None = None
+        # a client follows its namespace to the epoch a failover makes (follow_epoch); a
+        # process running a worker does not: its appends must stay fenced by their epoch
+        self.follows_failover = True
+        self._following: asyncio.Task[bool] | None = None
 
     @classmethod
     async def connect(
@@ -310,6 +317,7 @@ class NatsStore:
         async def reconnected() -> None:
             for store in made:
                 store.journal_watch.reconnected()
+                store.epoch_may_have_moved()  # a failover while this process was away
                 # read again whether the stream has followers: it may have been scaled
                 # (R1 to R3) while this process ran; a scale with no reconnect is not
                 # seen until the process restarts (docs/operations.md)
@@ -396,9 +404,70 @@ class NatsStore:
         if region is not None:
             store.region, store.partner = region, partner
             store.recorded_partitions = meta.partitions
+            try:
+                # a failover promotes the next epoch's mirror: a stream update
+                await nc.subscribe(STREAM_UPDATED, cb=store._on_stream_updated)
+            except BaseException:
+                await nc.close()
+                raise
         store.auth_method = method
         made.append(store)
         return store
+
+    # -- following a failover ------------------------------------------------------
+
+    async def _on_stream_updated(self, msg: Any) -> None:
+        name = msg.subject.rpartition(".")[2]
+        epoch = epoch_of_stream(self.layout.namespace, name)
+        if epoch is not None and epoch > self.layout.epoch:
+            self.epoch_may_have_moved()
+
+    def epoch_may_have_moved(self) -> None:
+        """Check in the background whether the namespace failed over (one check at a
+        time), and follow it (:meth:`follow_epoch`)."""
+        if not self.layout.regional or not self.follows_failover:
+            return
+        if self._following is None or self._following.done():
+            self._following = asyncio.get_running_loop().create_task(self._follow_quietly())
+
+    async def _follow_quietly(self) -> bool:
+        try:
+            return await self.follow_epoch()
+        except (FuseeError, nats.errors.Error) as exc:
+            log.warning("region.follow_failed", error=str(exc))
+            return False
+
+    async def follow_epoch(self) -> bool:
+        """If the namespace failed over since this process connected (its journal is a
+        later epoch's stream), take that epoch's layout: reads, starts, signals and
+        watches go to the new home from now on, as a process connected after the
+        failover would. Returns whether it moved. A process running a worker never
+        moves (``follows_failover`` is off): its actors' appends stay fenced by their
+        epoch, and the worker is restarted against the new home (docs/operations.md)."""
+        if not self.layout.regional or not self.follows_failover or self.region is None:
+            return False
+        ns = self.layout.namespace
+        current = await current_stream(self.nc, ns, self._setup_refused)
+        epoch = epoch_of_stream(ns, current) if current is not None else None
+        if epoch is None or epoch <= self.layout.epoch:
+            return False
+        layout, meta = await find_layout(self.nc, ns, self.region)
+        if layout.epoch <= self.layout.epoch or not self.follows_failover:
+            return False
+        before = self.layout
+        self.layout = layout
+        self.recorded_partitions = meta.partitions
+        self.tokens.follow(layout)
+        self.auth.home = layout.home  # (the bucket's name has no epoch)
+        self.journal_watch.follow(layout)  # its waiters read again, from the new stream
+        self.replicated = None
+        if self.completion_secret:  # the new home's work bucket has a secret of its own
+            self.completion_secret = await self.load_secret()
+        log.warning(
+            "region.followed", from_epoch=before.epoch, epoch=layout.epoch,
+            from_home=before.home, home=layout.home, stream=layout.stream,
+        )  # fmt: skip
+        return True
 
     def note_denied(self, subject: str, message: str) -> None:
         """Remember that the server refused this connection ``subject`` (a permission

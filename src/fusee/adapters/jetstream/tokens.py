@@ -81,6 +81,13 @@ class TokenStore:
         self.stream = layout.tokens_stream
         self._direct = f"$JS.API.DIRECT.GET.{self.stream}"
 
+    def follow(self, layout: Layout) -> None:
+        """The namespace failed over (``NatsStore.follow_epoch``): the token streams of
+        ``layout``'s epoch from now on (those of the old home are not mirrored)."""
+        self.layout = layout
+        self.stream = layout.tokens_stream
+        self._direct = f"$JS.API.DIRECT.GET.{self.stream}"
+
     def subject(self, eid: str, name: str) -> str:
         """``<ns>.tok.<run eid>.<escaped name>``."""
         return f"{self.namespace}.tok.{eid}.{escape(name)}"

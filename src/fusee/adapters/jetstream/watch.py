@@ -257,6 +257,14 @@ class JournalWatch:
                     record = StoredMsg(meta.sequence.stream, subject, msg.data, dict(headers))
                 waiter._note(record)
 
+    def follow(self, layout: Layout) -> None:
+        """The namespace failed over (``NatsStore.follow_epoch``): watch ``layout``'s
+        journal stream; every waiter is told its watch was lost, so it reads again
+        (from the new stream) and the next watch opens a consumer there."""
+        self.layout = layout
+        if self._sub is not None:
+            self._lose_all()
+
     def reconnected(self) -> None:
         """The connection came back: what was stored meanwhile may not be delivered (and
         after a server restart the consumer is gone), so renew it at once."""
