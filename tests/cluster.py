@@ -381,6 +381,21 @@ class LoopbackRegions:
         for node in self.region(region):
             node.kill()
 
+    def freeze_region(self, region: str) -> None:
+        """SIGSTOP every server of ``region``: alive but silent, as a network partition
+        leaves it to the others (its connections stay open, nothing answers)."""
+        for node in self.region(region):
+            if node.alive:
+                assert node.proc is not None
+                node.proc.send_signal(signal.SIGSTOP)
+
+    def thaw_region(self, region: str) -> None:
+        """SIGCONT every server of ``region`` (the partition heals)."""
+        for node in self.region(region):
+            if node.alive:
+                assert node.proc is not None
+                node.proc.send_signal(signal.SIGCONT)
+
     def restart_region(self, region: str, *, timeout: float = 60.0) -> None:
         for node in self.region(region):
             node.launch()
@@ -388,4 +403,7 @@ class LoopbackRegions:
 
     def stop(self) -> None:
         for node in self.nodes:
+            if node.alive:
+                assert node.proc is not None
+                node.proc.send_signal(signal.SIGCONT)  # (a frozen one ignores SIGTERM)
             node.stop()

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
@@ -358,6 +359,11 @@ class MemoryStore:
         finally:
             await unsubscribe()
         return answers[0] if answers else None
+
+    lease_until: float = math.inf  # (no regions here: no lease)
+
+    async def renew_lease(self, lease: float) -> bool:
+        return True
 
     async def owner_alive(self, partition: int) -> bool:
         return partition in self.live_owners

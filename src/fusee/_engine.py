@@ -322,6 +322,7 @@ class Engine:
         self.answered = Answered()
         self._entered: list[Token[Client | None]] = []  # one per enclosing ``async with``
         self._tokens: Tokens | None = None
+        store.followed.append(self._followed)  # a failover this client followed
 
     @property
     def tokens(self) -> Tokens:
@@ -334,6 +335,13 @@ class Engine:
         if self._tokens is None:
             self._tokens = Tokens(self.store.auth, self._secret("API tokens"), self.namespace)
         return self._tokens
+
+    async def _followed(self) -> None:
+        """The store took a later epoch's layout: the API tokens are the new home's
+        (keyed by its secret, watched in its ``<ns>_auth``), made again at first use."""
+        tokens, self._tokens = self._tokens, None
+        if tokens is not None:
+            await tokens.close()
 
     def _secret(self, what: str) -> bytes:
         """The namespace's secret, which ``what`` is keyed by.
@@ -1102,8 +1110,11 @@ class Engine:
 
     def _check_home(self) -> None:
         """A worker executes a regional namespace's runs only in its home region (its
-        appends would cross regions, and a failover moves the home away from it)."""
+        appends would cross regions, and a failover moves the home away from it).
+        From here this process never follows a failover: its workers' appends stay
+        fenced by the epoch they start in."""
         store = self.store
+        store.follows_failover = False
         if store.region is not None and store.layout.home != store.region:
             raise ConfigError(
                 f"namespace {self.namespace!r} has its home in region "

@@ -13,7 +13,7 @@ from fusee.adapters.jetstream.failover import fail_over as _fail_over
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import ConfigError
 from fusee.runtime.ids import validate_namespace
-from fusee.runtime.regions import validate_region
+from fusee.runtime.regions import region_lease, validate_region
 
 __all__ = ("fail_over",)
 
@@ -26,6 +26,7 @@ async def fail_over(
     user: str | None = None,
     password: str | None = None,
     creds: str | os.PathLike[str] | None = None,
+    lease: float | None = None,
 ) -> FailoverReport:
     """Fail ``namespace`` over to region ``to``, through ``url`` (servers of ``to``;
     default ``$FUSEE_NATS_URL``): the old home's streams and buckets are deleted through
@@ -33,6 +34,9 @@ async def fail_over(
     every writer of the old epoch is refused from then on. Run it only once the old
     home is lost (or, for a planned handover, its workers stopped): a home that is up
     and serving loses what its mirror has not copied. Then start workers in ``to``.
+    When the old home does not answer, the promotion waits until ``lease`` seconds
+    (the workers' region lease: ``$FUSEE_REGION_LEASE``, default 20) have passed since
+    the failover began, so that a home cut off but alive has stopped appending.
 
     Raises:
         ConfigError: no ``url``, or a bad region name.
@@ -55,6 +59,8 @@ async def fail_over(
     store = await NatsStore.connect(urls, namespace, region=to, credentials=credentials)
     store.follows_failover = False  # it makes the failover, reading the epoch it ends
     try:
-        return await _fail_over(store, to)
+        return await _fail_over(
+            store, to, lease=None if lease is None else region_lease(str(lease))
+        )
     finally:
         await store.close()

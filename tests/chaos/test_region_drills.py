@@ -28,7 +28,7 @@ from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced
 from fusee.runtime.ids import partition_of
 from tests.cluster import LoopbackRegions
-from tests.helpers import run_cli
+from tests.helpers import cli_env, run_cli
 from tests.workers.procs import CHAIN, Workers, chain_result, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
@@ -45,8 +45,13 @@ def regions(tmp_path: Path) -> Iterator[LoopbackRegions]:
         topology.stop()
 
 
+# the region lease of the drills' workers and failovers (20 s by default): a region
+# loss's failover waits it out before it promotes the mirror
+LEASE = "3"
+
+
 def _env(region: str, partner: str | None = None) -> dict[str, str]:
-    env = {"FUSEE_REGION": region, "FUSEE_REPLICAS": "3"}
+    env = {"FUSEE_REGION": region, "FUSEE_REPLICAS": "3", "FUSEE_REGION_LEASE": LEASE}
     if partner is not None:
         env["FUSEE_PARTNER_REGION"] = partner
     return env
@@ -219,6 +224,7 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
         done = await run_cli(
             "region", "failover", "--to", "west", "--nats", west_url,
             "--namespace", namespace, "--json", timeout=120,
+            env={**cli_env(), "FUSEE_REGION_LEASE": LEASE},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         t_promoted = time.monotonic()
@@ -485,7 +491,8 @@ async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
             stray = await _epoch_one_after(west, report.stream, report.last_seq)
             assert not stray, f"old-epoch records in the promoted journal: {stray}"
             # the zombie heard west's heartbeats across the regions: not a peer of its
-            assert zombie.find("region.superseded"), "the zombie never saw the failover"
+            await zombie.wait_for("region.superseded", timeout=30)
+            assert zombie.alive  # (heartbeating, unheard by the new home:)
             assert west.store.layout.epoch == 2
             live = set(await west.live_workers())
             assert live == {new_home.find("worker.started")[0]["worker"]}, live
@@ -494,3 +501,64 @@ async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
     finally:
         east_workers.cleanup()
         west_workers.cleanup()
+
+
+async def test_a_home_cut_off_from_the_meta_quorum_stops_appending_within_its_lease(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """West and the witness frozen (SIGSTOP: to east, a partition), east alone: its
+    servers still take appends (the stream's own quorum is in east), but its worker's
+    region lease, renewed by a write only the meta quorum accepts, runs out within the
+    lease; a step that finishes then is not committed (the commit waits, logged
+    ``region.lease_wait``), nothing is appended to the journal; on heal the lease is
+    held again, the commit lands and the run finishes, each step committed once."""
+    east_url = regions.url("east")
+    east = await fusee.connect(
+        east_url, namespace=namespace, region="east", partner="west", replicas=3,
+        partitions=PARTITIONS,
+    )  # fmt: skip
+    gate = tmp_path / "gate"
+    arg: dict[str, Any] = {
+        "log": str(tmp_path / "effects.log"), "steps": 4, "delay": 0.0, "tag": "cut",
+        "hold": {"step": "s3", "until": str(gate)},
+    }  # fmt: skip
+    workers = Workers(east_url, namespace, tmp_path, partitions=PARTITIONS)
+    try:
+        worker = await workers.start(extra_env=_env("east", "west"))
+        run = await east.start("chain", "cut-off", arg)
+        await wait_until(lambda: _ran(Path(arg["log"]))["s3"] == 1, timeout=60, what="s3")
+        before = [m.headers.get("Fusee-Kind") for m in await east.store.read_journal("cut-off")]
+        cut = time.monotonic()
+        regions.freeze_region("west")
+        regions.freeze_region("witness")
+        try:
+            lost = await worker.wait_for("region.lease_lost", timeout=60)
+            took = time.monotonic() - cut
+            gate.touch()  # s3's body returns now: its commit must wait for the lease
+            waited = await worker.wait_for("region.lease_wait", timeout=30)
+            assert waited["run_id"] == "cut-off"
+            # east's own replicas answer reads: the commit is not in the journal
+            during = [m.headers.get("Fusee-Kind") for m in await east.store.read_journal("cut-off")]
+            assert during == before, (before, during)
+        finally:
+            regions.thaw_region("witness")
+            regions.thaw_region("west")
+        regained = await worker.wait_for("region.lease_regained", timeout=90)
+        assert await run.result(timeout=90) == chain_result(arg)
+        ran = _ran(Path(arg["log"]))
+        assert (ran["s1"], ran["s2"], ran["s3"], ran["s4"]) == (1, 1, 1, 1), ran
+        kinds = [m.headers.get("Fusee-Kind") for m in await east.store.read_journal("cut-off")]
+        assert kinds.count("step.completed") == 4, kinds
+        # no step was committed while the lease was out
+        between = [
+            e for e in worker.find("step.completed")
+            if lost["timestamp"] < e["timestamp"] < regained["timestamp"]
+        ]  # fmt: skip
+        assert not between, between
+        print(
+            f"\nregion cut off: lease {LEASE}s, appends stopped {took:.1f}s after the cut "
+            f"(the lease's last renewal was at most {float(LEASE) / 4:.2f}s before it)"
+        )
+    finally:
+        await east.close()
+        workers.cleanup()

@@ -13,6 +13,7 @@ import pytest
 
 import fusee
 from fusee.adapters.jetstream.layout import Layout
+from fusee.errors import ConfigError
 from tests.chaos.test_region_drills import PARTITIONS, _caught_up, _env, regions  # noqa: F401
 from tests.cluster import LoopbackRegions
 from tests.workers.procs import Workers, chain_result, wait_until
@@ -62,7 +63,11 @@ async def test_a_client_connected_before_a_failover_follows_the_namespace_to_its
         )  # fmt: skip
         assert held.run_id == "held"
         await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
-        pinned.store.follows_failover = False  # as a process running a worker has it
+        # a process that runs a worker never follows, even one refused to run here
+        with pytest.raises(ConfigError, match="has its home in region 'east'"):
+            async with pinned.worker():
+                pass
+        assert not pinned.store.follows_failover
         async with client, anyio.create_task_group() as tg:
             got: dict[str, Any] = {}
 
@@ -81,6 +86,14 @@ async def test_a_client_connected_before_a_failover_follows_the_namespace_to_its
                 lambda: client.store.layout.epoch == 2, timeout=10, what="the client followed"
             )
             assert client.store.layout == Layout(namespace, 2, "west")
+            # as a connect in the new home: its work bucket made, its secret read
+            async with await fusee.connect(west_url, namespace=namespace, region="west") as new:
+                await wait_until(
+                    lambda: client.store.completion_secret == new.store.completion_secret,
+                    timeout=30, what="the new home's secret",
+                )  # fmt: skip
+                made = await new.tokens.create("read", name="after-the-failover")
+                assert (await client.tokens.verify(made.token)).scope == "read"
             assert pinned.store.layout.epoch == 1  # never moved
             await west_workers.start(extra_env=_env("west"))
             assert await client.run("before").result(timeout=10) == chain_result(arg("a"))

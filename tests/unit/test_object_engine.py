@@ -19,6 +19,7 @@ class _Store:
 
     def __init__(self, namespace: str) -> None:
         self.layout = Layout(namespace)
+        self.followed: list[object] = []  # (hooks run after a region failover's follow)
 
     def reply_prefix(self) -> str:
         return "_INBOX.unused"

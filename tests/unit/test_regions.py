@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 
 from fusee.errors import ConfigError, InvalidArgument
 from fusee.runtime.regions import (
+    DEFAULT_LEASE,
     RegionMeta,
     epoch_of_stream,
     epoch_stream,
     failover_meta,
+    region_lease,
     validate_region,
 )
 
@@ -69,3 +71,14 @@ async def test_a_bad_region_is_named_before_anything_is_opened() -> None:
         await fusee.connect("nats://127.0.0.1:1", region="east", partner="east")
     with pytest.raises(ConfigError, match="without region="):
         await fusee.connect("nats://127.0.0.1:1", partner="west")
+
+
+def test_the_region_lease_is_seconds_from_1_to_3600(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FUSEE_REGION_LEASE", raising=False)
+    assert region_lease() == DEFAULT_LEASE == 20.0
+    assert region_lease("3") == 3.0
+    monkeypatch.setenv("FUSEE_REGION_LEASE", "7.5")
+    assert region_lease() == 7.5
+    for bad in ("0.5", "nan", "soon", "-3", "3601"):
+        with pytest.raises(ConfigError, match=r"region lease .*1 to 3600"):
+            region_lease(bad)

@@ -316,6 +316,11 @@ class SubjectLayout(Protocol):
     """The core NATS subjects workers talk on (one namespace's, see the NATS layout doc)."""
 
     @property
+    def regional(self) -> bool:
+        """Whether the namespace has a home region (its workers hold a region lease)."""
+        ...
+
+    @property
     def epoch(self) -> int:
         """The namespace's epoch this process writes in (a failover ends it): workers
         of other epochs are not peers, though their core NATS messages cross regions."""
@@ -350,6 +355,15 @@ class ClusterStore(RunStore, Protocol):
     """A :class:`RunStore` plus what a worker needs to share partitions with others:
     core NATS messaging (heartbeats, pings, wake-ups), partition owners compare-and-set
     in the work bucket, and the list of active runs."""
+
+    lease_until: float
+    """The ``time.monotonic()`` instant this process's region lease ends (``math.inf``:
+    no lease); appends wait for a renewal after it (see :meth:`renew_lease`)."""
+
+    async def renew_lease(self, lease: float) -> bool:
+        """Renew the self-fencing lease of a regional namespace's worker for ``lease``
+        seconds by a write only the JetStream meta quorum accepts; whether it was."""
+        ...
 
     @property
     def layout(self) -> SubjectLayout: ...

@@ -39,7 +39,8 @@ import math
 import os
 import secrets
 import socket
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,7 @@ from fusee.runtime.index import decode_info
 from fusee.runtime.limits import RENEW_EVERY, RenewOp, core_subject, encode_core, parse_limit_id
 from fusee.runtime.objects import parse_object_id
 from fusee.runtime.parking import ParkingLot
+from fusee.runtime.regions import region_lease
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
 
@@ -138,6 +140,12 @@ class WorkerConfig:
     ping_timeout: float = 2.0
     verify_every: float = 2.0  # re-read partition owners and active runs this often
     drain_timeout: float = 5.0  # a released partition's steps get this long to commit
+    # A regional namespace's worker appends only while it holds its region's lease,
+    # renewed every lease/4 by a write only the JetStream meta quorum accepts: a home
+    # cut off from its partner and the witness stops appending within this many
+    # seconds, and an unplanned failover waits as long before it promotes the mirror
+    # ($FUSEE_REGION_LEASE, the same for both; docs/operations.md)
+    lease: float = field(default_factory=lambda: region_lease())
     # FUSEE_ALWAYS_REPLAY=1: evict every actor after each step (replay tests)
     always_replay: bool = field(
         default_factory=lambda: os.environ.get("FUSEE_ALWAYS_REPLAY", "") not in ("", "0")
@@ -226,6 +234,7 @@ class Worker:
         self._kick = anyio.Event()
         self._stopping = False
         self._superseded = False  # a worker of a later epoch was heard (logged once)
+        self._shared_unsubscribe: list[Callable[[], Awaitable[None]]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._actors_tg: anyio.abc.TaskGroup | None = None
         self._actors_closed = anyio.Event()
@@ -241,6 +250,12 @@ class Worker:
     def parked(self) -> dict[str, tuple[int, int]]:
         """``eid: (partition, the last inbox sequence it read)`` of the parked actors."""
         return self.lot.parked
+
+    @property
+    def superseded(self) -> bool:
+        """Whether a worker of a later epoch was heard: the namespace failed over, and
+        this worker claims nothing any more (:meth:`_stand_down`)."""
+        return self._superseded
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -260,13 +275,17 @@ class Worker:
                     await self.store.subscribe_inbox(self._on_inbox),
                 ]
                 for name in self.registry.object_names():  # shared handlers, any worker
-                    unsubscribe.append(
+                    self._shared_unsubscribe.append(
                         await self.store.subscribe_core(
                             lay.shared_calls(name), self._on_shared, queue="fusee-shared"
                         )
                     )
                 try:
                     await tg.start(self._host_actors)
+                    if lay.regional:
+                        # before the first claim: appends wait until it is held
+                        await self.store.renew_lease(self.config.lease)
+                        tg.start_soon(self._lease_loop)
                     await self._publish_heartbeat()
                     tg.start_soon(self._heartbeat_loop)
                     tg.start_soon(self._wake_loop)
@@ -287,7 +306,7 @@ class Worker:
                     with anyio.CancelScope(shield=True):
                         await self._shutdown()
                         with anyio.move_on_after(1.0):  # NATS may be away
-                            for unsub in unsubscribe:
+                            for unsub in [*unsubscribe, *self._shared_unsubscribe]:
                                 await unsub()
                         # ends the wake loop (its receive side closes with the stream)
                         await self._wakes_in.aclose()
@@ -423,6 +442,26 @@ class Worker:
                 last_renewal = anyio.current_time()
                 await self._renew_permits()
 
+    async def _lease_loop(self) -> None:
+        """Renew the region lease every ``lease/4`` (every second while it fails), and
+        say when it runs out (``region.lease_lost``: this worker's appends wait) and
+        when it is held again (``region.lease_regained``)."""
+        lease, lost = self.config.lease, False
+        while not self._stopping:
+            renewed = await self.store.renew_lease(lease)
+            if renewed and lost:
+                lost = False
+                log.warning("region.lease_regained", lease_s=lease)
+            elif not renewed and not lost and self.store.lease_until <= time.monotonic():
+                lost = True
+                log.warning(
+                    "region.lease_lost", lease_s=lease,
+                    hint="this worker does not reach the JetStream meta quorum (its "
+                    "region cut off from the partner and the witness?): it appends "
+                    "nothing until it does",
+                )  # fmt: skip
+            await anyio.sleep(lease / 4 if renewed else min(1.0, lease / 8))
+
     async def _renew_permits(self) -> None:
         """The permits this worker's actors hold: renewed (core NATS) so their leases
         last while the attempts run; a worker that dies stops renewing, and the limit
@@ -540,12 +579,7 @@ class Worker:
         if self._stopping:
             return
         if self._superseded:
-            # the namespace failed over: claim nothing, hand back what is held (its
-            # actors stop at their next step boundary, fenced by the epoch if they write)
-            for p in list(self.owned):
-                if p not in self._releasing:
-                    assert self._tg is not None
-                    self._tg.start_soon(self._release, p)
+            await self._stand_down()
             return
         if self._outage_since is not None:
             # back? The owner records answer first (ConnectionLost while still away),
@@ -568,6 +602,8 @@ class Worker:
                     tg.start_soon(suspect, worker)
         live = set(self.members) | {self.id}
         for p in range(self.config.partitions):
+            if self.superseded:
+                return  # (heard meanwhile: the next round stands down)
             mine = owner_for(p, live) == self.id
             if mine and p not in self.owned and p not in self._releasing:
                 await self._acquire(p, gone)
@@ -577,6 +613,28 @@ class Worker:
         if now - self._last_verify >= self.config.verify_every:
             self._last_verify = now
             await self._verify()
+
+    async def _stand_down(self) -> None:
+        """The namespace failed over (a worker of a later epoch was heard): every
+        partition and guest dropped here, without a write (the work bucket is the new
+        home's now: a release by this worker's revisions could delete its owner
+        records), and no more shared calls answered; its actors stop (cancelled: what
+        they would append the epoch refuses)."""
+        for p in list(self.owned):
+            self._drop(p, reason="superseded: the namespace failed over")
+        for eid in list(self.guests):
+            self.guests.pop(eid, None)
+            self._guest_renewed.pop(eid, None)
+            slot = self.actors.get(eid)
+            if slot is not None:
+                slot.scope.cancel()
+        unsubscribe, self._shared_unsubscribe = self._shared_unsubscribe, []
+        for unsub in unsubscribe:
+            with anyio.move_on_after(1.0):
+                try:
+                    await unsub()
+                except ConnectionLost:
+                    pass
 
     async def _acquire(self, p: int, gone: set[str] | None = None) -> None:
         """Claim ``p`` unless a live worker holds it. ``gone``: workers that did not
@@ -598,6 +656,8 @@ class Worker:
                     if await self._alive(holder):
                         return  # (the same)
                     gone.add(holder)
+                if self.superseded:
+                    return  # (found out by that ping)
                 revision = await self.store.claim_owner(p, self.id, last)
         if revision is None:
             return
@@ -674,12 +734,12 @@ class Worker:
             self.unrunnable.discard(eid)
             self._unserved.discard(eid)
 
-    def _drop(self, p: int) -> None:
+    def _drop(self, p: int, *, reason: str = "owned by another worker") -> None:
         """Another worker owns ``p`` now: stop its actors without touching the record."""
         if self.owned.pop(p, None) is None:
             return
         self._forget_partition(p)
-        log.warning("partition.lost", partition=p)
+        log.warning("partition.lost", partition=p, reason=reason)
         for slot in self.actors.values():
             if slot.partition == p:
                 slot.scope.cancel()
@@ -1058,7 +1118,7 @@ class Worker:
             p, eid = int(body["partition"]), str(body["eid"])
         except (ValueError, KeyError, TypeError):
             return
-        if self._stopping or not 0 <= p < self.config.partitions:
+        if self._stopping or self._superseded or not 0 <= p < self.config.partitions:
             return
         if eid not in self.guests:
             log.info("actor.taken", run_id=unescape(eid), partition=p, owner=body.get("from"))

@@ -16,16 +16,20 @@ the count to the new home, where the work bucket is made again).
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from dataclasses import dataclass
 
 from fusee.errors import ConfigError, InvalidArgument
 
 __all__ = (
+    "DEFAULT_LEASE",
     "RegionMeta",
     "epoch_of_stream",
     "epoch_stream",
     "failover_meta",
+    "region_lease",
     "validate_region",
 )
 
@@ -35,6 +39,33 @@ _REGION = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 HOME = "fusee.home"
 EPOCH = "fusee.epoch"
 PARTITIONS = "fusee.partitions"
+
+
+# The self-fencing lease of a regional namespace's workers, in seconds (research
+# reliability.md §1.4: above the meta group's 4-9 s election, so an election alone
+# does not stop the home's appends)
+DEFAULT_LEASE = 20.0
+
+
+def region_lease(value: str | None = None) -> float:
+    """The region lease in seconds: ``value`` (default ``$FUSEE_REGION_LEASE``), else
+    :data:`DEFAULT_LEASE`. Workers and the failover must agree on it.
+
+    Raises:
+        ConfigError: not a number of seconds from 1 to 3600.
+    """
+    raw = os.environ.get("FUSEE_REGION_LEASE") if value is None else value
+    if raw is None or raw == "":
+        return DEFAULT_LEASE
+    try:
+        lease = float(raw)
+    except ValueError:
+        lease = math.nan
+    if not 1.0 <= lease <= 3600.0:
+        raise ConfigError(
+            f"region lease {raw!r} ($FUSEE_REGION_LEASE): a number of seconds from 1 to 3600"
+        )
+    return lease
 
 
 def validate_region(region: object, what: str = "region") -> str:

@@ -10,7 +10,9 @@ regions"): the procedure ``fusee region failover --to west`` runs.
    keeps its quorum with a region down; a delete may time out yet land, so each is
    asked again until the stream is gone). A server of the old home that comes back
    is told by the meta group to drop its copies.
-4. Promote the mirrors in place: the journal and values mirrors become the new
+4. If the old home did not answer, wait until the region lease has passed since the
+   failover began (a home that is cut off, not dead, stops appending by then).
+5. Promote the mirrors in place: the journal and values mirrors become the new
    epoch's streams (subjects, atomic batches, schedules; metadata: the new home, the
    epoch, the partition count), keeping every record's stream sequence.
 
@@ -39,7 +41,7 @@ from fusee.adapters.jetstream.store import (
 )
 from fusee.errors import ConnectionLost, FuseeError
 from fusee.logs import get_logger
-from fusee.runtime.regions import RegionMeta, failover_meta
+from fusee.runtime.regions import RegionMeta, failover_meta, region_lease
 
 __all__ = ("FailoverReport", "fail_over")
 
@@ -70,9 +72,13 @@ class FailoverReport:
     seconds: float
 
 
-async def fail_over(store: NatsStore, to: str) -> FailoverReport:
+async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) -> FailoverReport:
     """Fail the namespace of ``store`` (connected to region ``to``'s servers) over to
-    region ``to`` (see the module's steps).
+    region ``to`` (see the module's steps). When the old home does not answer, the
+    mirrors are promoted only once ``lease`` seconds (default: ``region_lease()``, the
+    workers' own) have passed since the failover began: a home that is cut off but
+    alive has stopped appending by then, its workers' lease run out (they last renewed
+    it while they reached the meta quorum, which this side holds now).
 
     Raises:
         InvalidArgument: ``to`` is already the home, or the namespace has no regions.
@@ -104,6 +110,12 @@ async def fail_over(store: NatsStore, to: str) -> FailoverReport:
     async with anyio.create_task_group() as tg:
         for name in old:
             tg.start_soon(_delete, js, name)
+    if not planned:
+        # a home cut off (not dead) appends until its workers' lease runs out
+        wait = began + (region_lease() if lease is None else lease) - time.monotonic()
+        if wait > 0:
+            log.info("region.waiting_for_lease", seconds=round(wait, 1))
+            await anyio.sleep(wait)
     home = Layout(layout.namespace, new.epoch, to)
     replicas = mirror.config.num_replicas or store.replicas
     journal = journal_stream_config(home, replicas, new)

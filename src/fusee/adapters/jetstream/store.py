@@ -13,6 +13,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import math
 import secrets
 import ssl
 import time
@@ -93,7 +94,7 @@ from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.index import info_or_none
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
-from fusee.runtime.regions import RegionMeta, epoch_of_stream, validate_region
+from fusee.runtime.regions import RegionMeta, epoch_of_stream, epoch_stream, validate_region
 
 __all__ = (
     "NatsStore",
@@ -134,11 +135,16 @@ UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then e
 VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
+# The same refusal without the sequence: an R3 leader with a write to the subject still
+# in flight answers this to an expected-last-subject-sequence check (seen in CI: a
+# state write retried through a follower while its first try was being stored)
+WRONG_LAST_SEQUENCE_PENDING = 10164
+WRONG_LAST = (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_PENDING)
 # an append whose Nats-Expected-Stream is not the stream that would store it: the
 # writer's epoch is over (the namespace failed over to another region)
 WRONG_STREAM = 10060
 # JetStream's advisory of a stream's configuration changed (a failover's promotion)
-STREAM_UPDATED = "$JS.EVENT.ADVISORY.STREAM.UPDATED.*"
+STREAM_UPDATED = "$JS.EVENT.ADVISORY.STREAM.UPDATED"
 # Tries of a paused run's conditional unmark (each refusal: the marker's subject changed)
 MAX_UNMARK_TRIES = 5
 BATCH_DUPLICATE = 10201
@@ -276,8 +282,19 @@ class NatsStore:
         self.recorded_partitions: int | None = None
         # a client follows its namespace to the epoch a failover makes (follow_epoch); a
         # process running a worker does not: its appends must stay fenced by their epoch
-        self.follows_failover = True
-        self._following: asyncio.Task[bool] | None = None
+        self._follows = True
+        self._following: asyncio.Task[None] | None = None
+        self._recheck = False
+        self._follow_pending = False  # the layout taken, the rest of the follow not done
+        self._advisories: Any = None  # the subscription to the next epoch's promotion
+        self._background: set[asyncio.Task[Any]] = set()
+        # run after a follow (the engine's API tokens are keyed by the new secret)
+        self.followed: list[Callable[[], Awaitable[None]]] = []
+        # the self-fencing lease (renew_lease): a worker of a regional namespace appends
+        # only before this time.monotonic() instant; math.inf: no lease (a client)
+        self.lease_until = math.inf
+        self._lease_renewed = anyio.Event()
+        self._lease_waits_told = False
 
     @classmethod
     async def connect(
@@ -405,8 +422,7 @@ class NatsStore:
             store.region, store.partner = region, partner
             store.recorded_partitions = meta.partitions
             try:
-                # a failover promotes the next epoch's mirror: a stream update
-                await nc.subscribe(STREAM_UPDATED, cb=store._on_stream_updated)
+                await store._listen_for_promotion()
             except BaseException:
                 await nc.close()
                 raise
@@ -414,59 +430,157 @@ class NatsStore:
         made.append(store)
         return store
 
+    # -- the self-fencing lease ------------------------------------------------------
+
+    async def renew_lease(self, lease: float) -> bool:
+        """Prove that this process still reaches the quorum of the JetStream meta group,
+        and hold the lease for ``lease`` seconds from the attempt if it does. The proof
+        is a write only the meta quorum commits: an ephemeral consumer on the journal
+        stream (1 s of inactivity removes it); reads prove nothing (a cut-off region
+        serves ``STREAM.INFO`` and Direct Gets from its own copy). A meta leader that
+        says the stream is gone (the namespace failed over) answered too: the epoch
+        fences what this process appends then. Returns whether it was renewed (the
+        lease held before lasts until ``lease_until`` either way)."""
+        began = time.monotonic()
+        config = ConsumerConfig(
+            description="fusee: a worker's lease renewal (removed after 1 s)",
+            ack_policy=AckPolicy.NONE,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            filter_subject=f"{self.layout.namespace}.in.x.lease",  # (no message there)
+            inactive_threshold=1.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        try:
+            with anyio.fail_after(max(0.5, lease / 4)):
+                await self.js.add_consumer(self.layout.stream, config)
+        except nats.js.errors.NotFoundError:
+            pass  # the meta leader answered: the stream failed over
+        except (TimeoutError, nats.errors.Error, OSError):
+            return False
+        self.lease_until = began + lease
+        self._lease_waits_told = False
+        self._lease_renewed.set()
+        self._lease_renewed = anyio.Event()
+        return True
+
+    async def _commit(self, item: Pending) -> int:
+        """``item`` through the group committer, once this process holds its lease (a
+        worker of a regional namespace whose lease ran out waits for the next renewal,
+        or raises ``ConnectionLost`` at the append's ``give_up``)."""
+        if self.lease_until <= time.monotonic():
+            if not self._lease_waits_told:  # once per lapse
+                self._lease_waits_told = True
+                log.warning("region.lease_wait", run_id=unescape(item.eid), record=item.kind)
+            with anyio.move_on_after(max(0.0, item.give_up - time.monotonic())):
+                while self.lease_until <= time.monotonic():
+                    await self._lease_renewed.wait()
+            if self.lease_until <= time.monotonic():
+                raise ConnectionLost(
+                    f"{_record_of(item.kind, item.eid)} was not sent: this worker's "
+                    "region lease ran out (it does not reach the JetStream meta quorum: "
+                    "a partition?); nothing was stored"
+                )
+        return await self.committer.append(item)
+
     # -- following a failover ------------------------------------------------------
 
-    async def _on_stream_updated(self, msg: Any) -> None:
-        name = msg.subject.rpartition(".")[2]
-        epoch = epoch_of_stream(self.layout.namespace, name)
-        if epoch is not None and epoch > self.layout.epoch:
-            self.epoch_may_have_moved()
+    @property
+    def follows_failover(self) -> bool:
+        """Whether this process follows its namespace to the epoch a failover makes
+        (:meth:`follow_epoch`): a client does; a process that runs a worker, or makes
+        the failover, does not (set it to False before it appends anything)."""
+        return self._follows
+
+    @follows_failover.setter
+    def follows_failover(self, value: bool) -> None:
+        self._follows = value
+        if not value and self._advisories is not None:
+            sub, self._advisories = self._advisories, None
+            task = asyncio.get_running_loop().create_task(sub.unsubscribe())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _listen_for_promotion(self) -> None:
+        """Subscribe to the advisory of the next epoch's journal stream being updated
+        (a failover promotes that mirror by a stream update)."""
+        if self._advisories is not None:
+            await self._advisories.unsubscribe()
+            self._advisories = None
+        if self._follows and self.layout.regional:
+            nxt = epoch_stream(self.layout.namespace, self.layout.epoch + 1)
+            self._advisories = await self.nc.subscribe(
+                f"{STREAM_UPDATED}.{nxt}", cb=self._on_stream_updated
+            )
+
+    async def _on_stream_updated(self, _msg: Any) -> None:
+        self.epoch_may_have_moved()
 
     def epoch_may_have_moved(self) -> None:
-        """Check in the background whether the namespace failed over (one check at a
-        time), and follow it (:meth:`follow_epoch`)."""
-        if not self.layout.regional or not self.follows_failover:
+        """Check in the background whether the namespace failed over, and follow it
+        (:meth:`follow_epoch`): one check at a time, another after it when asked again
+        meanwhile, and again with backoff while the check fails."""
+        if not self.layout.regional or not self._follows or self.region is None:
             return
+        self._recheck = True
         if self._following is None or self._following.done():
-            self._following = asyncio.get_running_loop().create_task(self._follow_quietly())
+            self._following = asyncio.get_running_loop().create_task(self._follow_loop())
 
-    async def _follow_quietly(self) -> bool:
-        try:
-            return await self.follow_epoch()
-        except (FuseeError, nats.errors.Error) as exc:
-            log.warning("region.follow_failed", error=str(exc))
-            return False
+    async def _follow_loop(self) -> None:
+        delay = 0.5
+        while self._recheck and self._follows and not self.nc.is_closed:
+            self._recheck = False
+            try:
+                await self.follow_epoch()
+            except Exception as exc:  # noqa: BLE001 - logged, and tried again
+                log.warning("region.follow_failed", error=f"{type(exc).__name__}: {exc}")
+                self._recheck = True
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
 
     async def follow_epoch(self) -> bool:
         """If the namespace failed over since this process connected (its journal is a
-        later epoch's stream), take that epoch's layout: reads, starts, signals and
-        watches go to the new home from now on, as a process connected after the
-        failover would. Returns whether it moved. A process running a worker never
-        moves (``follows_failover`` is off): its actors' appends stay fenced by their
-        epoch, and the worker is restarted against the new home (docs/operations.md)."""
-        if not self.layout.regional or not self.follows_failover or self.region is None:
+        later epoch's stream), take that epoch's layout and do what a connect there
+        does: the streams and buckets made if missing (the new home's first process
+        makes them), the new work bucket's secret read; the token streams and the
+        result watch (whose waiters read again) follow, and the ``followed`` hooks run
+        (the engine's API tokens). Returns whether it moved. A process running a
+        worker never moves (``follows_failover`` is off): its actors' appends stay
+        fenced by their epoch, and the worker is restarted against the new home."""
+        if not self.layout.regional or not self._follows or self.region is None:
             return False
-        ns = self.layout.namespace
-        current = await current_stream(self.nc, ns, self._setup_refused)
-        epoch = epoch_of_stream(ns, current) if current is not None else None
-        if epoch is None or epoch <= self.layout.epoch:
-            return False
-        layout, meta = await find_layout(self.nc, ns, self.region)
-        if layout.epoch <= self.layout.epoch or not self.follows_failover:
-            return False
-        before = self.layout
-        self.layout = layout
-        self.recorded_partitions = meta.partitions
-        self.tokens.follow(layout)
-        self.auth.home = layout.home  # (the bucket's name has no epoch)
-        self.journal_watch.follow(layout)  # its waiters read again, from the new stream
-        self.replicated = None
+        if not self._follow_pending:
+            ns = self.layout.namespace
+            current = await current_stream(self.nc, ns, self._setup_refused)
+            epoch = epoch_of_stream(ns, current) if current is not None else None
+            if epoch is None or epoch <= self.layout.epoch:
+                return False
+            layout, meta = await find_layout(self.nc, ns, self.region)
+            if layout.epoch <= self.layout.epoch or not self._follows:
+                return False
+            before = self.layout
+            self.layout = layout
+            self._follow_pending = True
+            self.recorded_partitions = meta.partitions
+            self.tokens.follow(layout)
+            self.auth.home = layout.home  # (the bucket's name has no epoch)
+            self.journal_watch.follow(layout)  # its waiters read again, from the new stream
+            self.replicated = None
+            self._work_listed, self._listed_upto = {}, None  # read from the old bucket
+            log.warning(
+                "region.followed", from_epoch=before.epoch, epoch=layout.epoch,
+                from_home=before.home, home=layout.home, stream=layout.stream,
+            )  # fmt: skip
+        # what a connect in the new epoch does (tried again until it is done)
+        await self.ensure_layout()
+        if self.recorded_partitions is not None:
+            await self.init_config("config.partitions", str(self.recorded_partitions).encode())
         if self.completion_secret:  # the new home's work bucket has a secret of its own
             self.completion_secret = await self.load_secret()
-        log.warning(
-            "region.followed", from_epoch=before.epoch, epoch=layout.epoch,
-            from_home=before.home, home=layout.home, stream=layout.stream,
-        )  # fmt: skip
+        await self._listen_for_promotion()
+        for hook in list(self.followed):
+            await hook()
+        self._follow_pending = False
         return True
 
     def note_denied(self, subject: str, message: str) -> None:
@@ -489,6 +603,7 @@ class NatsStore:
                 f"$js.api.stream.purge.{lay.stream}".lower(),
                 lay.wake(0).rpartition(".")[0].lower() + ".",
                 SECRET_READ.format(bucket=lay.work_bucket).lower(),
+                STREAM_UPDATED.lower(),  # a regional client's follow (no role has it yet)
             )
             level = log.debug if subject.startswith(expected) else log.warning
             level("nats.permission_denied", subject=subject, error=message)
@@ -548,6 +663,10 @@ class NatsStore:
         subscriptions finish) for at most ``timeout`` seconds: with the server stalled
         or gone there is nothing to wait for, the connection is closed as it is (in a
         second at most)."""
+        self._follows = False  # (a follow begun now would race the close)
+        if self._following is not None and not self._following.done():
+            self._following.cancel()
+            await asyncio.wait([self._following], timeout=timeout)
         await self.committer.close()
         with anyio.move_on_after(timeout):
             await self.journal_watch.settled()
@@ -739,7 +858,7 @@ class NatsStore:
                 self.js.publish, subject, data, 5.0, None, headers, refused=self.refusal(subject)
             )
         except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
+            if exc.err_code not in WRONG_LAST:
                 raise
             return None
         return int(ack.seq)
@@ -804,7 +923,7 @@ class NatsStore:
         give_up = time.monotonic() + patience()
         riders = () if unlist is None else (self._unlisted("paused", unlist, eid),)
         item = Pending(subject, data, headers, eid, fence, msg_id, kind, give_up, riders=riders)
-        return await self.committer.append(item)
+        return await self._commit(item)
 
     async def start_run(
         self, eid: str, kind: str, data: bytes, *, partition: int, marker: bytes, msg_id: str
@@ -822,7 +941,7 @@ class NatsStore:
         rider = (self.layout.marker(partition, eid), marker, {KIND: MARKER_KIND, ROLLUP: "sub"})
         give_up = time.monotonic() + patience()
         item = Pending(subject, data, headers, eid, 0, msg_id, kind, give_up, riders=(rider,))
-        return await self.committer.append(item)
+        return await self._commit(item)
 
     # Store calls made in this context retry for this long (see ``direct.retrying_for``).
     retrying_for = staticmethod(retrying_for)
@@ -893,12 +1012,14 @@ class NatsStore:
             )
         except nats.js.errors.APIError as exc:
             if exc.err_code == WRONG_STREAM and self.layout.regional:
+                self.epoch_may_have_moved()  # a client follows (a worker's store does not)
                 raise Fenced(
-                    f"journal of {eid}: epoch {self.layout.epoch} of namespace "
+                    f"journal of {eid}: epoch {item.headers.get(EPOCH, '?')} of namespace "
                     f"{self.layout.namespace!r} is over (its journal is no longer "
-                    f"{self.layout.stream}: the namespace failed over to another region)"
+                    f"{item.headers.get(EXPECTED_STREAM, '?')}: the namespace failed over "
+                    "to another region)"
                 ) from None
-            if exc.err_code not in (WRONG_LAST_SEQUENCE, BATCH_DUPLICATE):
+            if exc.err_code not in (*WRONG_LAST, BATCH_DUPLICATE):
                 # not a fence, not for now (``retrying`` retries those): a refusal
                 # that stored nothing, named as fusee's
                 raise FuseeError(
@@ -1026,7 +1147,7 @@ class NatsStore:
         try:
             return await self._publish_inbox(partition, eid, kind, body, msg_id, unless_ended=True)
         except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
+            if exc.err_code not in WRONG_LAST:
                 raise
             return None
 
@@ -1379,7 +1500,7 @@ class NatsStore:
         try:
             ack = await retrying(self.js.publish, subject, data, 5.0, None, headers)
         except nats.js.errors.BadRequestError as exc:
-            if exc.err_code != WRONG_LAST_SEQUENCE:
+            if exc.err_code not in WRONG_LAST:
                 raise
             # a lost reply to our own write looks the same: read it back, from the
             # leader (a follower may not hold our landed write yet: a spurious Fenced)
@@ -1623,7 +1744,7 @@ class NatsStore:
             give_up,
             riders=riders,
         )
-        await self.committer.append(item)
+        await self._commit(item)
         await self._clear_old_marker(partition, eid, listed_only=fresh)
 
     async def get_index(self, eid: str) -> bytes | None:
@@ -1828,7 +1949,7 @@ class NatsStore:
         else:
             subject, data, headers = self._unmarked(partition, eid)
             give_up = time.monotonic() + patience()
-            await self.committer.append(
+            await self._commit(
                 Pending(subject, data, headers, eid, 0, "", UNMARKED_KIND, give_up, riders=riders)
             )
         await self._clear_old_marker(partition, eid)
@@ -1878,7 +1999,7 @@ class NatsStore:
                         refused=self.refusal(subject),
                     )
             except nats.js.errors.APIError as exc:
-                if exc.err_code != WRONG_LAST_SEQUENCE:
+                if exc.err_code not in WRONG_LAST:
                     raise
                 continue
             return True
@@ -2165,14 +2286,15 @@ class NatsStore:
 
 
 def _of_epoch(answer: bytes, epoch: int) -> bool:
-    """Whether a worker's ping answer comes from ``epoch`` (core NATS crosses regions:
-    an old home's worker answers too, and runs nothing here). An answer without an
-    epoch (a worker of an earlier version) is taken as this epoch's."""
+    """Whether a worker's ping answer comes from ``epoch`` or a later one, as a worker
+    judges its peers (core NATS crosses regions: an old home's worker answers too, and
+    runs nothing here; a later epoch's owns what it holds). An answer without an epoch
+    (a worker of an earlier version) is taken as this epoch's."""
     try:
         theirs = json.loads(answer).get("epoch")
     except (ValueError, AttributeError):
         return True
-    return not isinstance(theirs, int) or theirs == epoch
+    return not isinstance(theirs, int) or theirs >= epoch
 
 
 def _journal_seq(headers: dict[str, str]) -> int:

@@ -184,7 +184,7 @@ class TokenStore:
                     timeout=5.0,
                 )
             except nats.js.errors.BadRequestError as exc:
-                if exc.err_code == 10071:
+                if exc.err_code in (10071, 10164):  # (10164: a write in flight, R3)
                     continue  # another writer claimed in between: read again
                 raise
             return ack.seq
