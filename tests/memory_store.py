@@ -362,6 +362,12 @@ class MemoryStore:
 
     lease_until: float = math.inf  # (no regions here: no lease)
 
+    def hold_lease(self) -> None:
+        return None
+
+    def release_lease(self) -> None:
+        return None
+
     async def renew_lease(self, lease: float) -> bool:
         return True
 

@@ -34,9 +34,9 @@ async def fail_over(
     every writer of the old epoch is refused from then on. Run it only once the old
     home is lost (or, for a planned handover, its workers stopped): a home that is up
     and serving loses what its mirror has not copied. Then start workers in ``to``.
-    When the old home does not answer, the promotion waits until ``lease`` seconds
-    (the workers' region lease: ``$FUSEE_REGION_LEASE``, default 20) have passed since
-    the failover began, so that a home cut off but alive has stopped appending.
+    When the old home does not answer, the promotion waits ``lease`` seconds (the
+    workers' region lease: ``$FUSEE_REGION_LEASE``, default 20) after the old home's
+    streams are deleted, so that a home cut off but alive has stopped appending.
 
     Raises:
         ConfigError: no ``url``, or a bad region name.

@@ -360,6 +360,14 @@ class ClusterStore(RunStore, Protocol):
     """The ``time.monotonic()`` instant this process's region lease ends (``math.inf``:
     no lease); appends wait for a renewal after it (see :meth:`renew_lease`)."""
 
+    def hold_lease(self) -> None:
+        """A worker starts: appends wait for its first renewal (arms the lease)."""
+        ...
+
+    def release_lease(self) -> None:
+        """A worker stopped: with none left, appends need no lease again."""
+        ...
+
     async def renew_lease(self, lease: float) -> bool:
         """Renew the self-fencing lease of a regional namespace's worker for ``lease``
         seconds by a write only the JetStream meta quorum accepts; whether it was."""

@@ -234,6 +234,8 @@ class Worker:
         self._kick = anyio.Event()
         self._stopping = False
         self._superseded = False  # a worker of a later epoch was heard (logged once)
+        self._lease_out = False  # the region lease ran out (logged once per lapse)
+        region_lease(str(self.config.lease))  # checked: 1 to 3600 s
         self._shared_unsubscribe: list[Callable[[], Awaitable[None]]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._actors_tg: anyio.abc.TaskGroup | None = None
@@ -280,11 +282,15 @@ class Worker:
                             lay.shared_calls(name), self._on_shared, queue="fusee-shared"
                         )
                     )
+                leased = False
                 try:
                     await tg.start(self._host_actors)
                     if lay.regional:
-                        # before the first claim: appends wait until it is held
-                        await self.store.renew_lease(self.config.lease)
+                        # armed before the first claim: appends wait until it is held
+                        self.store.hold_lease()
+                        leased = True
+                        if not await self.store.renew_lease(self.config.lease):
+                            self._lease_lost()
                         tg.start_soon(self._lease_loop)
                     await self._publish_heartbeat()
                     tg.start_soon(self._heartbeat_loop)
@@ -305,6 +311,8 @@ class Worker:
                 finally:
                     with anyio.CancelScope(shield=True):
                         await self._shutdown()
+                        if leased:  # (its actors' last commits are done)
+                            self.store.release_lease()
                         with anyio.move_on_after(1.0):  # NATS may be away
                             for unsub in [*unsubscribe, *self._shared_unsubscribe]:
                                 await unsub()
@@ -443,24 +451,29 @@ class Worker:
                 await self._renew_permits()
 
     async def _lease_loop(self) -> None:
-        """Renew the region lease every ``lease/4`` (every second while it fails), and
+        """Renew the region lease every ``lease/4`` (more often while it fails), and
         say when it runs out (``region.lease_lost``: this worker's appends wait) and
-        when it is held again (``region.lease_regained``)."""
-        lease, lost = self.config.lease, False
+        when it is held again (``region.lease_regained``). (The first renewal is
+        ``run``'s.)"""
+        lease = self.config.lease
         while not self._stopping:
+            held = self.store.lease_until > time.monotonic()
+            await anyio.sleep(lease / 4 if held else min(1.0, lease / 8))
             renewed = await self.store.renew_lease(lease)
-            if renewed and lost:
-                lost = False
+            if renewed and self._lease_out:
+                self._lease_out = False
                 log.warning("region.lease_regained", lease_s=lease)
-            elif not renewed and not lost and self.store.lease_until <= time.monotonic():
-                lost = True
-                log.warning(
-                    "region.lease_lost", lease_s=lease,
-                    hint="this worker does not reach the JetStream meta quorum (its "
-                    "region cut off from the partner and the witness?): it appends "
-                    "nothing until it does",
-                )  # fmt: skip
-            await anyio.sleep(lease / 4 if renewed else min(1.0, lease / 8))
+            elif not renewed and self.store.lease_until <= time.monotonic():
+                self._lease_lost()
+
+    def _lease_lost(self) -> None:
+        if not self._lease_out:
+            self._lease_out = True
+            log.warning(
+                "region.lease_lost", lease_s=self.config.lease,
+                hint="this worker does not reach the JetStream meta quorum (its region "
+                "cut off from the partner and the witness?): it appends nothing until it does",
+            )  # fmt: skip
 
     async def _renew_permits(self) -> None:
         """The permits this worker's actors hold: renewed (core NATS) so their leases
@@ -631,10 +644,7 @@ class Worker:
         unsubscribe, self._shared_unsubscribe = self._shared_unsubscribe, []
         for unsub in unsubscribe:
             with anyio.move_on_after(1.0):
-                try:
-                    await unsub()
-                except ConnectionLost:
-                    pass
+                await unsub()
 
     async def _acquire(self, p: int, gone: set[str] | None = None) -> None:
         """Claim ``p`` unless a live worker holds it. ``gone``: workers that did not
@@ -687,7 +697,8 @@ class Worker:
                 slot.scope.cancel()
                 with anyio.CancelScope(shield=True):
                     await slot.done.wait()
-            await self._release_record(p, revision)
+            if not self._superseded:  # (the bucket is the new home's then: no write)
+                await self._release_record(p, revision)
         finally:
             self._releasing.discard(p)
             self._kick.set()
@@ -708,7 +719,7 @@ class Worker:
         tries once, for a second at most: its record then names a worker whose pings
         nobody answers, whose partitions are taken at once."""
         delay, cap = OUTAGE_BACKOFF
-        while True:
+        while not self._superseded:
             try:
                 with anyio.fail_after(1.0 if self._stopping else None):
                     await self.store.release_owner(p, revision)

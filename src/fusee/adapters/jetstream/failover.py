@@ -10,8 +10,9 @@ regions"): the procedure ``fusee region failover --to west`` runs.
    keeps its quorum with a region down; a delete may time out yet land, so each is
    asked again until the stream is gone). A server of the old home that comes back
    is told by the meta group to drop its copies.
-4. If the old home did not answer, wait until the region lease has passed since the
-   failover began (a home that is cut off, not dead, stops appending by then).
+4. If the old home did not answer, wait the region lease after the deletes (a home
+   that is cut off, not dead, stops appending by then: its last renewal came before
+   them).
 5. Promote the mirrors in place: the journal and values mirrors become the new
    epoch's streams (subjects, atomic batches, schedules; metadata: the new home, the
    epoch, the partition count), keeping every record's stream sequence.
@@ -75,10 +76,10 @@ class FailoverReport:
 async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) -> FailoverReport:
     """Fail the namespace of ``store`` (connected to region ``to``'s servers) over to
     region ``to`` (see the module's steps). When the old home does not answer, the
-    mirrors are promoted only once ``lease`` seconds (default: ``region_lease()``, the
-    workers' own) have passed since the failover began: a home that is cut off but
+    mirrors are promoted only ``lease`` seconds (default: ``region_lease()``, the
+    workers' own) after the old home's streams are deleted: a home that is cut off but
     alive has stopped appending by then, its workers' lease run out (they last renewed
-    it while they reached the meta quorum, which this side holds now).
+    it before the deletes the meta quorum, which this side holds, committed).
 
     Raises:
         InvalidArgument: ``to`` is already the home, or the namespace has no regions.
@@ -86,6 +87,7 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
             ``connect(partner=)`` while the home is up), or a stream would not go.
     """
     began = time.monotonic()
+    lease = region_lease() if lease is None else lease  # (checked before anything goes)
     layout, js = store.layout, store.js
     nxt = mirror_layout(layout)
     try:
@@ -111,11 +113,12 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
         for name in old:
             tg.start_soon(_delete, js, name)
     if not planned:
-        # a home cut off (not dead) appends until its workers' lease runs out
-        wait = began + (region_lease() if lease is None else lease) - time.monotonic()
-        if wait > 0:
-            log.info("region.waiting_for_lease", seconds=round(wait, 1))
-            await anyio.sleep(wait)
+        # A home cut off (not dead) appends until its workers' lease runs out. Counted
+        # from the deletes, which the meta group committed: a renewal after them gets
+        # "not found" (the epoch fences what follows), one before them is the last
+        # that can hold the lease (a flapping partition may let one through late)
+        log.info("region.waiting_for_lease", seconds=lease)
+        await anyio.sleep(lease)
     home = Layout(layout.namespace, new.epoch, to)
     replicas = mirror.config.num_replicas or store.replicas
     journal = journal_stream_config(home, replicas, new)

@@ -295,6 +295,7 @@ class NatsStore:
         self.lease_until = math.inf
         self._lease_renewed = anyio.Event()
         self._lease_waits_told = False
+        self._lease_holders = 0
 
     @classmethod
     async def connect(
@@ -432,6 +433,22 @@ class NatsStore:
 
     # -- the self-fencing lease ------------------------------------------------------
 
+    def hold_lease(self) -> None:
+        """A worker of this process starts: from now on an append waits unless the
+        lease is held (until the first renewal: at once)."""
+        self._lease_holders += 1
+        self.lease_until = min(self.lease_until, time.monotonic())
+
+    def release_lease(self) -> None:
+        """A worker of this process stopped: with none left, no lease is needed (the
+        engine's own starts and writes go on)."""
+        self._lease_holders -= 1
+        if self._lease_holders <= 0:
+            self._lease_holders = 0
+            self.lease_until = math.inf
+            self._lease_renewed.set()
+            self._lease_renewed = anyio.Event()
+
     async def renew_lease(self, lease: float) -> bool:
         """Prove that this process still reaches the quorum of the JetStream meta group,
         and hold the lease for ``lease`` seconds from the attempt if it does. The proof
@@ -446,13 +463,13 @@ class NatsStore:
             description="fusee: a worker's lease renewal (removed after 1 s)",
             ack_policy=AckPolicy.NONE,
             deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
-            filter_subject=f"{self.layout.namespace}.in.x.lease",  # (no message there)
+            filter_subject=f"{self.layout.namespace}.in.x.lease.renewal",  # (never written)
             inactive_threshold=1.0,
             mem_storage=True,
             num_replicas=1,
         )
         try:
-            with anyio.fail_after(max(0.5, lease / 4)):
+            with anyio.fail_after(min(lease / 2, 5.0)):
                 await self.js.add_consumer(self.layout.stream, config)
         except nats.js.errors.NotFoundError:
             pass  # the meta leader answered: the stream failed over
@@ -468,7 +485,7 @@ class NatsStore:
         """``item`` through the group committer, once this process holds its lease (a
         worker of a regional namespace whose lease ran out waits for the next renewal,
         or raises ``ConnectionLost`` at the append's ``give_up``)."""
-        if self.lease_until <= time.monotonic():
+        if self.lease_until <= time.monotonic() and self._lease_holders:
             if not self._lease_waits_told:  # once per lapse
                 self._lease_waits_told = True
                 log.warning("region.lease_wait", run_id=unescape(item.eid), record=item.kind)
@@ -571,10 +588,15 @@ class NatsStore:
                 "region.followed", from_epoch=before.epoch, epoch=layout.epoch,
                 from_home=before.home, home=layout.home, stream=layout.stream,
             )  # fmt: skip
-        # what a connect in the new epoch does (tried again until it is done)
-        await self.ensure_layout()
-        if self.recorded_partitions is not None:
-            await self.init_config("config.partitions", str(self.recorded_partitions).encode())
+        # what a connect in the new epoch does (tried again until it is done); hooks
+        # may run again after a failure, so each must be idempotent
+        try:
+            await self.ensure_layout()
+            if self.recorded_partitions is not None:
+                partitions = str(self.recorded_partitions).encode()
+                await self.init_config("config.partitions", partitions)
+        except ConfigError as exc:  # these credentials may not make them: a worker will
+            log.warning("region.follow_setup_refused", error=str(exc))
         if self.completion_secret:  # the new home's work bucket has a secret of its own
             self.completion_secret = await self.load_secret()
         await self._listen_for_promotion()
