@@ -485,20 +485,28 @@ class NatsStore:
         """``item`` through the group committer, once this process holds its lease (a
         worker of a regional namespace whose lease ran out waits for the next renewal,
         or raises ``ConnectionLost`` at the append's ``give_up``)."""
-        if self.lease_until <= time.monotonic() and self._lease_holders:
-            if not self._lease_waits_told:  # once per lapse
-                self._lease_waits_told = True
-                log.warning("region.lease_wait", run_id=unescape(item.eid), record=item.kind)
-            with anyio.move_on_after(max(0.0, item.give_up - time.monotonic())):
-                while self.lease_until <= time.monotonic():
-                    await self._lease_renewed.wait()
-            if self.lease_until <= time.monotonic():
-                raise ConnectionLost(
-                    f"{_record_of(item.kind, item.eid)} was not sent: this worker's "
-                    "region lease ran out (it does not reach the JetStream meta quorum: "
-                    "a partition?); nothing was stored"
-                )
+        if self._lease_holders:
+            await self._await_lease(item)
         return await self.committer.append(item)
+
+    async def _await_lease(self, item: Pending) -> None:
+        """Return once this process holds its region lease; ``ConnectionLost`` at the
+        item's ``give_up`` (nothing more sent)."""
+        if self.lease_until > time.monotonic():
+            return
+        if not self._lease_waits_told:  # once per lapse
+            self._lease_waits_told = True
+            log.warning("region.lease_wait", run_id=unescape(item.eid), record=item.kind)
+        with anyio.move_on_after(max(0.0, item.give_up - time.monotonic())):
+            while self.lease_until <= time.monotonic():
+                await self._lease_renewed.wait()
+        if self.lease_until <= time.monotonic():
+            raise ConnectionLost(
+                f"{_record_of(item.kind, item.eid)}: this worker's region lease ran out "
+                "(it does not reach the JetStream meta quorum: a partition?), and it was "
+                "not sent while it was out (a try sent before may have landed: a retry "
+                "with the same msg_id and fence finds out)"
+            )
 
     # -- following a failover ------------------------------------------------------
 
@@ -983,6 +991,26 @@ class NatsStore:
         return headers
 
     async def _append_alone(self, item: Pending) -> int:
+        """:meth:`_append_once`, each try sent only while this process holds its region
+        lease (a worker's, see :meth:`renew_lease`): tries that would go on after the
+        lease ends stop there, wait for the next renewal, and go on with the same
+        ``msg_id`` and fence (dedupe or the read-back tells a landed earlier try). So at
+        most one try, sent before the lease ended, lands after it."""
+        while True:
+            if self._lease_holders:
+                await self._await_lease(item)
+                bound = min(item.give_up, self.lease_until)
+            else:
+                bound = item.give_up
+            try:
+                return await self._append_once(item, bound)
+            except ConnectionLost:
+                now = time.monotonic()
+                if self._lease_holders and self.lease_until <= now < item.give_up:
+                    continue  # the lease ran out during the tries
+                raise
+
+    async def _append_once(self, item: Pending, give_up: float) -> int:
         """Append one record (``item``: its message, prepared by :meth:`append`) under
         the actor's fence; returns its stream sequence.
 
@@ -1003,7 +1031,7 @@ class NatsStore:
                 refused the batch for the batches in flight until then (nothing stored).
             FuseeError: NATS refused the write for another reason (nothing stored).
         """
-        eid, fence, msg_id, give_up = item.eid, item.fence, item.msg_id, item.give_up
+        eid, fence, msg_id = item.eid, item.fence, item.msg_id
         try:
             # The server down or electing a leader: the same msg_id and fence again;
             # dedupe or the read-back below sorts it out.
