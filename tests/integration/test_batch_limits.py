@@ -10,12 +10,14 @@ from typing import Any
 import anyio
 import msgspec
 import nats
+import nats.js.errors
 import pytest
 
 from fusee.adapters.jetstream import commit
 from fusee.adapters.jetstream.commit import BATCH_COMMIT, BATCH_ID, BATCH_SEQ
 from fusee.adapters.jetstream.store import NatsStore, journal_stream_config
 from fusee.errors import ConnectionLost, Fenced
+from tests.workers.procs import wait_until
 
 SERVER_BATCHES_PER_STREAM = 50  # ADR-50's default limit, nats-server 2.15
 
@@ -46,6 +48,29 @@ async def test_a_start_refused_for_batches_held_open_is_retried(
             headers = {BATCH_ID: f"held{i}", BATCH_SEQ: "1"}
             await raw.publish(f"{namespace}.run.held{i}.x", b"1", headers=headers)
         await raw.flush()
+        # the server registers the held batches after raw's flush: until a batch from
+        # another connection is refused (10176, nothing stored), a start could get a
+        # slot (1 in 12 runs here, and in CI)
+        prober = await nats.connect(nats_server.url)
+        probes = 0
+
+        async def slots_held() -> bool:
+            # a two-message batch, as a start is (one that commits in its first
+            # message is never in flight, so never refused)
+            nonlocal probes
+            probes += 1
+            subject = f"{namespace}.run.probe{probes}"
+            batch: list[commit.Message] = [(f"{subject}.x", b"p", {}), (f"{subject}.y", b"p", {})]
+            try:
+                await commit._publish_batch(prober, batch, 5.0)
+            except nats.js.errors.APIError as exc:
+                return exc.err_code == 10176
+            return False
+
+        try:
+            await wait_until(slots_held, timeout=10, what="every batch slot held")
+        finally:
+            await prober.close()
         # refused for as long as it is patient: fusee's error, nothing stored
         with store.retrying_for(0.3), pytest.raises(ConnectionLost, match="10176"):
             await _start(store, 0)
