@@ -358,7 +358,8 @@ async def test_bad_tool_calls_are_journaled_results_for_the_model(
     assert all(r["is_error"] for r in results.values())
     assert execution_lines(Path(arg["effects"])) == []  # no tool ran
     failed = [r for _, r in await run.journal() if isinstance(r, StepFailed)]
-    assert [(f.name, f.error_type) for f in failed] == [
+    # one turn's calls run together: their failures are journaled in any order
+    assert sorted((f.name, f.error_type) for f in failed) == [
         ("agent/tool-0-no_such_tool", "fusee.UnknownTool"),
         ("agent/tool-0-search_kb", "fusee.ToolInputError"),
         ("agent/tool-0-search_kb", "fusee.ToolInputError"),
