@@ -72,6 +72,7 @@ from fusee.runtime.records import (
 )
 from fusee.runtime.records import RunPaused as RunPausedRecord
 from fusee.runtime.records import StepFailed as StepFailedRecord
+from fusee.runtime.regions import epoch_order
 from fusee.runtime.reuse import reusable
 
 __all__ = ("Engine", "CompletionInfo", "connect")
@@ -488,9 +489,8 @@ class Engine:
             except msgspec.DecodeError:
                 return
             if isinstance(body, dict) and isinstance(body.get("id"), str):
-                epoch = body.get("epoch")
-                if isinstance(epoch, int) and epoch != self.store.layout.epoch:
-                    return  # an old home's worker, heard across regions: not serving here
+                if epoch_order(body.get("epoch"), self.store.layout.epoch) != 0:
+                    return  # another epoch's worker, heard across regions: not a peer
                 if body.get("bye"):
                     heard.pop(body["id"], None)
                 else:
@@ -1087,9 +1087,6 @@ class Engine:
     ) -> Worker:
         cfg = config or WorkerConfig(partitions=self.partitions)
         cfg.partitions = self.partitions
-        # a worker's appends stay fenced by the epoch it started in: this process does
-        # not follow a failover (its workers are restarted against the new home)
-        self.store.follows_failover = False
         return Worker(
             self.store,
             registry or REGISTRY,

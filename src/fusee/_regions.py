@@ -13,7 +13,7 @@ from fusee.adapters.jetstream.failover import fail_over as _fail_over
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import ConfigError
 from fusee.runtime.ids import validate_namespace
-from fusee.runtime.regions import region_lease, validate_region
+from fusee.runtime.regions import validate_lease, validate_region
 
 __all__ = ("fail_over",)
 
@@ -59,8 +59,6 @@ async def fail_over(
     store = await NatsStore.connect(urls, namespace, region=to, credentials=credentials)
     store.follows_failover = False  # it makes the failover, reading the epoch it ends
     try:
-        return await _fail_over(
-            store, to, lease=None if lease is None else region_lease(str(lease))
-        )
+        return await _fail_over(store, to, lease=None if lease is None else validate_lease(lease))
     finally:
         await store.close()

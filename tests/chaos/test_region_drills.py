@@ -64,6 +64,14 @@ def _ran(log: Path) -> collections.Counter[str]:
     return collections.Counter(line.split()[0] for line in log.read_text().splitlines() if line)
 
 
+async def connect_home(url: str, namespace: str) -> fusee.Engine:
+    """An engine in east, the namespace's home, with west its partner (R3)."""
+    return await fusee.connect(
+        url, namespace=namespace, region="east", partner="west", replicas=3,
+        partitions=PARTITIONS,
+    )  # fmt: skip
+
+
 async def _caught_up(engine: fusee.Engine) -> bool:
     lag = await engine.mirror_lag()
     return lag is not None and lag.behind == 0 and lag.mirror_last_seq > 0
@@ -164,10 +172,7 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
     promoted journal) and the RTO are printed. East comes back: its worker, still
     holding the old epoch, is refused (fenced), and so is an old-epoch append."""
     east_url, west_url = regions.url("east"), regions.url("west")
-    east = await fusee.connect(
-        east_url, namespace=namespace, region="east", partner="west", replicas=3,
-        partitions=PARTITIONS,
-    )  # fmt: skip
+    east = await connect_home(east_url, namespace)
     gate = tmp_path / "gate"
     runs: dict[str, dict[str, Any]] = {
         f"run-{i}": {
@@ -335,10 +340,7 @@ async def test_a_planned_handover_and_the_fail_back_lose_nothing(
     process names east its partner (the epoch-3 mirror), the west worker is stopped,
     ``failover --to east``, and an east worker serves the namespace again."""
     east_url, west_url = regions.url("east"), regions.url("west")
-    east = await fusee.connect(
-        east_url, namespace=namespace, region="east", partner="west", replicas=3,
-        partitions=PARTITIONS,
-    )  # fmt: skip
+    east = await connect_home(east_url, namespace)
     gate = tmp_path / "gate"
     runs: dict[str, dict[str, Any]] = {
         f"run-{i}": {
@@ -437,10 +439,7 @@ async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
     the epoch (``actor.fenced``); it starts no further step; a west worker then
     finishes every run, and no epoch-1 record is in the promoted journal."""
     east_url, west_url = regions.url("east"), regions.url("west")
-    east = await fusee.connect(
-        east_url, namespace=namespace, region="east", partner="west", replicas=3,
-        partitions=PARTITIONS,
-    )  # fmt: skip
+    east = await connect_home(east_url, namespace)
     gate = tmp_path / "gate"
     runs: dict[str, dict[str, Any]] = {
         f"run-{i}": {
@@ -514,10 +513,7 @@ async def test_a_home_cut_off_from_the_meta_quorum_stops_appending_within_its_le
     commit landed, until the lease is back); on heal the lease is held again, the
     commit lands and the run finishes, each step committed once."""
     east_url = regions.url("east")
-    east = await fusee.connect(
-        east_url, namespace=namespace, region="east", partner="west", replicas=3,
-        partitions=PARTITIONS,
-    )  # fmt: skip
+    east = await connect_home(east_url, namespace)
     gate = tmp_path / "gate"
     arg: dict[str, Any] = {
         "log": str(tmp_path / "effects.log"), "steps": 4, "delay": 0.0, "tag": "cut",

@@ -14,7 +14,7 @@ import pytest
 import fusee
 from fusee.adapters.jetstream.layout import Layout
 from fusee.errors import ConfigError
-from tests.chaos.test_region_drills import PARTITIONS, _caught_up, _env, regions  # noqa: F401
+from tests.chaos.test_region_drills import PARTITIONS, _caught_up, _env, connect_home, regions  # noqa: F401
 from tests.cluster import LoopbackRegions
 from tests.workers.procs import Workers, chain_result, wait_until
 
@@ -33,10 +33,7 @@ async def test_a_client_connected_before_a_failover_follows_the_namespace_to_its
     exists, and 30 s of ``ConnectionLost``). An engine that runs a worker keeps its
     epoch."""
     east_url, west_url = regions.url("east"), regions.url("west")
-    east = await fusee.connect(
-        east_url, namespace=namespace, region="east", partner="west", replicas=3,
-        partitions=PARTITIONS,
-    )  # fmt: skip
+    east = await connect_home(east_url, namespace)
     gate = tmp_path / "gate"
 
     def arg(tag: str, hold: bool = False) -> dict[str, Any]:

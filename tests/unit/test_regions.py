@@ -12,9 +12,11 @@ from fusee.runtime.regions import (
     DEFAULT_LEASE,
     RegionMeta,
     epoch_of_stream,
+    epoch_order,
     epoch_stream,
     failover_meta,
     region_lease,
+    validate_lease,
     validate_region,
 )
 
@@ -82,3 +84,12 @@ def test_the_region_lease_is_seconds_from_1_to_3600(monkeypatch: pytest.MonkeyPa
     for bad in ("0.5", "nan", "soon", "-3", "3601"):
         with pytest.raises(ConfigError, match=r"region lease .*1 to 3600"):
             region_lease(bad)
+
+
+def test_another_workers_epoch_is_ordered_against_mine_and_a_missing_one_is_mine() -> None:
+    assert [epoch_order(e, 2) for e in (1, 2, 3)] == [-1, 0, 1]
+    for unknown in (None, "3", 3.0, True, [3]):  # a worker of an earlier version, or junk
+        assert epoch_order(unknown, 2) == 0
+    assert validate_lease(3.0) == 3.0
+    with pytest.raises(ConfigError, match=r"region lease 0\.5 .*1 to 3600"):
+        validate_lease(0.5)

@@ -64,7 +64,7 @@ from fusee.runtime.index import decode_info
 from fusee.runtime.limits import RENEW_EVERY, RenewOp, core_subject, encode_core, parse_limit_id
 from fusee.runtime.objects import parse_object_id
 from fusee.runtime.parking import ParkingLot
-from fusee.runtime.regions import region_lease
+from fusee.runtime.regions import epoch_order, region_lease, validate_lease
 
 __all__ = ("Worker", "WorkerConfig", "new_worker_id")
 
@@ -235,7 +235,7 @@ class Worker:
         self._stopping = False
         self._superseded = False  # a worker of a later epoch was heard (logged once)
         self._lease_out = False  # the region lease ran out (logged once per lapse)
-        region_lease(str(self.config.lease))  # checked: 1 to 3600 s
+        validate_lease(self.config.lease)
         self._shared_unsubscribe: list[Callable[[], Awaitable[None]]] = []
         self._tg: anyio.abc.TaskGroup | None = None
         self._actors_tg: anyio.abc.TaskGroup | None = None
@@ -388,10 +388,9 @@ class Worker:
         without an epoch (a worker of an earlier version) is this epoch's."""
         theirs = body.get("epoch") if isinstance(body, dict) else None
         mine = self.store.layout.epoch
-        if not isinstance(theirs, int) or theirs == mine:
-            return 0
-        if theirs < mine:
-            return -1
+        order = epoch_order(theirs, mine)
+        if order <= 0:
+            return order
         if not self._superseded:
             self._superseded = True
             self._kick.set()

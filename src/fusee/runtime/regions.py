@@ -29,7 +29,9 @@ __all__ = (
     "epoch_of_stream",
     "epoch_stream",
     "failover_meta",
+    "epoch_order",
     "region_lease",
+    "validate_lease",
     "validate_region",
 )
 
@@ -61,11 +63,30 @@ def region_lease(value: str | None = None) -> float:
         lease = float(raw)
     except ValueError:
         lease = math.nan
-    if not 1.0 <= lease <= 3600.0:
+    return validate_lease(lease, shown=repr(raw))
+
+
+def validate_lease(lease: float, *, shown: str | None = None) -> float:
+    """``lease`` if it is a number of seconds from 1 to 3600.
+
+    Raises:
+        ConfigError: it is not (named as ``shown``, default its repr).
+    """
+    if not 1.0 <= lease <= 3600.0:  # (False for NaN too)
         raise ConfigError(
-            f"region lease {raw!r} ($FUSEE_REGION_LEASE): a number of seconds from 1 to 3600"
+            f"region lease {shown or repr(lease)} ($FUSEE_REGION_LEASE): a number of "
+            "seconds from 1 to 3600"
         )
     return lease
+
+
+def epoch_order(theirs: object, mine: int) -> int:
+    """How the epoch another worker names (its heartbeat's or ping answer's ``epoch``)
+    compares with ``mine``: -1 earlier, 0 the same, 1 later. A missing or malformed
+    one (a worker of an earlier version) is taken as the same."""
+    if not isinstance(theirs, int) or isinstance(theirs, bool) or theirs == mine:
+        return 0
+    return -1 if theirs < mine else 1
 
 
 def validate_region(region: object, what: str = "region") -> str:

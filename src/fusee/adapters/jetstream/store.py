@@ -94,7 +94,7 @@ from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.index import info_or_none
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
-from fusee.runtime.regions import RegionMeta, epoch_of_stream, epoch_stream, validate_region
+from fusee.runtime.regions import RegionMeta, epoch_order, epoch_stream, validate_region
 
 __all__ = (
     "NatsStore",
@@ -446,8 +446,7 @@ class NatsStore:
         if self._lease_holders <= 0:
             self._lease_holders = 0
             self.lease_until = math.inf
-            self._lease_renewed.set()
-            self._lease_renewed = anyio.Event()
+            self._wake_lease_waiters()
 
     async def renew_lease(self, lease: float) -> bool:
         """Prove that this process still reaches the quorum of the JetStream meta group,
@@ -477,9 +476,13 @@ class NatsStore:
             return False
         self.lease_until = began + lease
         self._lease_waits_told = False
+        self._wake_lease_waiters()
+        return True
+
+    def _wake_lease_waiters(self) -> None:
+        """The appends waiting for the lease look again (:meth:`_await_lease`)."""
         self._lease_renewed.set()
         self._lease_renewed = anyio.Event()
-        return True
 
     async def _commit(self, item: Pending) -> int:
         """``item`` through the group committer, once this process holds its lease (a
@@ -575,12 +578,8 @@ class NatsStore:
         if not self.layout.regional or not self._follows or self.region is None:
             return False
         if not self._follow_pending:
-            ns = self.layout.namespace
-            current = await current_stream(self.nc, ns, self._setup_refused)
-            epoch = epoch_of_stream(ns, current) if current is not None else None
-            if epoch is None or epoch <= self.layout.epoch:
-                return False
-            layout, meta = await find_layout(self.nc, ns, self.region)
+            # (the current stream and its metadata: find_layout reads both)
+            layout, meta = await find_layout(self.nc, self.layout.namespace, self.region)
             if layout.epoch <= self.layout.epoch or not self._follows:
                 return False
             before = self.layout
@@ -2344,7 +2343,7 @@ def _of_epoch(answer: bytes, epoch: int) -> bool:
         theirs = json.loads(answer).get("epoch")
     except (ValueError, AttributeError):
         return True
-    return not isinstance(theirs, int) or theirs >= epoch
+    return epoch_order(theirs, epoch) >= 0
 
 
 def _journal_seq(headers: dict[str, str]) -> int:
