@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,12 @@ import pytest
 
 import fusee
 from fusee.adapters.jetstream.layout import EPOCH, MSG_ID, Layout
+from fusee.adapters.jetstream.regions import current_stream, pending_promotion
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced
 from fusee.runtime.ids import partition_of
 from tests.cluster import LoopbackRegions
-from tests.helpers import cli_env, run_cli
+from tests.helpers import cli_cmd, cli_env, run_cli
 from tests.workers.procs import CHAIN, Workers, chain_result, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
@@ -70,6 +72,11 @@ async def connect_home(url: str, namespace: str) -> fusee.Engine:
         url, namespace=namespace, region="east", partner="west", replicas=3,
         partitions=PARTITIONS,
     )  # fmt: skip
+
+
+async def _has_kinds(store: NatsStore, eid: str, kinds: set[str]) -> bool:
+    """Whether the inbox of ``eid`` (partition 0) holds messages of each of ``kinds``."""
+    return kinds <= {m.headers.get("Fusee-Kind", "") for m in await store.read_inbox(0, eid)}
 
 
 async def _caught_up(engine: fusee.Engine) -> bool:
@@ -567,3 +574,126 @@ async def test_a_home_cut_off_from_the_meta_quorum_stops_appending_within_its_le
     finally:
         await east.close()
         workers.cleanup()
+
+
+async def test_an_old_epochs_writes_outside_the_fence_are_refused_by_the_new_home(
+    regions: LoopbackRegions, namespace: str
+) -> None:
+    """A worker's writes outside a run's fence (inbox messages, timers, a run's active
+    marker and its removal, index and listing entries, values) name its epoch's stream
+    as its appends do: after a failover, an epoch-1 store (as a worker's, which does not
+    follow) whose publishes reach the new home through the gateways is refused
+    (``Fenced``, naming the failover) and stores nothing there. Before, they landed: a
+    zombie's marker removal took a live run's marker away in the new home."""
+    east_url, west_url = regions.url("east"), regions.url("west")
+    east = await connect_home(east_url, namespace)
+    east.store.follows_failover = False  # as a worker's store: it keeps epoch 1
+    west: fusee.Engine | None = None
+    try:
+        lay = east.store.layout
+        await east.store.mark_run_active(0, "zombie-run", b"{}")
+        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+        report = await fusee.fail_over(west_url, namespace=namespace, to="west", lease=1)
+        west = await fusee.connect(west_url, namespace=namespace, region="west")
+        new = west.store.layout
+        assert (new.epoch, lay.epoch) == (2, 1)
+        js = west.store.js
+        before = {s: (await js.stream_info(s)).state for s in (new.stream, new.values_stream)}
+        value = {"status": "completed", "workflow": "chain"}
+        index = json.dumps(value).encode()
+        writes: dict[str, Callable[[], Awaitable[object]]] = {
+            "an inbox message": lambda: east.store.send_inbox(0, "zombie-run", "signal", b"{}"),
+            "a timer": lambda: east.store.schedule_timer("zombie-run", 0, 1, time.time() + 3600),
+            "an active marker": lambda: east.store.mark_run_active(0, "zombie-run", b"{}"),
+            "a marker's removal": lambda: east.store.clear_run_active(0, "zombie-run"),
+            "an index entry": lambda: east.store.end_run(0, "zombie-run", index, journal_seq=1),
+            "a listing's removal": lambda: east.store.unlist("paused", "chain", "zombie-run", 1),
+            "a value": lambda: east.store.put_value("zombie-run", b"v" * 64),
+        }
+        for what, write in writes.items():
+            with pytest.raises(Fenced, match="failed over") as refused:
+                with anyio.fail_after(30):
+                    await write()
+            assert "epoch 1" in str(refused.value), (what, refused.value)
+        after = {s: (await js.stream_info(s)).state for s in (new.stream, new.values_stream)}
+        for s in before:
+            assert after[s].last_seq == before[s].last_seq, (s, before[s], after[s])
+        # the run's marker in the new home is the one epoch 1 wrote before the failover
+        marker = await west.store.has_run_marker(0, "zombie-run", leader=True)
+        assert marker, "the zombie removed the run's marker in the new home"
+        assert report.epoch == 2
+        # the new home's own writes, naming its stream, are stored (a timer fires)
+        home = west.store
+        home.follows_failover = False
+        await home.schedule_timer("home-run", 0, 1, time.time() + 0.5)
+        await home.mark_run_active(0, "home-run", b"{}")
+        assert await home.send_inbox(0, "home-run", "signal", b"{}") > 0
+        await home.end_run(0, "home-run", index, journal_seq=1)
+        assert not await home.has_run_marker(0, "home-run", leader=True)
+        assert await home.get_final_entry("home-run", leader=True) is not None
+        await wait_until(
+            lambda: _has_kinds(home, "home-run", {"signal", "timer"}), timeout=30,
+            what="the signal and the fired timer in the new home's inbox",
+        )  # fmt: skip
+    finally:
+        await east.close()
+        if west is not None:
+            await west.close()
+
+
+async def test_a_failover_interrupted_in_its_lease_wait_is_resumed_and_nothing_is_made_meanwhile(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """East lost; ``fusee region failover`` deletes its streams, waits the lease, and
+    its process is SIGKILLed there: no stream binds the journal's subjects. A process
+    connecting then takes the mirror's epoch (before, it made a fresh epoch-1 stream,
+    whose subjects would have refused the promotion); the failover run again resumes:
+    it promotes the mirror, whose marker written in east is there, and that process's
+    writes land in it."""
+    east_url, west_url = regions.url("east"), regions.url("west")
+    east = await connect_home(east_url, namespace)
+    await east.store.mark_run_active(0, "kept", b"{}")
+    await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+    await east.close()
+    regions.kill_region("east")
+    observer = await nats.connect(servers=regions.urls("west"))
+    window: fusee.Engine | None = None
+    out = (tmp_path / "failover.out").open("w")
+    failover = subprocess.Popen(
+        cli_cmd("region", "failover", "--to", "west", "--nats", west_url,
+                "--namespace", namespace),
+        env={**cli_env(), "FUSEE_REGION_LEASE": "600"}, stdout=out, stderr=out,
+    )  # fmt: skip
+    try:
+
+        async def in_lease_wait() -> bool:
+            bound = await current_stream(observer, namespace)
+            return bound is None and await pending_promotion(observer, namespace) is not None
+
+        await wait_until(in_lease_wait, timeout=120, what="the old home's streams deleted")
+        assert failover.poll() is None, (tmp_path / "failover.out").read_text()
+        window = await fusee.connect(west_url, namespace=namespace, region="west")
+        assert window.store.layout.epoch == 2
+        assert window.store.layout.home == "west"
+        failover.kill()  # the failover's process dies in its lease wait
+        failover.wait()
+        js = observer.jetstream(timeout=5)
+        with pytest.raises(nats.js.errors.NotFoundError):
+            await js.stream_info(Layout(namespace).stream)  # no epoch-1 stream was made
+        report = await fusee.fail_over(west_url, namespace=namespace, to="west", lease=1)
+        assert (report.epoch, report.to_region, report.planned) == (2, "west", False)
+        assert await window.store.has_run_marker(0, "kept", leader=True)
+        before = (await js.stream_info(report.stream)).state.last_seq
+        await window.store.send_inbox(0, "kept", "signal", b"{}")
+        assert (await js.stream_info(report.stream)).state.last_seq == before + 1
+        # asked once more, it is over: the namespace's home is west
+        with pytest.raises(fusee.InvalidArgument, match="already the namespace's home"):
+            await fusee.fail_over(west_url, namespace=namespace, to="west", lease=1)
+    finally:
+        if failover.poll() is None:
+            failover.kill()
+            failover.wait()
+        out.close()
+        if window is not None:
+            await window.close()
+        await observer.close()

@@ -17,6 +17,10 @@ regions"): the procedure ``fusee region failover --to west`` runs.
    epoch's streams (subjects, atomic batches, schedules; metadata: the new home, the
    epoch, the partition count), keeping every record's stream sequence.
 
+A failover interrupted after step 3 (its process killed during the lease wait) leaves
+no stream binding the journal's subjects: a process connecting then takes the
+mirror's epoch (``find_layout``), and the failover asked again resumes at step 4.
+
 Workers started in the new home (``--region west``) then take the runs over: their
 active markers are in the journal. A writer of the old epoch names the old stream in
 every append and is refused by the promoted one (10060): fenced.
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import anyio
 import nats.errors
@@ -34,7 +39,7 @@ from nats.js import JetStreamContext
 
 from fusee.adapters.jetstream.direct import retrying
 from fusee.adapters.jetstream.layout import Layout
-from fusee.adapters.jetstream.regions import mirror_layout
+from fusee.adapters.jetstream.regions import FROM, mirror_layout
 from fusee.adapters.jetstream.store import (
     NatsStore,
     journal_stream_config,
@@ -93,6 +98,15 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
     try:
         mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
     except nats.js.errors.NotFoundError:
+        try:
+            with anyio.fail_after(5.0):
+                own = await js.stream_info(layout.stream)
+        except (TimeoutError, nats.errors.Error):
+            own = None  # (the home lost: no mirror to promote, said below)
+        if own is not None and own.config.mirror is not None:
+            # an interrupted failover: the mirror of this epoch waits for its promotion
+            return await _promote_pending(store, own, to, lease, began)
+        failover_meta(RegionMeta(layout.home, layout.epoch), to)  # ``to`` is home already?
         raise FuseeError(
             f"namespace {layout.namespace!r} has no mirror {nxt.stream}: a failover needs "
             f"the partner region's mirror (connect(partner={to!r}) while {layout.home} is up)"
@@ -120,13 +134,7 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
         log.info("region.waiting_for_lease", seconds=lease)
         await anyio.sleep(lease)
     home = Layout(layout.namespace, new.epoch, to)
-    replicas = mirror.config.num_replicas or store.replicas
-    journal = journal_stream_config(home, replicas, new)
-    values = values_stream_config(home, replicas)
-    values.metadata = new.to_metadata()
-    for config in (journal, values):
-        await retrying(js.update_stream, config, what=f"the promotion of {config.name}")
-    info = await retrying(js.stream_info, home.stream, what=f"stream {home.stream}")
+    info = await _promote(js, home, new, mirror.config.num_replicas or store.replicas)
     report = FailoverReport(
         namespace=layout.namespace,
         from_region=str(layout.home),
@@ -137,6 +145,57 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
         lost=lost,
         last_lag=last_lag,
         planned=planned,
+        seconds=time.monotonic() - began,
+    )
+    log.info("region.failed_over", **report.__dict__)
+    return report
+
+
+async def _promote(js: JetStreamContext, home: Layout, new: RegionMeta, replicas: int) -> Any:
+    """Step 5: the mirrors become the journal and values streams of ``home``; the
+    journal's info after it."""
+    journal = journal_stream_config(home, replicas, new)
+    values = values_stream_config(home, replicas)
+    values.metadata = new.to_metadata()
+    for config in (journal, values):
+        await retrying(js.update_stream, config, what=f"the promotion of {config.name}")
+    return await retrying(js.stream_info, home.stream, what=f"stream {home.stream}")
+
+
+async def _promote_pending(
+    store: NatsStore, mirror: Any, to: str, lease: float, began: float
+) -> FailoverReport:
+    """Steps 4 and 5 of a failover interrupted after its deletes (``store``'s layout is
+    the epoch of the mirror no stream binds beside, :func:`find_layout`): the lease
+    waited again (when the deletes landed is not known), the epoch-named streams of
+    the old epoch deleted if any is left, the mirrors promoted."""
+    layout, js = store.layout, store.js
+    recorded = RegionMeta.from_metadata(mirror.config.metadata, layout.epoch)
+    if recorded.home != to:
+        raise FuseeError(
+            f"the failover of namespace {layout.namespace!r} to {recorded.home!r} was "
+            f"interrupted ({mirror.config.name} is not promoted yet): fail over to "
+            f"{recorded.home!r} to finish it"
+        )
+    log.warning("region.resuming_failover", stream=mirror.config.name, seconds=lease)
+    old = Layout(layout.namespace, layout.epoch - 1)
+    async with anyio.create_task_group() as tg:
+        for name in (old.stream, old.values_stream, old.tokens_stream):
+            tg.start_soon(_delete, js, name)
+    await anyio.sleep(lease)
+    new = RegionMeta(to, layout.epoch, recorded.partitions)
+    info = await _promote(js, layout, new, mirror.config.num_replicas or store.replicas)
+    lag = mirror.mirror
+    report = FailoverReport(
+        namespace=layout.namespace,
+        from_region=str((mirror.config.metadata or {}).get(FROM, "")),
+        to_region=to,
+        epoch=layout.epoch,
+        stream=layout.stream,
+        last_seq=int(info.state.last_seq),
+        lost=None,
+        last_lag=int(lag.lag or 0) if lag is not None else 0,
+        planned=False,
         seconds=time.monotonic() - began,
     )
     log.info("region.failed_over", **report.__dict__)

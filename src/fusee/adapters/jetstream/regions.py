@@ -11,6 +11,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -30,7 +31,29 @@ FROM = "fusee.from"
 # mirror's instead (a lost region's stream is known to the meta group, but silent)
 ORIGIN_PATIENCE = 5.0
 
-__all__ = ("MirrorLag", "current_stream", "ensure_mirror", "find_layout", "mirror_lag")
+__all__ = (
+    "MirrorLag",
+    "current_stream",
+    "ensure_mirror",
+    "find_layout",
+    "mirror_lag",
+    "pending_promotion",
+)
+
+
+async def _stream_names(nc: Client, request: dict[str, Any]) -> dict[str, Any]:
+    """The meta leader's answer to a ``STREAM.NAMES`` request (its error raised as
+    nats-py's ``APIError``: nats-py's own call of it has no subject filter)."""
+    body = json.dumps(request).encode()
+    reply: dict[str, Any] = json.loads(
+        (await nc.request("$JS.API.STREAM.NAMES", body, timeout=5.0)).data
+    )
+    if "error" in reply:
+        err = reply["error"]
+        raise nats.js.errors.APIError(
+            code=err.get("code"), err_code=err.get("err_code"), description=err.get("description")
+        )
+    return reply
 
 
 async def current_stream(
@@ -41,16 +64,7 @@ async def current_stream(
     when there is none."""
 
     async def names(subject: str) -> list[str]:
-        body = json.dumps({"subject": subject}).encode()
-        reply = json.loads((await nc.request("$JS.API.STREAM.NAMES", body, timeout=5.0)).data)
-        if "error" in reply:
-            err = reply["error"]
-            raise nats.js.errors.APIError(
-                code=err.get("code"),
-                err_code=err.get("err_code"),
-                description=err.get("description"),
-            )
-        return list(reply.get("streams") or [])
+        return list((await _stream_names(nc, {"subject": subject})).get("streams") or [])
 
     what = "the namespace's journal stream"
     for subject in (f"{namespace}.run.>", f"{namespace}.closed.>"):
@@ -61,6 +75,32 @@ async def current_stream(
         if ours:
             return ours[0]
     return None
+
+
+async def pending_promotion(
+    nc: Client, namespace: str, refused: Callable[[], FuseeError | None] | None = None
+) -> str | None:
+    """The journal mirror of the namespace's latest epoch when no stream binds its
+    journal subjects (:func:`current_stream` is None): a failover between the deletion
+    of the old home's streams and the promotion of the mirror (its lease wait, or one
+    interrupted there). None when the namespace has no such stream (a new namespace)."""
+
+    async def page(offset: int) -> tuple[list[str], int]:
+        reply = await _stream_names(nc, {"offset": offset})
+        return list(reply.get("streams") or []), int(reply.get("total") or 0)
+
+    latest: tuple[int, str] | None = None
+    offset = 0
+    while True:
+        found, total = await retrying(page, offset, what="the streams", refused=refused)
+        for name in found:
+            epoch = epoch_of_stream(namespace, name)
+            if epoch is not None and epoch > 1 and (latest is None or epoch > latest[0]):
+                latest = (epoch, name)
+        offset += len(found)
+        if not found or offset >= total:
+            break
+    return None if latest is None else latest[1]
 
 
 async def find_layout(nc: Client, namespace: str, region: str) -> tuple[Layout, RegionMeta]:
@@ -74,7 +114,13 @@ async def find_layout(nc: Client, namespace: str, region: str) -> tuple[Layout, 
     js = nc.jetstream(timeout=5.0)
     name = await current_stream(nc, namespace)
     if name is None:
-        return Layout(namespace, 1, region), RegionMeta(region, 1)
+        # no stream binds the journal: a new namespace, or one failing over (its old
+        # home's streams deleted, its mirror not promoted yet). The latter's layout is
+        # the mirror's epoch: a process made now must not make an epoch-1 stream, whose
+        # subjects would stop the promotion (its appends wait for the promotion)
+        name = await pending_promotion(nc, namespace)
+        if name is None:
+            return Layout(namespace, 1, region), RegionMeta(region, 1)
     epoch = epoch_of_stream(namespace, name)
     assert epoch is not None
     try:

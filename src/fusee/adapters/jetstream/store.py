@@ -19,7 +19,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import nats
@@ -75,6 +75,7 @@ from fusee.adapters.jetstream.regions import (
     ensure_mirror,
     find_layout,
     mirror_lag,
+    pending_promotion,
 )
 from fusee.adapters.jetstream.tokens import DEFAULT_MAX_AGE, TokenStore
 from fusee.adapters.jetstream.watch import JournalWatch
@@ -105,6 +106,8 @@ __all__ = (
 )
 
 log = get_logger()
+
+T = TypeVar("T")
 
 # The longest a first connection may take: nats-py's connect_timeout (2 s) for each
 # of its 4 tries and the waits between them, with room to spare.
@@ -792,6 +795,8 @@ class NatsStore:
         new, it failed over (its journal is a later epoch's stream), and this process
         must say so rather than make an empty ``<NS>`` beside it."""
         current = await current_stream(self.nc, self.layout.namespace, self._setup_refused)
+        if current is None:  # (or it is failing over: a mirror waits for its promotion)
+            current = await pending_promotion(self.nc, self.layout.namespace, self._setup_refused)
         if current is not None and current != self.layout.stream:
             raise ConfigError(
                 f"namespace {self.layout.namespace!r} has regions: its journal is stream "
@@ -883,8 +888,15 @@ class NatsStore:
         the subject or of ``EXPECTED_SUBJECT``): its stream sequence, or None when the
         expectation did not hold (nothing stored)."""
         try:
-            ack = await retrying(
-                self.js.publish, subject, data, 5.0, None, headers, refused=self.refusal(subject)
+            ack = await self._retrying_in_epoch(
+                f"the write of {subject}",
+                self.js.publish,
+                subject,
+                data,
+                5.0,
+                None,
+                headers,
+                refused=self.refusal(subject),
             )
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code not in WRONG_LAST:
@@ -989,6 +1001,45 @@ class NatsStore:
             headers[EPOCH] = str(self.layout.epoch)
         return headers
 
+    def _in_epoch(self, headers: dict[str, str]) -> dict[str, str]:
+        """``headers`` of a write into the journal stream outside a run's fence (an
+        inbox message, a timer, a marker or its removal, an index or listing entry),
+        naming this epoch's stream when this process does not follow a failover (a
+        worker's): an earlier epoch's write that reaches the new home through the
+        gateways is refused (10060, raised as :class:`Fenced`) instead of stored there,
+        as a fenced append is. A client's go wherever the namespace lives now."""
+        if self.layout.regional and not self._follows:
+            headers[EXPECTED_STREAM] = self.layout.stream
+        return headers
+
+    def _epoch_over(self, what: str, stream: str | None = None, epoch: str | None = None) -> Fenced:
+        """The error of a write the server refused because its stream is no longer
+        this epoch's (10060)."""
+        self.epoch_may_have_moved()  # a client follows (a worker's store does not)
+        return Fenced(
+            f"{what}: epoch {epoch or self.layout.epoch} of namespace "
+            f"{self.layout.namespace!r} is over (its stream is no longer "
+            f"{stream or self.layout.stream}: the namespace failed over to another region)"
+        )
+
+    async def _retrying_in_epoch(
+        self,
+        told: str | Callable[[], str],
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        **kwargs: Any,
+    ) -> T:
+        """``retrying(fn, *args, **kwargs)``, a write into one of this epoch's streams
+        (``told``: what it writes, or a function that says it, called for an error
+        only), with a refusal for the epoch (10060) raised as :class:`Fenced`
+        (:meth:`_epoch_over`)."""
+        try:
+            return await retrying(fn, *args, **kwargs)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == WRONG_STREAM and self.layout.regional:
+                raise self._epoch_over(told if isinstance(told, str) else told()) from None
+            raise
+
     async def _append_alone(self, item: Pending) -> int:
         """:meth:`_append_once`, each try sent only while this process holds its region
         lease (a worker's, see :meth:`renew_lease`): tries that would go on after the
@@ -1061,12 +1112,8 @@ class NatsStore:
             )
         except nats.js.errors.APIError as exc:
             if exc.err_code == WRONG_STREAM and self.layout.regional:
-                self.epoch_may_have_moved()  # a client follows (a worker's store does not)
-                raise Fenced(
-                    f"journal of {eid}: epoch {item.headers.get(EPOCH, '?')} of namespace "
-                    f"{self.layout.namespace!r} is over (its journal is no longer "
-                    f"{item.headers.get(EXPECTED_STREAM, '?')}: the namespace failed over "
-                    "to another region)"
+                raise self._epoch_over(
+                    f"journal of {eid}", item.headers.get(EXPECTED_STREAM), item.headers.get(EPOCH)
                 ) from None
             if exc.err_code not in (*WRONG_LAST, BATCH_DUPLICATE):
                 # not a fence, not for now (``retrying`` retries those): a refusal
@@ -1094,7 +1141,14 @@ class NatsStore:
         for i, chunk in enumerate(chunks):
             subject = self.layout.value(eid, digest, i)
             self._check_fits(subject, chunk, {}, f"chunk {i} of a value of {unescape(eid)!r}")
-            await retrying(self.js.publish, subject, chunk, 5.0, self.layout.values_stream)
+            await self._retrying_in_epoch(
+                f"a value of {unescape(eid)!r}",
+                self.js.publish,
+                subject,
+                chunk,
+                5.0,
+                self.layout.values_stream,
+            )
         return ValueRef(run=eid, digest=digest, size=len(data), chunks=len(chunks))
 
     async def get_value(self, ref: ValueRef) -> bytes:
@@ -1174,7 +1228,8 @@ class NatsStore:
         """Like :meth:`send_inbox`, and says whether the server took it for a duplicate of
         an earlier message with ``msg_id`` (then the sequence is the earlier one's)."""
         subject, headers, what = self._inbox_message(partition, eid, kind, body, msg_id)
-        return await retrying(
+        return await self._retrying_in_epoch(
+            what,
             publish_acked_once,
             self.nc,
             subject,
@@ -1212,7 +1267,7 @@ class NatsStore:
     ) -> tuple[str, dict[str, str], Callable[[], str]]:
         """The subject, headers and description of a message to the run's inbox (the
         description made only for an error: unescaping an ID costs µs)."""
-        headers = {KIND: kind}
+        headers = self._in_epoch({KIND: kind})
         if msg_id is not None:
             headers[MSG_ID] = msg_id
         if unless_ended:
@@ -1240,7 +1295,8 @@ class NatsStore:
         subject, headers, what = self._inbox_message(
             partition, eid, kind, body, msg_id, unless_ended=unless_ended
         )
-        return await retrying(
+        return await self._retrying_in_epoch(
+            what,
             publish_acked,
             self.nc,
             subject,
@@ -1339,17 +1395,26 @@ class NatsStore:
         """
         lay = self.layout
         at = datetime.fromtimestamp(until, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-        headers = {
-            KIND: "timer",
-            "Fusee-Pos": str(pos),
-            "Nats-Schedule": f"@at {at}",
-            "Nats-Schedule-Target": lay.inbox(partition, eid),
-        }
+        headers = self._in_epoch(
+            {
+                KIND: "timer",
+                "Fusee-Pos": str(pos),
+                "Nats-Schedule": f"@at {at}",
+                "Nats-Schedule-Target": lay.inbox(partition, eid),
+            }
+        )
         # "start" names the generation (or object invocation) whose wait set it
         body = encode_message(TimerFired(pos=pos, start=start))
         subject = f"{lay.inbox(partition, eid)}.t{pos}"
-        await retrying(
-            self.js.publish, subject, body, 5.0, None, headers, refused=self.refusal(subject)
+        await self._retrying_in_epoch(
+            f"the timer of wait {pos} of {unescape(eid)!r}",
+            self.js.publish,
+            subject,
+            body,
+            5.0,
+            None,
+            headers,
+            refused=self.refusal(subject),
         )
 
     async def subscribe_inbox(
@@ -1778,7 +1843,7 @@ class NatsStore:
         final entry its worker did not live to write) the bucket is always read."""
         give_up = time.monotonic() + patience()
         tombstone = self._unmarked(partition, eid)
-        headers = {KIND: INDEX_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
+        headers = self._in_epoch({KIND: INDEX_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"})
         riders: tuple[Message, ...] = (tombstone,)
         if (listed := self._listed(eid, value, journal_seq)) is not None:
             riders = (listed, tombstone)  # the listing entry rides the same batch
@@ -1884,7 +1949,7 @@ class NatsStore:
 
     def _unlisted(self, status: str, workflow: str, eid: str) -> Message:
         """The removal of a run's listing entry: replaces it, then expires."""
-        headers = {KIND: UNLISTED_KIND, ROLLUP: "sub", TTL: "1"}
+        headers = self._in_epoch({KIND: UNLISTED_KIND, ROLLUP: "sub", TTL: "1"})
         return self.layout.listing(status, workflow, eid), b"", headers
 
     async def unlist(self, status: str, workflow: str, eid: str, seq: int) -> bool:
@@ -1958,10 +2023,17 @@ class NatsStore:
         """Write a run's active marker (``Layout.marker``, one message a subject) on its
         own, then hint its owner: a start whose marker could not ride its first record
         (a regenerated run's copies come first), or one a starter that died left out."""
-        headers = {KIND: MARKER_KIND, ROLLUP: "sub"}
+        headers = self._in_epoch({KIND: MARKER_KIND, ROLLUP: "sub"})
         subject = self.layout.marker(partition, eid)
-        await retrying(
-            self.js.publish, subject, marker, 5.0, None, headers, refused=self.refusal(subject)
+        await self._retrying_in_epoch(
+            f"the active marker of {unescape(eid)!r}",
+            self.js.publish,
+            subject,
+            marker,
+            5.0,
+            None,
+            headers,
+            refused=self.refusal(subject),
         )
         await self.wake(partition, eid)
 
@@ -1970,7 +2042,7 @@ class NatsStore:
         (:meth:`Layout.listing`), or None when the value is not fusee's."""
         if (info := info_or_none(value)) is None:
             return None
-        headers = {KIND: LISTED_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"}
+        headers = self._in_epoch({KIND: LISTED_KIND, JOURNAL_SEQ: str(journal_seq), ROLLUP: "sub"})
         return self.layout.listing(info.status, info.workflow, eid), value, headers
 
     async def clear_run_active(
@@ -2048,6 +2120,8 @@ class NatsStore:
                         refused=self.refusal(subject),
                     )
             except nats.js.errors.APIError as exc:
+                if exc.err_code == WRONG_STREAM and self.layout.regional:
+                    raise self._epoch_over(what) from None
                 if exc.err_code not in WRONG_LAST:
                     raise
                 continue
@@ -2066,7 +2140,7 @@ class NatsStore:
         await self._clear_old_marker(partition, eid)
 
     def _unmarked(self, partition: int, eid: str) -> Message:
-        headers = {KIND: UNMARKED_KIND, ROLLUP: "sub", TTL: "1"}
+        headers = self._in_epoch({KIND: UNMARKED_KIND, ROLLUP: "sub", TTL: "1"})
         return self.layout.marker(partition, eid), b"", headers
 
     def _in_work(self, partition: int, eid: str) -> None:
