@@ -31,6 +31,7 @@ from fusee.adapters.jetstream.regions import MirrorLag as MirrorLag
 from fusee.errors import ConfigError as ConfigError
 from fusee.errors import ConnectionLost as ConnectionLost
 from fusee.errors import DeterminismError as DeterminismError
+from fusee.errors import FailedOver as FailedOver
 from fusee.errors import FatalError as FatalError
 from fusee.errors import FuseeError as FuseeError
 from fusee.errors import HandlerCancelled as HandlerCancelled
@@ -105,6 +106,7 @@ __all__ = (
     "Timeout",
     "ConnectionLost",
     "PermissionDenied",
+    "FailedOver",
     "StorageFull",
     "Completion",
     "InvalidToken",

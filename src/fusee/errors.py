@@ -22,6 +22,7 @@ __all__ = (
     "ServerNotFound",
     "ConnectionLost",
     "PermissionDenied",
+    "FailedOver",
     "NotEncodable",
     "DeterminismError",
     "FatalError",
@@ -250,6 +251,13 @@ class PermissionDenied(FuseeError):
     """The NATS server refused these credentials a write (a permission violation of
     its configuration, e.g. the roles of ``nats/accounts.conf``): nothing was stored.
     The message names the subject and the role that may write it."""
+
+
+class FailedOver(FuseeError):
+    """A write of this process's epoch was refused: the namespace failed over to another
+    region after the process connected, and it does not follow (it runs a worker, or
+    made the failover). Nothing was stored. Restart it against the new home (``fusee
+    region status`` names it)."""
 
 
 class StorageFull(FuseeError):

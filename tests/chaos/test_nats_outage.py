@@ -26,6 +26,8 @@ from tests.workers.procs import CHAIN, WorkerProc, chain_input, chain_result, ex
 
 # what a stop signal may take at most: the drain of running steps, then a little
 GRACE = WorkerConfig().drain_timeout + 4.0
+# ... and with a finished step's result still being journaled, its grace too
+COMMIT_GRACE = GRACE + WorkerConfig().commit_grace
 
 
 @pytest.fixture
@@ -165,7 +167,7 @@ async def test_sigterm_ends_a_worker_whose_server_is_away(
         await worker.wait_for("worker.started", timeout=20)
         if how == "stopped mid-step":
             # a step that ends during the outage: its commit cannot land, the drain
-            # gives up after drain_timeout
+            # gives up after drain_timeout and the commit's grace
             engine = await fusee.connect(server.url, namespace=namespace)
             try:
                 arg = chain_input(tmp_path / "effects.log", steps=2, delay=1.0)
@@ -185,7 +187,59 @@ async def test_sigterm_ends_a_worker_whose_server_is_away(
             pytest.fail(f"still running {GRACE + 10:.0f}s after SIGTERM:\n{worker.tail()}")
         took = time.monotonic() - began
         print(f"\nexited {took:.2f}s after SIGTERM (server {how}), code {code}")
-        assert took <= GRACE, f"{took:.1f}s after SIGTERM, more than {GRACE}s:\n{worker.tail()}"
+        bound = COMMIT_GRACE if how == "stopped mid-step" else GRACE
+        assert took <= bound, f"{took:.1f}s after SIGTERM, more than {bound}s:\n{worker.tail()}"
         assert code == 0, worker.tail()
     finally:
         worker.kill()
+
+
+async def test_a_step_that_finished_as_its_worker_stopped_is_committed_not_run_again(
+    server: EmbeddedServer, namespace: str, tmp_path: Path
+) -> None:
+    """SIGTERM just as a step's body returned, its commit waiting for a stalled server:
+    the drain does not cancel the commit at ``drain_timeout`` (it logs
+    ``drain.committing`` and waits ``commit_grace`` more); the server back, the
+    result lands and the worker exits 0; the next worker goes on from it, and the
+    step ran once. Before, the drain cancelled the commit and the step ran again."""
+    log_file, gate, returned = tmp_path / "effects.log", tmp_path / "gate", tmp_path / "ret"
+    arg = chain_input(log_file, steps=2, delay=0.0, tag="finishing")
+    arg["hold"] = {"step": "s1", "until": str(gate)}
+    arg["returned"] = {"step": "s1", "file": str(returned)}
+    worker = _cli_worker(server.url, namespace, tmp_path)
+    engine = await fusee.connect(server.url, namespace=namespace)
+    try:
+        await worker.wait_for("worker.started", timeout=20)
+        run = await engine.start("chain", "r-finishing", arg)
+        await wait_until(lambda: log_file.exists(), timeout=30, what="s1 running")
+        _freeze(server)
+        try:
+            gate.touch()  # s1's body returns; its commit cannot land
+            await wait_until(lambda: returned.exists(), timeout=10, what="s1 returned")
+            worker.proc.send_signal(signal.SIGTERM)
+            began = time.monotonic()
+            waiting = await worker.wait_for("drain.committing", timeout=GRACE)
+            assert waiting["run_ids"] == ["r-finishing"], waiting
+        finally:
+            _thaw(server)
+        try:
+            code = await anyio.to_thread.run_sync(lambda: worker.proc.wait(COMMIT_GRACE + 10))
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running after SIGTERM:\n{worker.tail()}")
+        took = time.monotonic() - began
+        assert code == 0, worker.tail()
+        assert took <= COMMIT_GRACE, f"{took:.1f}s after SIGTERM:\n{worker.tail()}"
+        assert worker.find("step.completed", step="s1"), worker.tail()
+        (tmp_path / "second").mkdir()
+        second = _cli_worker(server.url, namespace, tmp_path / "second")
+        try:
+            assert await run.result(timeout=60) == chain_result(arg)
+        finally:
+            second.kill()
+        ran = [line.split()[0] for line in log_file.read_text().splitlines()]
+        assert ran.count("s1") == 1, ran  # committed by the stopping worker, not run again
+        assert ran.count("s2") == 1, ran
+        print(f"\nexited {took:.2f}s after SIGTERM, s1's result committed once NATS answered")
+    finally:
+        worker.kill()
+        await engine.close()

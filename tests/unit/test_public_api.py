@@ -52,6 +52,7 @@ PUBLIC = (
     "Timeout",
     "ConnectionLost",
     "PermissionDenied",
+    "FailedOver",
     "StorageFull",
     "Completion",
     "InvalidToken",
@@ -97,7 +98,7 @@ def test_every_public_error_is_a_fusee_error() -> None:
         for obj in (getattr(fusee, n) for n in PUBLIC)
         if isinstance(obj, type) and issubclass(obj, BaseException)
     ]
-    assert len(errors) == 27
+    assert len(errors) == 28
     assert [e.__name__ for e in errors if not issubclass(e, fusee.FuseeError)] == []
 
 

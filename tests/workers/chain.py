@@ -7,6 +7,8 @@ block until the file ``until`` exists (the test creates it), so a test that kill
 worker "during" the step holds it open as long as it needs. Every execution of a step
 appends ``<step-name> <s.key> <attempt>`` to ``log`` before it blocks or sleeps, so a
 test counts executions across processes, including the ones a kill cut short.
+``returned``: ``{"step": "s1", "file": <path>}`` makes that step create ``file`` as its
+body returns (no await after it: the step's result is about to be committed).
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ async def wait_for_file(path: str) -> None:
 
 def _step(arg: dict[str, Any], name: str, value: int) -> Any:
     hold = arg.get("hold") or {}
+    returned = arg.get("returned") or {}
 
     async def fn(s: fusee.StepInfo) -> dict[str, Any]:
         record(arg["log"], name, s.key, s.attempt)
         if hold.get("step") == name:
             await wait_for_file(hold["until"])
         await anyio.sleep(arg["delay"])
+        if returned.get("step") == name:
+            open(returned["file"], "a").close()  # (no await after it)
         return {"key": s.key, "value": value}
 
     return fn

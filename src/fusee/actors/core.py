@@ -154,6 +154,8 @@ class ActorCore:
         # steps running now (their attempt loops), of any task: the copy leaves memory
         # only when one alone runs (its end evicts), and a wait parks only with none
         self.steps_in_flight = 0
+        # steps whose body returned, their result not journaled yet (a drain waits)
+        self.results_in_flight = 0
         # the steps of tasks the code started itself (not ctx.all branches) running now
         self.stragglers = Stragglers()
         self.running_steps: set[Stoppable] = set()  # the running steps' StepInfo

@@ -111,6 +111,8 @@ class ActorHost(Protocol):
 
     # steps running now (of any task); the steps of tasks the code started itself
     steps_in_flight: int
+    # steps whose body returned, their result not journaled yet (a drain waits)
+    results_in_flight: int
     stragglers: Stragglers
 
     async def maybe_evict(self, *, in_step: bool = False) -> None:

@@ -206,6 +206,7 @@ async def execute(
                     )
                     break
             log.debug("step.started", attempt=attempt)
+            finishing = False  # its body returned: its result is to be journaled
             began = time.monotonic()  # (anyio.current_time(): the same clock, dearer)
             host.running_steps.add(info)  # a cancel of the run stops it
             branch = BRANCH_STEPS.get()
@@ -220,6 +221,10 @@ async def execute(
                         value = await _call(fn, info, takes_info, limit)
                     finally:
                         _IN_STEP.reset(inside)
+                    # a drain past its timeout leaves this actor to journal the result
+                    # (cancelled, the finished step would run again elsewhere)
+                    host.results_in_flight += 1
+                    finishing = True
                     data = encode_value(value, what)
                     if len(data) > MAX_LARGE_VALUE:  # (its message is made only then)
                         check_size(
@@ -243,8 +248,12 @@ async def execute(
                         await host.release_permit(held)
             except (Evicted, anyio.get_cancelled_exc_class()):
                 info.stop()
+                if finishing:
+                    host.results_in_flight -= 1
                 raise
             except Exception as exc:  # noqa: BLE001 - journaled, raised as StepFailedError
+                if finishing:  # (its result could not be encoded: a failure)
+                    host.results_in_flight -= 1
                 elapsed = time.monotonic() - began
                 wait = policy.after_failure(attempt - base, exc, key)
                 etype, message = error_type_name(exc), error_message(exc)
@@ -279,11 +288,11 @@ async def execute(
                 attempt += 1
                 continue
             elapsed_ms = round((time.monotonic() - began) * 1000, 3)
-            inline, ref = data, None
-            if len(data) > host.store.max_value:
-                # too large for a record: stored first, then the record naming it
-                inline, ref = b"null", await host.store_value(data)
             try:
+                inline, ref = data, None
+                if len(data) > host.store.max_value:
+                    # too large for a record: stored first, then the record naming it
+                    inline, ref = b"null", await host.store_value(data)
                 await host.commit(
                     StepCompleted(
                         pos=decision.pos,
@@ -305,6 +314,8 @@ async def execute(
                     elapsed_ms / 1000,
                 )
                 break
+            finally:
+                host.results_in_flight -= 1
             log.info("step.completed", attempt=attempt, duration_ms=elapsed_ms)
             await host.maybe_evict(in_step=True)
             return decode_value(data, type_)

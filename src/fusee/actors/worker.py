@@ -57,7 +57,7 @@ from fusee.actors.run_actor import RunActor
 from fusee.actors.run_index import project_index
 from fusee.actors.shared import serve_shared_call
 from fusee.actors.starts import start_marker
-from fusee.errors import CommitFailed, ConnectionLost, Evicted, Fenced
+from fusee.errors import CommitFailed, ConnectionLost, Evicted, FailedOver, Fenced
 from fusee.logs import get_logger
 from fusee.runtime.ids import unescape
 from fusee.runtime.index import decode_info
@@ -140,6 +140,10 @@ class WorkerConfig:
     ping_timeout: float = 2.0
     verify_every: float = 2.0  # re-read partition owners and active runs this often
     drain_timeout: float = 5.0  # a released partition's steps get this long to commit
+    # then an actor whose step's body has returned, its result not yet journaled (NATS
+    # slow or away), gets this long more before it is cancelled: cancelled, the step
+    # would run again in the partition's next owner
+    commit_grace: float = 5.0
     # A regional namespace's worker appends only while it holds its region's lease,
     # renewed every lease/4 by a write only the JetStream meta quorum accepts: a home
     # cut off from its partner and the witness stops appending within this many
@@ -333,12 +337,14 @@ class Worker:
                 actors.cancel_scope.cancel()
 
     async def _shutdown(self) -> None:
-        """Bounded whatever NATS's state: ``drain_timeout`` and a second for the
+        """Bounded whatever NATS's state: ``drain_timeout``, ``commit_grace`` when a
+        finished step's result is still being journaled, and a second for the
         partitions to be handed over, then what is left is cancelled."""
         self._stopping = True
         try:
             await self._publish_heartbeat(bye=True)
-            with anyio.move_on_after(self.config.drain_timeout + 1):
+            bound = self.config.drain_timeout + self.config.commit_grace + 1
+            with anyio.move_on_after(bound):
                 async with anyio.create_task_group() as tg:
                     for p in list(self.owned):
                         tg.start_soon(self._release, p)
@@ -686,16 +692,7 @@ class Worker:
         self._forget_partition(p)
         self._releasing.add(p)
         try:
-            slots = [s for s in self.actors.values() if s.partition == p]
-            for slot in slots:
-                slot.evict = True
-            with anyio.move_on_after(self.config.drain_timeout):
-                for slot in slots:
-                    await slot.done.wait()
-            for slot in slots:
-                slot.scope.cancel()
-                with anyio.CancelScope(shield=True):
-                    await slot.done.wait()
+            await self._drain([s for s in self.actors.values() if s.partition == p])
             if not self._superseded:  # (the bucket is the new home's then: no write)
                 await self._release_record(p, revision)
         finally:
@@ -705,10 +702,32 @@ class Worker:
     async def _release_guests(self) -> None:
         """The actors run for other partitions' owners stop at their next step boundary
         too (or are cancelled after ``drain_timeout``); their owners hand them on."""
-        slots = [s for e, s in self.actors.items() if e in self.guests]
+        await self._drain([s for e, s in self.actors.items() if e in self.guests])
+
+    async def _drain(self, slots: list[_Slot]) -> None:
+        """Stop the actors of ``slots`` at their next step boundary (``drain_timeout``
+        at most), then cancel them; but one whose step's body has returned and whose
+        result is not journaled yet (its commit waits for NATS) is left ``commit_grace``
+        more to commit it (logged ``drain.committing``): cancelled, the finished step
+        would run again in the next owner."""
         for slot in slots:
             slot.evict = True
         with anyio.move_on_after(self.config.drain_timeout):
+            for slot in slots:
+                await slot.done.wait()
+        finishing = [s for s in slots if s.actor is not None and s.actor.results_in_flight]
+        for slot in slots:
+            if slot not in finishing:
+                slot.scope.cancel()
+        if finishing:
+            ids = sorted(unescape(s.actor.eid) for s in finishing if s.actor is not None)
+            log.warning("drain.committing", run_ids=ids, seconds=self.config.commit_grace)
+            with anyio.move_on_after(self.config.commit_grace):
+                for slot in finishing:
+                    await slot.done.wait()
+            for slot in finishing:
+                slot.scope.cancel()
+        with anyio.CancelScope(shield=True):
             for slot in slots:
                 await slot.done.wait()
 
@@ -1016,8 +1035,8 @@ class Worker:
             # limit): its marker stays, and it is quarantined like a crash, with why
             log.error("actor.crashed", run_id=unescape(eid), error=str(exc))
             crash = exc
-        except Fenced:
-            self.guests.pop(eid, None)  # another worker writes it now
+        except (Fenced, FailedOver):
+            self.guests.pop(eid, None)  # another worker (of this epoch or the next) writes it now
             log.warning("actor.fenced", run_id=unescape(eid), partition=p)
             self._last_verify = 0.0  # re-read the owners now
             self._kick.set()

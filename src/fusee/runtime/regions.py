@@ -72,7 +72,8 @@ def validate_lease(lease: float, *, shown: str | None = None) -> float:
     Raises:
         ConfigError: it is not (named as ``shown``, default its repr).
     """
-    if not 1.0 <= lease <= 3600.0:  # (False for NaN too)
+    if isinstance(lease, bool) or not isinstance(lease, (int, float)) or not 1.0 <= lease <= 3600.0:
+        # (the range check is False for NaN too)
         raise ConfigError(
             f"region lease {shown or repr(lease)} ($FUSEE_REGION_LEASE): a number of "
             "seconds from 1 to 3600"

@@ -22,7 +22,7 @@ from nats.js.api import Placement, StorageType, StreamConfig, StreamSource
 from fusee.adapters.jetstream.direct import retrying, retrying_for
 from fusee.adapters.jetstream.layout import Layout
 from fusee.errors import ConfigError, ConnectionLost, FuseeError
-from fusee.runtime.regions import HOME, RegionMeta, epoch_of_stream
+from fusee.runtime.regions import HOME, RegionMeta, epoch_of_stream, epoch_stream
 
 # in a mirror's metadata: the region of its origin (read when that region does not answer)
 FROM = "fusee.from"
@@ -89,18 +89,31 @@ async def pending_promotion(
         reply = await _stream_names(nc, {"offset": offset})
         return list(reply.get("streams") or []), int(reply.get("total") or 0)
 
-    latest: tuple[int, str] | None = None
+    candidates: list[tuple[int, str]] = []
     offset = 0
     while True:
         found, total = await retrying(page, offset, what="the streams", refused=refused)
         for name in found:
             epoch = epoch_of_stream(namespace, name)
-            if epoch is not None and epoch > 1 and (latest is None or epoch > latest[0]):
-                latest = (epoch, name)
+            if epoch is not None and epoch > 1:
+                candidates.append((epoch, name))
         offset += len(found)
         if not found or offset >= total:
             break
-    return None if latest is None else latest[1]
+    js = nc.jetstream(timeout=5.0)
+    for epoch, name in sorted(candidates, reverse=True):
+        # only the mirror of this namespace's previous epoch: a name alone may be
+        # another namespace's own stream (namespace "app_e2" has stream APP_E2)
+        try:
+            info = await retrying(js.stream_info, name, what=f"stream {name}", refused=refused)
+        except nats.js.errors.NotFoundError:
+            continue
+        mirror = info.config.mirror
+        origin = epoch_stream(namespace, epoch - 1)
+        recorded = RegionMeta.from_metadata(info.config.metadata, epoch)
+        if mirror is not None and mirror.name == origin and recorded.home is not None:
+            return name  # (a fusee mirror records its home-to-be)
+    return None
 
 
 async def find_layout(nc: Client, namespace: str, region: str) -> tuple[Layout, RegionMeta]:

@@ -82,6 +82,7 @@ from fusee.adapters.jetstream.watch import JournalWatch
 from fusee.errors import (
     ConfigError,
     ConnectionLost,
+    FailedOver,
     Fenced,
     FuseeError,
     JournalGap,
@@ -95,7 +96,13 @@ from fusee.runtime.inbox import TimerFired, encode_message
 from fusee.runtime.index import info_or_none
 from fusee.runtime.objects import state_key
 from fusee.runtime.records import ValueRef
-from fusee.runtime.regions import RegionMeta, epoch_order, epoch_stream, validate_region
+from fusee.runtime.regions import (
+    RegionMeta,
+    epoch_of_stream,
+    epoch_order,
+    epoch_stream,
+    validate_region,
+)
 
 __all__ = (
     "NatsStore",
@@ -581,8 +588,14 @@ class NatsStore:
         if not self.layout.regional or not self._follows or self.region is None:
             return False
         if not self._follow_pending:
-            # (the current stream and its metadata: find_layout reads both)
-            layout, meta = await find_layout(self.nc, self.layout.namespace, self.region)
+            # the meta group names the current stream (find_layout would ask the stream
+            # itself, 5 s of patience when its region is lost): moved, then read it
+            ns = self.layout.namespace
+            current = await current_stream(self.nc, ns, self._setup_refused)
+            epoch = epoch_of_stream(ns, current) if current is not None else None
+            if epoch is None or epoch <= self.layout.epoch:
+                return False
+            layout, meta = await find_layout(self.nc, ns, self.region)
             if layout.epoch <= self.layout.epoch or not self._follows:
                 return False
             before = self.layout
@@ -1006,17 +1019,18 @@ class NatsStore:
         inbox message, a timer, a marker or its removal, an index or listing entry),
         naming this epoch's stream when this process does not follow a failover (a
         worker's): an earlier epoch's write that reaches the new home through the
-        gateways is refused (10060, raised as :class:`Fenced`) instead of stored there,
-        as a fenced append is. A client's go wherever the namespace lives now."""
+        gateways is refused (10060, raised as :class:`FailedOver`, or :class:`Fenced` for
+        one that goes through the committer) instead of stored there, as a fenced
+        append is. A client's go wherever the namespace lives now."""
         if self.layout.regional and not self._follows:
             headers[EXPECTED_STREAM] = self.layout.stream
         return headers
 
-    def _epoch_over(self, what: str, stream: str | None = None, epoch: str | None = None) -> Fenced:
-        """The error of a write the server refused because its stream is no longer
-        this epoch's (10060)."""
+    def _epoch_over(self, what: str, stream: str | None = None, epoch: str | None = None) -> str:
+        """What to say of a write the server refused because its stream is no longer
+        this epoch's (10060); a following process checks where the namespace went."""
         self.epoch_may_have_moved()  # a client follows (a worker's store does not)
-        return Fenced(
+        return (
             f"{what}: epoch {epoch or self.layout.epoch} of namespace "
             f"{self.layout.namespace!r} is over (its stream is no longer "
             f"{stream or self.layout.stream}: the namespace failed over to another region)"
@@ -1031,13 +1045,14 @@ class NatsStore:
     ) -> T:
         """``retrying(fn, *args, **kwargs)``, a write into one of this epoch's streams
         (``told``: what it writes, or a function that says it, called for an error
-        only), with a refusal for the epoch (10060) raised as :class:`Fenced`
-        (:meth:`_epoch_over`)."""
+        only), with a refusal for the epoch (10060) raised as :class:`FailedOver` (an
+        actor's stops on it as on a fence; a caller of the engine's API gets an error)."""
         try:
             return await retrying(fn, *args, **kwargs)
         except nats.js.errors.APIError as exc:
             if exc.err_code == WRONG_STREAM and self.layout.regional:
-                raise self._epoch_over(told if isinstance(told, str) else told()) from None
+                what = told if isinstance(told, str) else told()
+                raise FailedOver(self._epoch_over(what)) from None
             raise
 
     async def _append_alone(self, item: Pending) -> int:
@@ -1112,8 +1127,12 @@ class NatsStore:
             )
         except nats.js.errors.APIError as exc:
             if exc.err_code == WRONG_STREAM and self.layout.regional:
-                raise self._epoch_over(
-                    f"journal of {eid}", item.headers.get(EXPECTED_STREAM), item.headers.get(EPOCH)
+                raise Fenced(
+                    self._epoch_over(
+                        f"journal of {eid}",
+                        item.headers.get(EXPECTED_STREAM),
+                        item.headers.get(EPOCH),
+                    )
                 ) from None
             if exc.err_code not in (*WRONG_LAST, BATCH_DUPLICATE):
                 # not a fence, not for now (``retrying`` retries those): a refusal
@@ -2121,7 +2140,7 @@ class NatsStore:
                     )
             except nats.js.errors.APIError as exc:
                 if exc.err_code == WRONG_STREAM and self.layout.regional:
-                    raise self._epoch_over(what) from None
+                    raise FailedOver(self._epoch_over(what)) from None
                 if exc.err_code not in WRONG_LAST:
                     raise
                 continue
