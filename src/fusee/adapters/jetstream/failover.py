@@ -134,11 +134,38 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
         log.info("region.waiting_for_lease", seconds=lease)
         await anyio.sleep(lease)
     home = Layout(layout.namespace, new.epoch, to)
-    info = await _promote(js, home, new, mirror.config.num_replicas or store.replicas)
+    replicas = mirror.config.num_replicas or store.replicas
+    return await _promote(
+        js, home, new, replicas,
+        from_region=str(layout.home), lost=lost, last_lag=last_lag, planned=planned,
+        began=began,
+    )  # fmt: skip
+
+
+async def _promote(
+    js: JetStreamContext,
+    home: Layout,
+    new: RegionMeta,
+    replicas: int,
+    *,
+    from_region: str,
+    lost: int | None,
+    last_lag: int,
+    planned: bool,
+    began: float,
+) -> FailoverReport:
+    """Step 5: the mirrors become the journal and values streams of ``home``; what
+    the failover did, logged."""
+    journal = journal_stream_config(home, replicas, new)
+    values = values_stream_config(home, replicas)
+    values.metadata = new.to_metadata()
+    for config in (journal, values):
+        await retrying(js.update_stream, config, what=f"the promotion of {config.name}")
+    info = await retrying(js.stream_info, home.stream, what=f"stream {home.stream}")
     report = FailoverReport(
-        namespace=layout.namespace,
-        from_region=str(layout.home),
-        to_region=to,
+        namespace=home.namespace,
+        from_region=from_region,
+        to_region=str(home.home),
         epoch=new.epoch,
         stream=home.stream,
         last_seq=int(info.state.last_seq),
@@ -149,17 +176,6 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
     )
     log.info("region.failed_over", **report.__dict__)
     return report
-
-
-async def _promote(js: JetStreamContext, home: Layout, new: RegionMeta, replicas: int) -> Any:
-    """Step 5: the mirrors become the journal and values streams of ``home``; the
-    journal's info after it."""
-    journal = journal_stream_config(home, replicas, new)
-    values = values_stream_config(home, replicas)
-    values.metadata = new.to_metadata()
-    for config in (journal, values):
-        await retrying(js.update_stream, config, what=f"the promotion of {config.name}")
-    return await retrying(js.stream_info, home.stream, what=f"stream {home.stream}")
 
 
 async def _promote_pending(
@@ -184,22 +200,13 @@ async def _promote_pending(
             tg.start_soon(_delete, js, name)
     await anyio.sleep(lease)
     new = RegionMeta(to, layout.epoch, recorded.partitions)
-    info = await _promote(js, layout, new, mirror.config.num_replicas or store.replicas)
     lag = mirror.mirror
-    report = FailoverReport(
-        namespace=layout.namespace,
-        from_region=str((mirror.config.metadata or {}).get(FROM, "")),
-        to_region=to,
-        epoch=layout.epoch,
-        stream=layout.stream,
-        last_seq=int(info.state.last_seq),
-        lost=None,
-        last_lag=int(lag.lag or 0) if lag is not None else 0,
-        planned=False,
-        seconds=time.monotonic() - began,
-    )
-    log.info("region.failed_over", **report.__dict__)
-    return report
+    return await _promote(
+        js, Layout(layout.namespace, layout.epoch, to), new,
+        mirror.config.num_replicas or store.replicas,
+        from_region=str((mirror.config.metadata or {}).get(FROM, "")), lost=None,
+        last_lag=int(lag.lag or 0) if lag is not None else 0, planned=False, began=began,
+    )  # fmt: skip
 
 
 async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[int | None, bool]:

@@ -902,7 +902,7 @@ class NatsStore:
         expectation did not hold (nothing stored)."""
         try:
             ack = await self._retrying_in_epoch(
-                f"the write of {subject}",
+                lambda: f"the write of {subject}",
                 self.js.publish,
                 subject,
                 data,
@@ -1161,7 +1161,7 @@ class NatsStore:
             subject = self.layout.value(eid, digest, i)
             self._check_fits(subject, chunk, {}, f"chunk {i} of a value of {unescape(eid)!r}")
             await self._retrying_in_epoch(
-                f"a value of {unescape(eid)!r}",
+                lambda: f"a value of {unescape(eid)!r}",
                 self.js.publish,
                 subject,
                 chunk,
@@ -1426,7 +1426,7 @@ class NatsStore:
         body = encode_message(TimerFired(pos=pos, start=start))
         subject = f"{lay.inbox(partition, eid)}.t{pos}"
         await self._retrying_in_epoch(
-            f"the timer of wait {pos} of {unescape(eid)!r}",
+            lambda: f"the timer of wait {pos} of {unescape(eid)!r}",
             self.js.publish,
             subject,
             body,
@@ -2045,7 +2045,7 @@ class NatsStore:
         headers = self._in_epoch({KIND: MARKER_KIND, ROLLUP: "sub"})
         subject = self.layout.marker(partition, eid)
         await self._retrying_in_epoch(
-            f"the active marker of {unescape(eid)!r}",
+            lambda: f"the active marker of {unescape(eid)!r}",
             self.js.publish,
             subject,
             marker,
@@ -2118,7 +2118,8 @@ class NatsStore:
             what = f"the removal of the marker of {unescape(eid)!r}"
             try:
                 if riders:
-                    await retrying(
+                    await self._retrying_in_epoch(
+                        what,
                         publish_batch,
                         self.nc,
                         [(subject, data, headers), *riders],
@@ -2128,7 +2129,8 @@ class NatsStore:
                         refused=self.refusal(subject, *(r[0] for r in riders)),
                     )
                 else:
-                    await retrying(
+                    await self._retrying_in_epoch(
+                        what,
                         publish_acked,
                         self.nc,
                         subject,
@@ -2138,9 +2140,7 @@ class NatsStore:
                         what=what,
                         refused=self.refusal(subject),
                     )
-            except nats.js.errors.APIError as exc:
-                if exc.err_code == WRONG_STREAM and self.layout.regional:
-                    raise FailedOver(self._epoch_over(what)) from None
+            except nats.js.errors.APIError as exc:  # (FailedOver: not an APIError)
                 if exc.err_code not in WRONG_LAST:
                     raise
                 continue
