@@ -31,7 +31,7 @@ from openai.types.chat import ChatCompletionMessageParam
 import fusee
 from fusee.runtime.records import StepCompleted
 from fusee.runtime.tokens import TokenEvent
-from tests.fakes.openai_server import FakeOpenAI, Request, tokenize
+from tests.fakes.openai_server import FakeOpenAI, tokenize
 from tests.helpers import split_attempts
 from tests.workers import procs as worker_lib
 from tests.workers.procs import wait_until
@@ -145,19 +145,6 @@ async def run_and_read(
     return result, seen, truth, at_kill
 
 
-async def settled(fake: FakeOpenAI, count: int) -> list[Request]:
-    """The server's requests, once ``count`` came and none is still being answered."""
-
-    def check() -> list[Request] | None:
-        reqs = fake.snapshot()
-        if len(reqs) >= count and all(r.ending != "running" for r in reqs):
-            return reqs
-        return None
-
-    found: list[Request] = await wait_until(check, timeout=5, what=f"{count} settled requests")
-    return found
-
-
 # -- the raw client -------------------------------------------------------------------
 
 
@@ -192,7 +179,7 @@ async def test_raw_client_ends_quietly_on_a_cut_stream() -> None:
             prefix = "".join(TOKENS[:7])
             rest = [t async for t in stream_openai(client, MESSAGES, prefix, model="fake-gpt")]
             assert prefix + "".join(rest) == TEXT
-        reqs = fake.snapshot()
+        reqs = await fake.settled(3)
         assert [r.ending for r in reqs] == ["cut", "cut", "done"]
         assert reqs[2].messages == [*MESSAGES, {"role": "assistant", "content": prefix}]
 
@@ -222,7 +209,7 @@ async def test_killed_mid_stream_continues_with_prefill(
     assert {e.attempt for e in truth} == {1}
     assert "".join(texts(truth)) == TEXT
 
-    first, second = await settled(fake, 2)
+    first, second = await fake.settled(2)
     assert len(fake.snapshot()) == 2, [r.prefill for r in fake.snapshot()]
     assert first.prefill is None
     assert first.messages == MESSAGES
@@ -267,7 +254,7 @@ async def test_killed_mid_stream_restarts_without_prefill(
     assert cut_text != TEXT
     assert TEXT.startswith(cut_text)
 
-    first, second = await settled(fake, 2)
+    first, second = await fake.settled(2)
     assert len(fake.snapshot()) == 2
     assert first.prefill is None, "no prefill: start over"
     assert second.prefill is None, "no prefill: start over"
@@ -300,7 +287,7 @@ async def test_cut_stream_is_retried_from_the_stored_text(
                 agent_input(fake, prefill=True),
                 kill_after=None,
             )
-        first, second = await settled(fake, 2)
+        first, second = await fake.settled(2)
         assert len(fake.snapshot()) == 2
     assert result == TEXT
     assert seen == truth

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+import anyio
+
 __all__ = ("FakeOpenAI", "Handler", "Reply", "Request", "tokenize")
 
 Ending = Literal["running", "done", "cut", "disconnected", "rejected", "killed"]
@@ -107,6 +109,8 @@ class FakeOpenAI:
         self._holds: dict[int, int] = {}  # request number (from 1) -> token it waits before
         self._released = threading.Event()
         self._lock = threading.Lock()
+        # notified as each request's handler returns
+        self._answered = threading.Condition(self._lock)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -165,6 +169,31 @@ class FakeOpenAI:
         with self._lock:
             return list(self.requests)
 
+    def _answer_done(self) -> None:
+        with self._answered:
+            self._answered.notify_all()
+
+    async def settled(self, count: int, timeout: float = 5.0) -> list[Request]:
+        """The requests, once ``count`` came and none is still being answered: a client
+        that read a stream's last event can be ahead of the handler recording its ending."""
+
+        def wait() -> list[Request] | None:
+            with self._answered:
+                done = self._answered.wait_for(
+                    lambda: (
+                        len(self.requests) >= count
+                        and all(r.ending != "running" for r in self.requests)
+                    ),
+                    timeout=timeout,
+                )
+                return list(self.requests) if done else None
+
+        found = await anyio.to_thread.run_sync(wait)
+        if found is None:
+            endings = [r.ending for r in self.snapshot()]
+            raise AssertionError(f"{count} settled requests not seen in {timeout}s: {endings}")
+        return found
+
 
 class Handler(BaseHTTPRequestHandler):
     """The OpenAI endpoints; its helpers (``_write``, ``_json``, ``_start_sse``,
@@ -172,6 +201,12 @@ class Handler(BaseHTTPRequestHandler):
 
     fake: FakeOpenAI
     protocol_version = "HTTP/1.1"  # chunked responses, keep-alive, as the real API
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        finally:
+            self.fake._answer_done()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         pass  # quiet: the test reads ``fake.requests``
