@@ -437,6 +437,88 @@ async def test_a_planned_handover_and_the_fail_back_lose_nothing(
             group.cleanup()
 
 
+async def test_a_failover_carries_objects_their_queues_tokens_limits_and_the_secret(
+    regions: LoopbackRegions, namespace: str, tmp_path: Path
+) -> None:
+    """What lives in the buckets and the token streams survives a planned handover: an
+    object's state (and its revision: the next call's write is accepted), a call
+    queued while no worker ran (found by its active marker, with nothing new sent), a
+    completion URL made in east (the namespace's secret), an API token, a limit, and a
+    finished invocation's token stream. Each bucket is the promoted mirror, on the new
+    epoch's stream, under the same name."""
+    from tests.workers.handover import ledger
+
+    east_url, west_url = regions.url("east"), regions.url("west")
+    posted = tmp_path / "posted"
+    for sub in ("east", "west"):
+        (tmp_path / sub).mkdir()
+    module = Path(__file__).resolve().parent.parent / "workers" / "handover.py"
+    east_workers = Workers(east_url, namespace, tmp_path / "east", partitions=PARTITIONS)
+    west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
+    east_workers.module = west_workers.module = module
+    east = await connect_home(east_url, namespace)
+    try:
+        worker = await east_workers.start(extra_env=_env("east", "west"))
+        assert await ledger.key("a", engine=east).call("add", 2, timeout=30) == 2
+        assert await ledger.key("a", engine=east).call("add", 3, timeout=30) == 5
+        spoken = await ledger.key("s", engine=east).send("speak", "one two three")
+        assert await ledger.key("s", engine=east).result(spoken, timeout=30) == "one two three "
+        asked = await ledger.key("q", engine=east).send("ask", {"posted": str(posted)})
+        await wait_until(posted.exists, timeout=30, what="the completion URL")
+        url = posted.read_text().split()[0]
+        token = (await east.tokens.create("read", name="ops")).token
+        await east.limit("provider", per_second=5, concurrent=2)
+        secret = await east.store.load_secret()
+        assert worker.stop() == 0
+        queued = await ledger.key("w", engine=east).send("add", 7)  # no worker runs it
+    finally:
+        await east.close()
+
+    done = await run_cli(
+        "region", "failover", "--to", "west", "--nats", west_url, "--namespace", namespace,
+        "--json", timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["epoch"], report["planned"], report["lost"]) == (2, True, 0)
+
+    west = await fusee.connect(west_url, namespace=namespace, region="west")
+    try:
+        layout = west.store.layout
+        assert layout == Layout(namespace, 2, "west")
+        js = west.store.js
+        for bucket in (layout.runs_bucket, layout.work_bucket, layout.objects_bucket):
+            info = await js.stream_info(layout.kv_stream(bucket))
+            assert info.config.name == f"KV_{bucket}_E2"
+            assert info.config.mirror is None
+            assert info.config.subjects == [f"$KV.{bucket}.>"]
+            assert info.cluster is not None
+            assert info.cluster.name == "west"
+        assert await west.store.load_secret() == secret
+        assert (await west.tokens.verify(token)).name == "ops"
+        limit = await west.get_limit("provider")
+        assert (limit.per_second, limit.concurrent) == (5, 2)
+        assert await ledger.key("a", engine=west).state() == {"count": 5}
+        assert [t async for t in ledger.key("s", engine=west).stream(spoken, "reply")] == [
+            "one ",
+            "two ",
+            "three ",
+        ]
+
+        await west_workers.start(extra_env=_env("west"))
+        # the queued call: its active marker came with the work bucket
+        assert await ledger.key("w", engine=west).result(queued, timeout=30) == 7
+        # the projection's revision carried over: the next write is accepted
+        assert await ledger.key("a", engine=west).call("add", 1, timeout=30) == 6
+        assert await west.complete(url.rsplit("/", 1)[1], {"ok": True}) is True
+        assert await ledger.key("q", engine=west).result(asked, timeout=30) == {"ok": True}
+        assert (await ledger.key("q", engine=west).state())["answer"] == {"ok": True}
+    finally:
+        await west.close()
+        east_workers.cleanup()
+        west_workers.cleanup()
+
+
 async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
     regions: LoopbackRegions, namespace: str, tmp_path: Path
 ) -> None:

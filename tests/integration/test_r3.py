@@ -327,3 +327,28 @@ async def test_publish_acked_raises_nothing_on_a_duplicate(engine: fusee.Engine)
     headers = {"Nats-Msg-Id": "p-1"}
     first = await publish_acked(store.nc, subject, b"{}", headers, 2.0)
     assert await publish_acked(store.nc, subject, b"{}", headers, 2.0) == first
+
+
+@fusee.workflow("r3_tokens")
+async def _r3_tokens(ctx: fusee.Context, n: int) -> str:
+    from fusee.ai import model_call
+
+    async def chunks(resume: str) -> Any:
+        for i in range(n):
+            yield f"t{i} "
+
+    return str(await model_call(ctx, "model-0", chunks))
+
+
+async def test_a_model_calls_token_stream_is_written_whole_on_r3(engine: fusee.Engine) -> None:
+    """Every chunk of a token stream checks the stream's claim subject; an R3 leader
+    refuses a check of a subject another proposal in flight checks (10164), so a writer
+    that left 1,024 publishes unacknowledged failed its step at the second chunk (R1
+    has no such window). The text streams whole, once, in order."""
+    text = "".join(f"t{i} " for i in range(200))
+    async with engine.worker():
+        run = await engine.start(_r3_tokens, "r3-tokens", 200)
+        assert await run.result(timeout=60) == text
+        streamed = [t async for t in engine.run("r3-tokens").stream("model-0")]
+    assert "".join(streamed) == text
+    assert len(streamed) == 200

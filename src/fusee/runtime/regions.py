@@ -26,6 +26,7 @@ from fusee.errors import ConfigError, InvalidArgument
 __all__ = (
     "DEFAULT_LEASE",
     "RegionMeta",
+    "epoch_bucket_stream",
     "epoch_of_stream",
     "epoch_stream",
     "failover_meta",
@@ -120,6 +121,26 @@ def epoch_stream(namespace: str, epoch: int) -> str:
     if epoch < 1:
         raise InvalidArgument(f"epoch {epoch}: epochs count from 1")
     base = namespace.upper()
+    return base if epoch == 1 else f"{base}_E{epoch}"
+
+
+def epoch_bucket_stream(bucket: str, epoch: int) -> str:
+    """The stream that holds KV bucket ``bucket`` in ``epoch``.
+
+    A bucket keeps its name, and so its subjects (``$KV.<bucket>.<key>``), in every
+    epoch; its stream is named after the epoch, as the journal's is: a failover
+    promotes the partner's mirror of it in place (a mirror cannot take the old name
+    while the old home's stream is known, and a mirror that rewrote the subjects to
+    another bucket's would answer Direct Gets of its origin's keys wrongly: the server
+    makes every mirror answer its origin's, ``mirror_direct``).
+
+    Example:
+        >>> epoch_bucket_stream("fusee_work", 1), epoch_bucket_stream("fusee_work", 2)
+        ('KV_fusee_work', 'KV_fusee_work_E2')
+    """
+    if epoch < 1:
+        raise InvalidArgument(f"epoch {epoch}: epochs count from 1")
+    base = f"KV_{bucket}"
     return base if epoch == 1 else f"{base}_E{epoch}"
 
 

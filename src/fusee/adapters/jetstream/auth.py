@@ -22,9 +22,10 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy, KeyValueConfig, Placement, StorageType
+from nats.js.api import DeliverPolicy
 from nats.js.kv import KeyValue
 
+from fusee.adapters.jetstream.buckets import DESCRIPTIONS, open_bucket
 from fusee.adapters.jetstream.direct import retrying
 
 if TYPE_CHECKING:
@@ -51,10 +52,16 @@ class AuthBucket:
     ) -> None:
         self.nc = nc
         self.js = js
+        self.layout = layout  # the epoch names the bucket's stream (Layout.kv_stream)
         self.name = layout.auth_bucket
-        self.home = layout.home  # the region (cluster) the bucket is placed in, if any
         self.replicas = replicas
         self._kv: KeyValue | None = None
+
+    def follow_epoch(self, layout: Layout) -> None:
+        """The namespace failed over (``NatsStore.follow_epoch``): the bucket of
+        ``layout``'s epoch (the old home's promoted mirror) from now on."""
+        self.layout = layout
+        self._kv = None
 
     @property
     def connected(self) -> bool:
@@ -64,10 +71,7 @@ class AuthBucket:
     async def _existing(self) -> KeyValue | None:
         """The bucket, if it exists: reads never make it."""
         if self._kv is None:
-            try:
-                self._kv = await retrying(self.js.key_value, self.name)
-            except nats.js.errors.BucketNotFoundError:
-                return None
+            self._kv = await open_bucket(self.js, self.layout, self.name, create=False)
         return self._kv
 
     async def _bucket(self) -> KeyValue:
@@ -75,18 +79,11 @@ class AuthBucket:
         kv = await self._existing()
         if kv is not None:
             return kv
-        config = KeyValueConfig(
-            bucket=self.name,
-            description="fusee: API tokens (hashes only)",
-            history=1,
-            storage=StorageType.FILE,
-            replicas=self.replicas,
-            placement=Placement(cluster=self.home) if self.home else None,
-            direct=True,
-        )
-        with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
-            await retrying(self.js.create_key_value, config)
-        self._kv = await retrying(self.js.key_value, self.name)
+        self._kv = await open_bucket(
+            self.js, self.layout, self.name, create=True, replicas=self.replicas,
+            description=DESCRIPTIONS["auth"],
+        )  # fmt: skip
+        assert self._kv is not None
         return self._kv
 
     async def create(self, key: str, value: bytes) -> bool:
@@ -148,7 +145,7 @@ class AuthBucket:
         if await self._existing() is None:
             return None
         prefix = f"$KV.{self.name}."
-        stream = f"KV_{self.name}"
+        stream = self.layout.kv_stream(self.name)
         current = False
 
         def caught_up() -> None:

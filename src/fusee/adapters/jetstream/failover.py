@@ -4,7 +4,8 @@ regions"): the procedure ``fusee region failover --to west`` runs.
 1. Read the namespace's epoch and home from its journal stream, and the mirror of the
    next epoch in the target region (its metadata names it as the home-to-be).
 2. If the old home still answers (a planned handover: its workers stopped first),
-   wait until the mirror holds every record of it; otherwise note how far behind the
+   close its streams and buckets to writes and wait until each mirror holds every
+   record of its origin; otherwise note how far behind the
    mirror was when it last heard from its origin: that tail is lost (the RPO).
 3. Delete the old home's streams and buckets through the meta group (the witness
    keeps its quorum with a region down; a delete may time out yet land, so each is
@@ -13,9 +14,11 @@ regions"): the procedure ``fusee region failover --to west`` runs.
 4. If the old home did not answer, wait the region lease after the deletes (a home
    that is cut off, not dead, stops appending by then: its last renewal came before
    them).
-5. Promote the mirrors in place: the journal and values mirrors become the new
-   epoch's streams (subjects, atomic batches, schedules; metadata: the new home, the
-   epoch, the partition count), keeping every record's stream sequence.
+5. Promote the mirrors in place: the buckets' mirrors become the buckets of the new
+   epoch (stream ``KV_<ns>_work_E2``, ...: objects' state, the namespace's secret, API
+   tokens, limits, markers), then the token, values and journal mirrors the new epoch's streams
+   (subjects, atomic batches, schedules; metadata: the new home, the epoch, the
+   partition count), each record keeping its stream sequence (a bucket's revisions).
 
 A failover interrupted after step 3 (its process killed during the lease wait) leaves
 no stream binding the journal's subjects: a process connecting then takes the
@@ -38,7 +41,7 @@ import nats.js.errors
 from nats.js import JetStreamContext
 
 from fusee.adapters.jetstream.direct import retrying
-from fusee.adapters.jetstream.layout import Layout
+from fusee.adapters.jetstream.layout import BUCKETS, Layout
 from fusee.adapters.jetstream.regions import FROM, mirror_layout
 from fusee.adapters.jetstream.store import (
     NatsStore,
@@ -120,11 +123,8 @@ async def fail_over(store: NatsStore, to: str, *, lease: float | None = None) ->
     new = failover_meta(RegionMeta(layout.home, layout.epoch, recorded.partitions), to)
     lost, planned = await _catch_up(js, layout, nxt)
     last_lag = int(mirror.mirror.lag or 0) if mirror.mirror is not None else 0
-    old = [layout.stream, layout.values_stream, layout.tokens_stream]
-    old += [f"KV_{b}" for b in (layout.runs_bucket, layout.work_bucket)]
-    old += [f"KV_{b}" for b in (layout.objects_bucket, layout.auth_bucket)]
     async with anyio.create_task_group() as tg:
-        for name in old:
+        for name in _kept(layout):
             tg.start_soon(_delete, js, name)
     if not planned:
         # A home cut off (not dead) appends until its workers' lease runs out. Counted
@@ -156,10 +156,16 @@ async def _promote(
 ) -> FailoverReport:
     """Step 5: the mirrors become the journal and values streams of ``home``; what
     the failover did, logged."""
+    # the buckets and token streams first, the journal last: a process following the
+    # failover moves when the journal does, and finds the rest writable
+    for kind in BUCKETS:
+        bucket = home.bucket(kind)
+        await _promote_mirror(js, home.kv_stream(bucket), [f"$KV.{bucket}.>"], new)
+    await _promote_mirror(js, home.tokens_stream, [f"{home.namespace}.tok.>"], new)
     journal = journal_stream_config(home, replicas, new)
     values = values_stream_config(home, replicas)
     values.metadata = new.to_metadata()
-    for config in (journal, values):
+    for config in (values, journal):
         await retrying(js.update_stream, config, what=f"the promotion of {config.name}")
     info = await retrying(js.stream_info, home.stream, what=f"stream {home.stream}")
     report = FailoverReport(
@@ -194,9 +200,8 @@ async def _promote_pending(
             f"{recorded.home!r} to finish it"
         )
     log.warning("region.resuming_failover", stream=mirror.config.name, seconds=lease)
-    old = Layout(layout.namespace, layout.epoch - 1)
     async with anyio.create_task_group() as tg:
-        for name in (old.stream, old.values_stream, old.tokens_stream):
+        for name in _kept(Layout(layout.namespace, layout.epoch - 1)):
             tg.start_soon(_delete, js, name)
     await anyio.sleep(lease)
     new = RegionMeta(to, layout.epoch, recorded.partitions)
@@ -209,9 +214,40 @@ async def _promote_pending(
     )  # fmt: skip
 
 
+def _kept(layout: Layout) -> list[str]:
+    """The streams that hold what the namespace keeps in ``layout``'s epoch: the
+    journal, values and token streams and each bucket's (what a failover deletes in the
+    old home and promotes the mirrors of)."""
+    names = [layout.stream, layout.values_stream, layout.tokens_stream]
+    return names + [layout.kv_stream(layout.bucket(kind)) for kind in BUCKETS]
+
+
+async def _promote_mirror(
+    js: JetStreamContext, name: str, subjects: list[str], new: RegionMeta
+) -> None:
+    """Make the mirror ``name`` a stream of the new home taking ``subjects`` (its own
+    settings kept: a bucket's, a token stream's retention). A mirror that is not there
+    (made by a fusee that mirrored the journal and values only) is left for the new
+    home's first process to make empty, as before; one promoted already is left as is
+    (a failover asked again)."""
+    try:
+        info = await retrying(js.stream_info, name, what=f"mirror {name}")
+    except nats.js.errors.NotFoundError:
+        log.warning("region.no_mirror", stream=name)
+        return
+    config = info.config
+    if config.mirror is None:
+        return
+    config.mirror = None
+    config.subjects = subjects
+    config.metadata = {**(config.metadata or {}), **new.to_metadata()}
+    config.metadata.pop(FROM, None)
+    await retrying(js.update_stream, config, what=f"the promotion of {name}")
+
+
 async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[int | None, bool]:
-    """If the old home answers, close its journal and values streams to writes and wait (up to
-    ``CATCH_UP``) until the mirror holds its last record: ``(0, True)``. ``(None,
+    """If the old home answers, close its streams and buckets to writes and wait (up to
+    ``CATCH_UP``) until each mirror holds its origin's last record: ``(0, True)``. ``(None,
     False)`` when it does not answer (a region lost).
 
     Raises:
@@ -232,25 +268,49 @@ async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[
     # schedules cannot be sealed: nats-server 2.15 refuses it, 10052); their mirrors
     # read on, by consumer
     closed = f"{layout.namespace}.closed.e{layout.epoch}"
-    for name, part in ((layout.stream, "run"), (layout.values_stream, "val")):
-        closing = (await retrying(js.stream_info, name, what=f"stream {name}")).config
+    parts = ["run", "val", "tok", *(f"kv.{kind}" for kind in BUCKETS)]
+    origins = [layout.stream, layout.values_stream, layout.tokens_stream]
+    origins += [layout.kv_stream(layout.bucket(kind)) for kind in BUCKETS]
+    mirrors = [nxt.stream, nxt.values_stream, nxt.tokens_stream]
+    mirrors += [nxt.kv_stream(nxt.bucket(kind)) for kind in BUCKETS]
+    targets: dict[str, tuple[str, int]] = {}  # mirror -> (origin, its last sequence)
+    for name, mirror_name, part in zip(origins, mirrors, parts, strict=True):
+        try:
+            closing = (await retrying(js.stream_info, name, what=f"stream {name}")).config
+        except nats.js.errors.NotFoundError:
+            continue  # (API tokens: a bucket made only when the first one is)
         if closing.subjects != [f"{closed}.{part}"]:
             closing.subjects = [f"{closed}.{part}"]
             await retrying(js.update_stream, closing, what=f"closing {name} to writes")
-    origin = await retrying(js.stream_info, layout.stream, what=f"stream {layout.stream}")
-    target = int(origin.state.last_seq)
+        last = int((await retrying(js.stream_info, name, what=f"stream {name}")).state.last_seq)
+        targets[mirror_name] = (name, last)
+
+    async def behind() -> dict[str, int]:
+        out: dict[str, int] = {}
+        for mirror_name, (_, target) in targets.items():
+            try:
+                info = await retrying(js.stream_info, mirror_name, what=f"mirror {mirror_name}")
+            except nats.js.errors.NotFoundError:
+                if mirror_name == nxt.stream:
+                    raise
+                continue  # (a fusee that mirrored the journal and values only)
+            if int(info.state.last_seq) < target:
+                out[mirror_name] = target - int(info.state.last_seq)
+        return out
+
     with anyio.move_on_after(CATCH_UP):
         while True:
-            mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
-            if int(mirror.state.last_seq) >= target:
+            if not await behind():
                 return 0, True
-            await anyio.sleep(0.1)  # the mirror offers no event for its progress
-    mirror = await retrying(js.stream_info, nxt.stream, what=f"mirror {nxt.stream}")
-    behind = target - int(mirror.state.last_seq)
+            await anyio.sleep(0.1)  # a mirror offers no event for its progress
+    left = await behind()
+    if not left:
+        return 0, True
+    said = ", ".join(f"{m} {n} behind {targets[m][0]}" for m, n in sorted(left.items()))
     raise FuseeError(
-        f"the mirror {nxt.stream} is still {behind} records behind {layout.stream} after "
-        f"{CATCH_UP:.0f}s: nothing was deleted ({layout.stream} takes no more writes); "
-        f"run the failover again to wait again"
+        f"mirrors still behind after {CATCH_UP:.0f}s: {said}; nothing was deleted "
+        f"({layout.stream} and the rest take no more writes); run the failover again to "
+        "wait again"
     )
 
 

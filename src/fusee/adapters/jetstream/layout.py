@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fusee.runtime.ids import escape
-from fusee.runtime.regions import epoch_stream
+from fusee.runtime.regions import epoch_bucket_stream, epoch_stream
 
 __all__ = (
+    "BUCKETS",
     "Layout",
     "StoredMsg",
     "EXPECTED_SEQ",
@@ -41,6 +42,14 @@ CURSOR = "Fusee-Cursor"  # on a state projection: the last invocation's inbox se
 # subject, not on ``.j``, so a caller waiting for one hears of nothing else (watch.py).
 # Journals of earlier versions have them on ``.j``; a journal is read as its whole tree.
 END_KINDS = frozenset({"run.completed", "run.failed", "run.cancelled", "obj.done"})
+
+
+# The namespace's KV buckets, by kind (``Layout.bucket``): the run index, the work
+# bucket (markers, notes, owners, config, limits), objects' state, API tokens. A
+# bucket's name and subjects are the same in every epoch, its stream is the epoch's
+# (``Layout.kv_stream``): a failover promotes the partner region's mirror of each in
+# place, as it does the journal's.
+BUCKETS = ("runs", "work", "objects", "auth")
 
 
 @dataclass(frozen=True)
@@ -82,6 +91,15 @@ class Layout:
 
     def value(self, eid: str, digest: str, chunk: int) -> str:
         return f"{self.namespace}.val.{eid}.{digest}.{chunk}"
+
+    def bucket(self, kind: str) -> str:
+        """The KV bucket ``kind`` (one of :data:`BUCKETS`): the same name in every epoch."""
+        return f"{self.namespace}_{kind}"
+
+    def kv_stream(self, bucket: str) -> str:
+        """The stream of KV bucket ``bucket`` in this epoch: ``KV_<bucket>``, then
+        ``KV_<bucket>_E2``, ... (``epoch_bucket_stream``)."""
+        return epoch_bucket_stream(bucket, self.epoch)
 
     @property
     def runs_bucket(self) -> str:

@@ -81,7 +81,7 @@ def _streams(lay: Layout) -> tuple[list[str], list[str]]:
     in the ``<ns>_auth`` bucket with the client's credentials (read and watch only;
     writing tokens is an admin's)."""
     read = (lay.runs_bucket, lay.work_bucket, lay.objects_bucket, lay.auth_bucket)
-    buckets = [f"KV_{b}" for b in read]
+    buckets = [lay.kv_stream(b) for b in read]
     tokens = f"{lay.stream}_TOKENS"  # TokenStore.stream
     return [lay.stream, lay.values_stream, tokens], buckets
 
@@ -104,7 +104,7 @@ def _client_work_reads(lay: Layout) -> list[str]:
     key of completion URLs and API tokens): no Direct Get of it, nor the forms that
     name their subject in the body (a Direct Get or message get without a subject
     token, a consumer), which would reach it too."""
-    stream, bucket = f"KV_{lay.work_bucket}", lay.work_bucket
+    stream, bucket = lay.kv_stream(lay.work_bucket), lay.work_bucket
     gets = [f"$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.{k}" for k in _CLIENT_WORK_KEYS]
     return [f"$JS.API.STREAM.INFO.{stream}", *gets]
 
@@ -115,7 +115,7 @@ def _read(lay: Layout, *, client: bool = False) -> list[str]:
     client reads the work bucket key by key: :func:`_client_work_reads`)."""
     streams, buckets = _streams(lay)
     if client:
-        buckets = [b for b in buckets if b != f"KV_{lay.work_bucket}"]
+        buckets = [b for b in buckets if b != lay.kv_stream(lay.work_bucket)]
     out = ["$JS.API.INFO", *(_client_work_reads(lay) if client else ())]
     for s in (*streams, *buckets):
         out += [

@@ -19,8 +19,9 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import Placement, StorageType, StreamConfig, StreamSource
 
+from fusee.adapters.jetstream.buckets import DESCRIPTIONS, bucket_config, open_bucket
 from fusee.adapters.jetstream.direct import retrying, retrying_for
-from fusee.adapters.jetstream.layout import Layout
+from fusee.adapters.jetstream.layout import BUCKETS, Layout
 from fusee.errors import ConfigError, ConnectionLost, FuseeError
 from fusee.runtime.regions import HOME, RegionMeta, epoch_of_stream, epoch_stream
 
@@ -36,6 +37,7 @@ __all__ = (
     "current_stream",
     "ensure_mirror",
     "find_layout",
+    "mirror_configs",
     "mirror_lag",
     "pending_promotion",
 )
@@ -166,34 +168,96 @@ def mirror_layout(layout: Layout) -> Layout:
 
 
 async def ensure_mirror(
-    js: JetStreamContext, layout: Layout, partner: str, replicas: int, partitions: int
+    js: JetStreamContext,
+    layout: Layout,
+    partner: str,
+    replicas: int,
+    partitions: int,
+    tokens: StreamConfig | None = None,
 ) -> None:
-    """Create the mirrors of the namespace's journal and values streams in region
-    ``partner`` if they are missing: named as the next epoch's streams, so that a
-    failover promotes them in place (same sequences). Their metadata records the
-    partner as their home-to-be and the partition count."""
+    """Create the partner region's mirrors of what the namespace keeps, if missing:
+    the journal, values and token streams and the four KV buckets, each named as the
+    next epoch's (:func:`mirror_configs`), so that a failover promotes them in place
+    (same sequences: a bucket's revisions and a token stream's offsets carry over).
+    ``tokens``: the token stream's configuration in the next epoch (its retention),
+    None for no token mirror."""
+    for kind in BUCKETS:
+        # a mirror made before its origin waits for it with the server's backoff (a
+        # drill's API-token bucket, made after, was still 1 behind 30 s later): each
+        # bucket is made first (API tokens' is otherwise made by the first token)
+        await open_bucket(
+            js, layout, layout.bucket(kind), create=True, replicas=replicas,
+            description=DESCRIPTIONS[kind],
+        )  # fmt: skip
+    for config in mirror_configs(layout, partner, replicas, partitions, tokens):
+        try:
+            await retrying(js.stream_info, config.name, what=f"mirror {config.name}")
+        except nats.js.errors.NotFoundError:
+            with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
+                await retrying(js.add_stream, config, what=f"mirror {config.name}")
+
+
+def mirror_configs(
+    layout: Layout,
+    partner: str,
+    replicas: int,
+    partitions: int,
+    tokens: StreamConfig | None = None,
+) -> list[StreamConfig]:
+    """The mirrors :func:`ensure_mirror` makes in ``partner``, in the order a failover
+    promotes them (the journal last: a process that follows the failover sees the
+    journal move once everything else has). Their metadata records the partner as
+    their home-to-be and the partition count.
+
+    A bucket's mirror keeps its subjects (``$KV.<ns>_work.<key>``): promoted, it is
+    the same bucket on the next epoch's stream (``Layout.kv_stream``). The mirror of
+    a bucket not made yet (API tokens are made when the first one is) waits for its
+    origin."""
     nxt = mirror_layout(layout)
     meta = RegionMeta(partner, nxt.epoch, partitions).to_metadata()
     if layout.home is not None:
         meta[FROM] = layout.home
-    for origin, name in ((layout.stream, nxt.stream), (layout.values_stream, nxt.values_stream)):
-        config = StreamConfig(
-            name=name,
-            description=f"fusee: mirror of {origin} (promoted by a failover to {partner})",
-            mirror=StreamSource(name=origin),
-            storage=StorageType.FILE,
-            num_replicas=replicas,
-            placement=Placement(cluster=partner),
-            allow_direct=True,
-            # as its origin (a promotion may not lift it: 10052)
-            deny_delete=origin == layout.stream,
-            metadata=meta,
+    out: list[StreamConfig] = []
+    for kind in BUCKETS:
+        bucket = layout.bucket(kind)
+        origin = layout.kv_stream(bucket)
+        mirrored = bucket_config(nxt, bucket, replicas=replicas)
+        mirrored.description = (
+            f"fusee: mirror of bucket {bucket}'s {origin} (promoted by a failover to {partner})"
         )
-        try:
-            await retrying(js.stream_info, name, what=f"mirror {name}")
-        except nats.js.errors.NotFoundError:
-            with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
-                await retrying(js.add_stream, config, what=f"mirror {name}")
+        mirrored.subjects = None
+        mirrored.mirror = StreamSource(name=origin)
+        mirrored.placement = Placement(cluster=partner)
+        mirrored.metadata = meta
+        out.append(mirrored)
+    if tokens is not None:
+        mirrored = StreamConfig.from_response(tokens.as_dict())
+        mirrored.name = nxt.tokens_stream
+        mirrored.description = (
+            f"fusee: mirror of {layout.tokens_stream} (promoted by a failover to {partner})"
+        )
+        mirrored.subjects = None
+        mirrored.mirror = StreamSource(name=layout.tokens_stream)
+        mirrored.placement = Placement(cluster=partner)
+        mirrored.num_replicas = replicas
+        mirrored.metadata = meta
+        out.append(mirrored)
+    for origin, name in ((layout.values_stream, nxt.values_stream), (layout.stream, nxt.stream)):
+        out.append(
+            StreamConfig(
+                name=name,
+                description=f"fusee: mirror of {origin} (promoted by a failover to {partner})",
+                mirror=StreamSource(name=origin),
+                storage=StorageType.FILE,
+                num_replicas=replicas,
+                placement=Placement(cluster=partner),
+                allow_direct=True,
+                # as its origin (a promotion may not lift it: 10052)
+                deny_delete=origin == layout.stream,
+                metadata=meta,
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
-    KeyValueConfig,
     Placement,
     RawStreamMsg,
     StorageType,
@@ -42,6 +41,7 @@ from nats.js.kv import KeyValue
 
 from fusee.actors.ports import NobodyListens
 from fusee.adapters.jetstream.auth import AuthBucket
+from fusee.adapters.jetstream.buckets import DESCRIPTIONS, open_bucket
 from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, publish_batch
 from fusee.adapters.jetstream.credentials import Credentials, redact, url_method, url_user
 from fusee.adapters.jetstream.direct import (
@@ -136,7 +136,7 @@ LISTED_KIND = "run.listed"  # a run's listing entry (Layout.listing)
 LISTED_FROM = "config.listed_from"  # in the work bucket: see NatsStore.legacy_pages
 PAUSED_LISTED = "config.paused_listed"  # in the work bucket: see NatsStore.list_old_pauses
 # the read of the namespace's secret (NatsStore.load_secret), refused to the client role
-SECRET_READ = "$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.config.secret"
+SECRET_READ = "$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.config.secret"
 UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then expires
 
 # Room kept in every message for what is not the value: the record's other fields
@@ -603,7 +603,7 @@ class NatsStore:
             self._follow_pending = True
             self.recorded_partitions = meta.partitions
             self.tokens.follow(layout)
-            self.auth.home = layout.home  # (the bucket's name has no epoch)
+            self.auth.follow_epoch(layout)
             self.journal_watch.follow(layout)  # its waiters read again, from the new stream
             self.replicated = None
             self._work_listed, self._listed_upto = {}, None  # read from the old bucket
@@ -620,7 +620,7 @@ class NatsStore:
                 await self.init_config("config.partitions", partitions)
         except ConfigError as exc:  # these credentials may not make them: a worker will
             log.warning("region.follow_setup_refused", error=str(exc))
-        if self.completion_secret:  # the new home's work bucket has a secret of its own
+        if self.completion_secret:  # the promoted work bucket's (a new one's without its mirror)
             self.completion_secret = await self.load_secret()
         await self._listen_for_promotion()
         for hook in list(self.followed):
@@ -647,7 +647,9 @@ class NatsStore:
                 "$js.api.consumer.delete.",
                 f"$js.api.stream.purge.{lay.stream}".lower(),
                 lay.wake(0).rpartition(".")[0].lower() + ".",
-                SECRET_READ.format(bucket=lay.work_bucket).lower(),
+                SECRET_READ.format(
+                    stream=lay.kv_stream(lay.work_bucket), bucket=lay.work_bucket
+                ).lower(),
                 STREAM_UPDATED.lower(),  # a regional client's follow (no role has it yet)
             )
             level = log.debug if subject.startswith(expected) else log.warning
@@ -779,9 +781,9 @@ class NatsStore:
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
                 await retrying(self.js.add_stream, values, refused=refused)
-        self._runs = await self._bucket(lay.runs_bucket, "the run index")
-        self._work = await self._bucket(lay.work_bucket, "active runs and partition owners")
-        self._objects = await self._bucket(lay.objects_bucket, "keyed objects' state")
+        self._runs = await self._bucket("runs")
+        self._work = await self._bucket("work")
+        self._objects = await self._bucket("objects")
         await self.tokens.ensure(refused)  # token streams: <NS>_TOKENS (see tokens.py)
 
     def _check_home(self, metadata: dict[str, str] | None) -> None:
@@ -818,10 +820,13 @@ class NatsStore:
             )
 
     async def ensure_mirror(self, partitions: int) -> None:
-        """Make the partner region's mirrors of the journal and values streams, if this
-        process names a partner and they are missing (``regions.ensure_mirror``)."""
+        """Make the partner region's mirrors of the namespace's streams and buckets, if
+        this process names a partner and they are missing (``regions.ensure_mirror``)."""
         if self.partner is not None and self.partner != self.layout.home:
-            await ensure_mirror(self.js, self.layout, self.partner, self.replicas, partitions)
+            await ensure_mirror(
+                self.js, self.layout, self.partner, self.replicas, partitions,
+                tokens=self.tokens.config(),
+            )  # fmt: skip
 
     async def mirror_lag(self) -> MirrorLag | None:
         """How far the journal's mirror is behind (None: the namespace has none)."""
@@ -874,7 +879,10 @@ class NatsStore:
         listing's subject), so a newer pause's entry is never replaced; a listing of a
         run resumed since is found stale by its readers and pruned. Once per namespace
         (a worker that fails before it is done leaves it to a later try)."""
-        bucket, prefix = f"KV_{self.layout.runs_bucket}", f"$KV.{self.layout.runs_bucket}."
+        bucket, prefix = (
+            self.layout.kv_stream(self.layout.runs_bucket),
+            f"$KV.{self.layout.runs_bucket}.",
+        )
         with lost_on_transient("listing earlier pauses"):
             async for found in direct_pages(self.nc, bucket, prefix + ">", 1, page):
                 paused: dict[str, bytes] = {}
@@ -917,23 +925,13 @@ class NatsStore:
             return None
         return int(ack.seq)
 
-    async def _bucket(self, name: str, what: str) -> KeyValue:
-        try:
-            return await retrying(self.js.key_value, name, refused=self._setup_refused)
-        except nats.js.errors.BucketNotFoundError:
-            return await retrying(
-                self.js.create_key_value,
-                KeyValueConfig(
-                    bucket=name,
-                    description=f"fusee: {what}",
-                    history=1,
-                    storage=StorageType.FILE,
-                    replicas=self.replicas,
-                    placement=placement(self.layout),
-                    direct=True,
-                ),
-                refused=self._setup_refused,
-            )
+    async def _bucket(self, kind: str) -> KeyValue:
+        kv = await open_bucket(
+            self.js, self.layout, self.layout.bucket(kind), create=True,
+            replicas=self.replicas, description=DESCRIPTIONS[kind], refused=self._setup_refused,
+        )  # fmt: skip
+        assert kv is not None
+        return kv
 
     @property
     def runs(self) -> KeyValue:
@@ -1349,7 +1347,9 @@ class NatsStore:
             return entry.value or b""
         bucket = self.layout.work_bucket
         try:
-            raw = await retrying(self.js.get_last_msg, f"KV_{bucket}", f"$KV.{bucket}.{key}", False)
+            raw = await retrying(
+                self.js.get_last_msg, self.layout.kv_stream(bucket), f"$KV.{bucket}.{key}", False
+            )
         except nats.js.errors.NotFoundError:
             return None
         if dict(raw.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
@@ -1364,7 +1364,8 @@ class NatsStore:
         ``b""`` as soon as the server refuses the read, not after its timeout; what
         needs the secret then says so (``Engine``)."""
         bucket = self.layout.work_bucket
-        subject = f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}"  # (SECRET_READ's)
+        stream = self.layout.kv_stream(bucket)
+        subject = f"$JS.API.DIRECT.GET.{stream}.$KV.{bucket}.{key}"  # (SECRET_READ's)
         try:
             entry = await self._unless_refused(subject, self.work.get, key)
         except nats.js.errors.KeyNotFoundError:
@@ -1609,7 +1610,10 @@ class NatsStore:
         subject = self._state_subject(object_type, key)
         try:
             raw = await retrying(
-                self.js.get_last_msg, f"KV_{self.layout.objects_bucket}", subject, not leader
+                self.js.get_last_msg,
+                self.layout.kv_stream(self.layout.objects_bucket),
+                subject,
+                not leader,
             )
         except nats.js.errors.NotFoundError:
             return None
@@ -1658,7 +1662,7 @@ class NatsStore:
         bucket = self.layout.objects_bucket
         prefix = f"$KV.{bucket}."
         with lost_on_transient(f"listing {bucket}"):
-            info = await retrying(self.js.stream_info, f"KV_{bucket}", prefix + ">")
+            info = await retrying(self.js.stream_info, self.layout.kv_stream(bucket), prefix + ">")
         subjects = info.state.subjects or {}
         return sorted({unescape(s[len(prefix) :].split(".", 1)[0]) for s in subjects})
 
@@ -1688,7 +1692,9 @@ class NatsStore:
                 finally:
                     await watcher.stop()  # type: ignore[no-untyped-call]  # nats-py is untyped
             subject_prefix = f"$KV.{bucket}."
-            info = await retrying(self.js.stream_info, f"KV_{bucket}", subject_prefix + keys)
+            info = await retrying(
+                self.js.stream_info, self.layout.kv_stream(bucket), subject_prefix + keys
+            )
         missing = [
             s[len(subject_prefix) :]
             for s in info.state.subjects or {}
@@ -1701,7 +1707,10 @@ class NatsStore:
             async with limit:
                 try:
                     raw = await retrying(
-                        self.js.get_last_msg, f"KV_{bucket}", subject_prefix + key, True
+                        self.js.get_last_msg,
+                        self.layout.kv_stream(bucket),
+                        subject_prefix + key,
+                        True,
                     )
                 except nats.js.errors.NotFoundError:
                     return
@@ -1818,7 +1827,10 @@ class NatsStore:
         subject = f"$KV.{self.layout.runs_bucket}.{eid}"
         try:
             raw = await retrying(
-                self.js.get_last_msg, f"KV_{self.layout.runs_bucket}", subject, not leader
+                self.js.get_last_msg,
+                self.layout.kv_stream(self.layout.runs_bucket),
+                subject,
+                not leader,
             )
         except nats.js.errors.NotFoundError:
             return None
@@ -2268,12 +2280,23 @@ class NatsStore:
     async def list_active(self, partitions: set[int]) -> list[tuple[int, str]]:
         """Active runs and keys of ``partitions``: the runs' markers in the journal stream
         and the markers in the work bucket (keys, crash notes, runs of an older fusee).
-        A run ended less than a second ago may show."""
+        A run ended less than a second ago may show.
+
+        Raises:
+            ConnectionLost: NATS did not answer, or a stream listed is not in this
+                cluster (see :meth:`_marker_subjects`).
+        """
         prefix = f"$KV.{self.layout.work_bucket}.active."
-        with lost_on_transient("listing the active runs"):
-            info = await retrying(
-                self.js.stream_info, f"KV_{self.layout.work_bucket}", prefix + ">"
-            )
+        stream = self.layout.kv_stream(self.layout.work_bucket)
+        try:
+            with lost_on_transient("listing the active runs"):
+                info = await retrying(self.js.stream_info, stream, prefix + ">")
+        except nats.js.errors.NotFoundError as exc:
+            # (the old home's, deleted by a failover: ridden out as the journal's is)
+            raise ConnectionLost(
+                f"the work bucket's stream {stream!r} is not in this cluster (a failover "
+                f"may have moved the namespace: fusee region status)"
+            ) from exc
         out: dict[tuple[int, str], None] = {}
         in_work: dict[int, set[str]] = {p: set() for p in partitions}
         for subject in info.state.subjects or {}:

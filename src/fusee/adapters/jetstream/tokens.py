@@ -52,7 +52,7 @@ __all__ = ("TokenStore", "TokenWriter", "DEFAULT_MAX_AGE")
 DEFAULT_MAX_AGE: Final = 7 * 24 * 3600.0
 """How long token streams are kept, in seconds, unless configured: 7 days."""
 
-WINDOW: Final = 1024  # unacknowledged publishes per writer
+WINDOW: Final = 1024  # unacknowledged publishes per writer (one on a replicated stream)
 ACK_TIMEOUT: Final = 5.0  # seconds without progress before a writer gives up
 FIRST_PAGE: Final = 8  # a small first page: the first token comes sooner (64: +1.5 ms)
 PAGE: Final = 1000
@@ -76,6 +76,13 @@ class TokenStore:
         self.layout = layout
         self.replicas = replicas
         self.max_age = max_age
+        # Publishes a writer leaves unacknowledged. Each checks the stream's claim
+        # subject (Nats-Expected-Last-Subject-Sequence-Subject); a replicated stream's
+        # leader refuses a check of a subject that another proposal in flight checks
+        # (10164, "wrong last sequence"), so there a writer waits for each ack: about
+        # one round of the stream's quorum per chunk (a model's 50-200 chunks a second
+        # fit many times over). Set from the stream's replicas by ``ensure``.
+        self.window = WINDOW if replicas == 1 else 1
         ns = layout.namespace
         self.namespace = ns
         self.stream = layout.tokens_stream
@@ -83,7 +90,7 @@ class TokenStore:
 
     def follow(self, layout: Layout) -> None:
         """The namespace failed over (``NatsStore.follow_epoch``): the token streams of
-        ``layout``'s epoch from now on (those of the old home are not mirrored)."""
+        ``layout``'s epoch from now on (the old home's, promoted: offsets carry over)."""
         self.layout = layout
         self.stream = layout.tokens_stream
         self._direct = f"$JS.API.DIRECT.GET.{self.stream}"
@@ -137,7 +144,9 @@ class TokenStore:
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):
                 await retrying(self.js.add_stream, self.config(), refused=refused)
+            self.window = WINDOW if self.replicas == 1 else 1
             return
+        self.window = WINDOW if (info.config.num_replicas or 1) == 1 else 1
         if abs((info.config.max_age or 0.0) - self.max_age) > 0.001:
             info.config.max_age = self.max_age
             await retrying(self.js.update_stream, info.config, refused=refused)
@@ -451,7 +460,7 @@ class TokenWriter:
     async def _publish(self, kind: str, data: bytes, index: int) -> None:
         if self._error is not None:
             raise FuseeError(f"token stream {self.subject}: a publish failed: {self._error}")
-        while self._sent - self._acked >= WINDOW:
+        while self._sent - self._acked >= self.tokens.window:
             await self._wait_progress()
         headers = {
             KIND_HEADER: kind,

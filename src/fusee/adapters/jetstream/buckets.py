@@ -1,0 +1,88 @@
+"""A namespace's KV buckets on the stream of its epoch.
+
+A bucket keeps its name and subjects (``$KV.<bucket>.<key>``) in every epoch; its
+stream is the epoch's (``Layout.kv_stream``: ``KV_<bucket>``, then ``KV_<bucket>_E2``
+...), so that a failover promotes the partner region's mirror of it in place, as it
+does the journal's. nats-py's ``key_value``/``create_key_value`` know only
+``KV_<bucket>``: this opens and makes a bucket on the epoch's stream, with the
+settings ``create_key_value`` gives a bucket of history 1 with direct gets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import nats.js.errors
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, Placement, StorageType, StreamConfig
+from nats.js.kv import KeyValue
+
+from fusee.adapters.jetstream.direct import retrying
+from fusee.adapters.jetstream.layout import Layout
+from fusee.errors import FuseeError
+
+__all__ = ("DESCRIPTIONS", "bucket_config", "bucket_on", "open_bucket")
+
+# what each bucket holds, by kind (``layout.BUCKETS``): its stream's description
+DESCRIPTIONS = {
+    "runs": "fusee: the run index",
+    "work": "fusee: active runs and partition owners",
+    "objects": "fusee: keyed objects' state",
+    "auth": "fusee: API tokens (hashes only)",
+}
+
+
+def bucket_config(
+    layout: Layout, bucket: str, *, replicas: int, description: str | None = None
+) -> StreamConfig:
+    """The stream of ``bucket`` in ``layout``'s epoch, placed in its home region."""
+    return StreamConfig(
+        name=layout.kv_stream(bucket),
+        description=description,
+        subjects=[f"$KV.{bucket}.>"],
+        storage=StorageType.FILE,
+        num_replicas=replicas,
+        placement=Placement(cluster=layout.home) if layout.home else None,
+        # as nats-py's create_key_value makes a bucket of history 1 with direct gets
+        max_msgs_per_subject=1,
+        discard=DiscardPolicy.NEW,
+        allow_rollup_hdrs=True,
+        allow_msg_ttl=True,
+        allow_direct=True,
+        deny_delete=True,
+        duplicate_window=120.0,
+    )
+
+
+def bucket_on(
+    js: JetStreamContext, layout: Layout, bucket: str, *, direct: bool = True
+) -> KeyValue:
+    """The KV client of ``bucket`` on its epoch's stream (nothing asked of the server)."""
+    stream = layout.kv_stream(bucket)
+    return KeyValue(name=bucket, stream=stream, pre=f"$KV.{bucket}.", js=js, direct=direct)
+
+
+async def open_bucket(
+    js: JetStreamContext,
+    layout: Layout,
+    bucket: str,
+    *,
+    create: bool,
+    replicas: int = 1,
+    description: str | None = None,
+    refused: Callable[[], FuseeError | None] | None = None,
+) -> KeyValue | None:
+    """The bucket, made if it does not exist and ``create`` (None when it does not and
+    not ``create``). A concurrent maker's bucket is taken as it is."""
+    stream = layout.kv_stream(bucket)
+    try:
+        info = await retrying(js.stream_info, stream, refused=refused)
+    except nats.js.errors.NotFoundError:
+        if not create:
+            return None
+        config = bucket_config(layout, bucket, replicas=replicas, description=description)
+        with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
+            await retrying(js.add_stream, config, refused=refused)
+        return bucket_on(js, layout, bucket)
+    return bucket_on(js, layout, bucket, direct=bool(info.config.allow_direct))
