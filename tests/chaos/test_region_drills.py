@@ -662,7 +662,8 @@ async def test_an_old_epochs_writes_outside_the_fence_are_refused_by_the_new_hom
     regions: LoopbackRegions, namespace: str
 ) -> None:
     """A worker's writes outside a run's fence (inbox messages, timers, a run's active
-    marker and its removal, index and listing entries, values) name its epoch's stream
+    marker and its removal, index and listing entries, values, and every write into a
+    bucket: an object's marker, an owner claim, a state projection) name its epoch's stream
     as its appends do: after a failover, an epoch-1 store (as a worker's, which does not
     follow) whose publishes reach the new home through the gateways is refused
     (``FailedOver``, or ``Fenced`` through the committer, naming the failover) and
@@ -681,7 +682,11 @@ async def test_an_old_epochs_writes_outside_the_fence_are_refused_by_the_new_hom
         new = west.store.layout
         assert (new.epoch, lay.epoch) == (2, 1)
         js = west.store.js
-        before = {s: (await js.stream_info(s)).state for s in (new.stream, new.values_stream)}
+        streams = [new.stream, new.values_stream]
+        streams += [
+            new.kv_stream(b) for b in (new.work_bucket, new.objects_bucket, new.runs_bucket)
+        ]
+        before = {s: (await js.stream_info(s)).state for s in streams}
         value = {"status": "completed", "workflow": "chain"}
         index = json.dumps(value).encode()
         writes: dict[str, Callable[[], Awaitable[object]]] = {
@@ -692,6 +697,15 @@ async def test_an_old_epochs_writes_outside_the_fence_are_refused_by_the_new_hom
             "an index entry": lambda: east.store.end_run(0, "zombie-run", index, journal_seq=1),
             "a listing's removal": lambda: east.store.unlist("paused", "chain", "zombie-run", 1),
             "a value": lambda: east.store.put_value("zombie-run", b"v" * 64),
+            # the buckets keep their subjects: a zombie's write reaches the new home's
+            "an object's marker": lambda: east.store.mark_active(0, "zombie-key"),
+            "an owner claim": lambda: east.store.claim_owner(0, "zombie-worker", None),
+            "a state projection": lambda: east.store.put_state(
+                "T", "zombie-key", b"{}", journal_seq=1, cursor=0, last=0
+            ),
+            "an index entry in the bucket": lambda: east.store.put_index(
+                "zombie-run", index, journal_seq=1, last=0
+            ),
         }
         for what, write in writes.items():
             # (FailedOver; Fenced for the two that go through the committer)
@@ -699,7 +713,7 @@ async def test_an_old_epochs_writes_outside_the_fence_are_refused_by_the_new_hom
                 with anyio.fail_after(30):
                     await write()
             assert "epoch 1" in str(refused.value), (what, refused.value)
-        after = {s: (await js.stream_info(s)).state for s in (new.stream, new.values_stream)}
+        after = {s: (await js.stream_info(s)).state for s in streams}
         for s in before:
             assert after[s].last_seq == before[s].last_seq, (s, before[s], after[s])
         # the run's marker in the new home is the one epoch 1 wrote before the failover

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
 
 import nats.js.errors
 from nats.js import JetStreamContext
@@ -19,10 +21,10 @@ from nats.js.api import DiscardPolicy, Placement, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.direct import retrying
-from fusee.adapters.jetstream.layout import Layout
-from fusee.errors import FuseeError
+from fusee.adapters.jetstream.layout import EXPECTED_STREAM, WRONG_STREAM, Layout
+from fusee.errors import FailedOver, FuseeError
 
-__all__ = ("DESCRIPTIONS", "bucket_config", "bucket_on", "open_bucket")
+__all__ = ("DESCRIPTIONS", "BucketFence", "bucket_config", "bucket_on", "open_bucket")
 
 # what each bucket holds, by kind (``layout.BUCKETS``): its stream's description
 DESCRIPTIONS = {
@@ -55,12 +57,58 @@ def bucket_config(
     )
 
 
+@dataclass(frozen=True)
+class BucketFence:
+    """When a bucket's writes name its epoch's stream: while ``applies()`` (a process
+    that does not follow a failover, a worker's); ``over()`` says what a refusal
+    (10060) means, raised as :class:`FailedOver`."""
+
+    applies: Callable[[], bool]
+    over: Callable[[], str]
+
+
+class _FencedPublisher:
+    """The JetStream context a fenced bucket's KV client publishes through: every
+    write (put, update, create, delete, purge: nats-py's KV client has no headers
+    parameter, and publishes each through ``js.publish``) names the bucket's stream in
+    ``Nats-Expected-Stream`` while the fence applies. A bucket keeps its subjects
+    across a failover, so a zombie's write reaches the new home's bucket, whose stream
+    is the next epoch's: refused there (10060) instead of stored, where a release with
+    the zombie's revision (the mirror kept them) could delete a live owner's record.
+    Everything else is the context's own."""
+
+    def __init__(self, js: JetStreamContext, stream: str, fence: BucketFence) -> None:
+        self._js = js
+        self._stream = stream
+        self._fence = fence
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._js, name)
+
+    async def publish(self, subject: str, *args: Any, **kwargs: Any) -> Any:
+        if self._fence.applies():
+            kwargs["headers"] = {**(kwargs.get("headers") or {}), EXPECTED_STREAM: self._stream}
+        try:
+            return await self._js.publish(subject, *args, **kwargs)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code == WRONG_STREAM:
+                raise FailedOver(self._fence.over()) from None
+            raise
+
+
 def bucket_on(
-    js: JetStreamContext, layout: Layout, bucket: str, *, direct: bool = True
+    js: JetStreamContext,
+    layout: Layout,
+    bucket: str,
+    *,
+    direct: bool = True,
+    fence: BucketFence | None = None,
 ) -> KeyValue:
-    """The KV client of ``bucket`` on its epoch's stream (nothing asked of the server)."""
+    """The KV client of ``bucket`` on its epoch's stream (nothing asked of the server),
+    its writes fenced by the epoch with ``fence``."""
     stream = layout.kv_stream(bucket)
-    return KeyValue(name=bucket, stream=stream, pre=f"$KV.{bucket}.", js=js, direct=direct)
+    via = js if fence is None else cast("JetStreamContext", _FencedPublisher(js, stream, fence))
+    return KeyValue(name=bucket, stream=stream, pre=f"$KV.{bucket}.", js=via, direct=direct)
 
 
 async def open_bucket(
@@ -72,9 +120,11 @@ async def open_bucket(
     replicas: int = 1,
     description: str | None = None,
     refused: Callable[[], FuseeError | None] | None = None,
+    fence: BucketFence | None = None,
 ) -> KeyValue | None:
     """The bucket, made if it does not exist and ``create`` (None when it does not and
-    not ``create``). A concurrent maker's bucket is taken as it is."""
+    not ``create``; its writes fenced with ``fence``). A concurrent maker's bucket is
+    taken as it is."""
     stream = layout.kv_stream(bucket)
     try:
         info = await retrying(js.stream_info, stream, refused=refused)
@@ -84,5 +134,5 @@ async def open_bucket(
         config = bucket_config(layout, bucket, replicas=replicas, description=description)
         with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
             await retrying(js.add_stream, config, refused=refused)
-        return bucket_on(js, layout, bucket)
-    return bucket_on(js, layout, bucket, direct=bool(info.config.allow_direct))
+        return bucket_on(js, layout, bucket, fence=fence)
+    return bucket_on(js, layout, bucket, direct=bool(info.config.allow_direct), fence=fence)

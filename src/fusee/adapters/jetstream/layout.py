@@ -24,6 +24,7 @@ __all__ = (
     "CURSOR",
     "END_KINDS",
     "EXPECTED_STREAM",
+    "WRONG_STREAM",
     "EPOCH",
 )
 
@@ -33,6 +34,9 @@ EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 MSG_ID = "Nats-Msg-Id"
 # the stream that must store an append (10060 otherwise): the epoch's journal stream
 EXPECTED_STREAM = "Nats-Expected-Stream"
+# what the server answers a write whose Nats-Expected-Stream is not the stream that
+# would store it: the writer's epoch is over (the namespace failed over)
+WRONG_STREAM = 10060
 EPOCH = "Fusee-Epoch"  # on a regional namespace's appends: the writer's epoch
 KIND = "Fusee-Kind"
 JOURNAL_SEQ = "Fusee-Journal-Seq"  # on a state projection: the record it was made at

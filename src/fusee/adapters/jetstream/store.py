@@ -41,7 +41,7 @@ from nats.js.kv import KeyValue
 
 from fusee.actors.ports import NobodyListens
 from fusee.adapters.jetstream.auth import AuthBucket
-from fusee.adapters.jetstream.buckets import DESCRIPTIONS, open_bucket
+from fusee.adapters.jetstream.buckets import DESCRIPTIONS, BucketFence, open_bucket
 from fusee.adapters.jetstream.commit import GroupCommitter, Message, Pending, publish_batch
 from fusee.adapters.jetstream.credentials import Credentials, redact, url_method, url_user
 from fusee.adapters.jetstream.direct import (
@@ -65,6 +65,7 @@ from fusee.adapters.jetstream.layout import (
     JOURNAL_SEQ,
     KIND,
     MSG_ID,
+    WRONG_STREAM,
     Layout,
     StoredMsg,
 )
@@ -150,9 +151,6 @@ WRONG_LAST_SEQUENCE = 10071
 # state write retried through a follower while its first try was being stored)
 WRONG_LAST_SEQUENCE_PENDING = 10164
 WRONG_LAST = (WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_PENDING)
-# an append whose Nats-Expected-Stream is not the stream that would store it: the
-# writer's epoch is over (the namespace failed over to another region)
-WRONG_STREAM = 10060
 # JetStream's advisory of a stream's configuration changed (a failover's promotion)
 STREAM_UPDATED = "$JS.EVENT.ADVISORY.STREAM.UPDATED"
 # Tries of a paused run's conditional unmark (each refusal: the marker's subject changed)
@@ -926,9 +924,14 @@ class NatsStore:
         return int(ack.seq)
 
     async def _bucket(self, kind: str) -> KeyValue:
+        bucket = self.layout.bucket(kind)
         kv = await open_bucket(
-            self.js, self.layout, self.layout.bucket(kind), create=True,
-            replicas=self.replicas, description=DESCRIPTIONS[kind], refused=self._setup_refused,
+            self.js, self.layout, bucket, create=True, replicas=self.replicas,
+            description=DESCRIPTIONS[kind], refused=self._setup_refused,
+            fence=BucketFence(
+                lambda: self.layout.regional and not self._follows,
+                lambda: self._epoch_over(f"a write to bucket {bucket}", self.layout.kv_stream(bucket)),
+            ),
         )  # fmt: skip
         assert kv is not None
         return kv
@@ -1022,6 +1025,14 @@ class NatsStore:
         append is. A client's go wherever the namespace lives now."""
         if self.layout.regional and not self._follows:
             headers[EXPECTED_STREAM] = self.layout.stream
+        return headers
+
+    def _in_bucket_epoch(self, headers: dict[str, str], bucket: str) -> dict[str, str]:
+        """``headers`` of a write into ``bucket`` made without its KV client (a state
+        projection, a run's index entry), naming the bucket's stream of this epoch as
+        :meth:`_in_epoch` does the journal's (``buckets.BucketFence``)."""
+        if self.layout.regional and not self._follows:
+            headers[EXPECTED_STREAM] = self.layout.kv_stream(bucket)
         return headers
 
     def _epoch_over(self, what: str, stream: str | None = None, epoch: str | None = None) -> str:
@@ -1627,15 +1638,17 @@ class NatsStore:
     ) -> int | None:
         """Write the projection, compare-and-set on its revision ``last`` (0: absent),
         tagged with the journal record it was made at. None: another writer moved it."""
-        headers = {
-            JOURNAL_SEQ: str(journal_seq),
-            CURSOR: str(cursor),
-            EXPECTED_SEQ: str(last),
-        }
+        bucket = self.layout.objects_bucket
+        headers = self._in_bucket_epoch(
+            {JOURNAL_SEQ: str(journal_seq), CURSOR: str(cursor), EXPECTED_SEQ: str(last)}, bucket
+        )
         subject = self._state_subject(object_type, key)
         self._check_fits(subject, data, headers, f"the state of {object_type}/{key}")
         try:
-            ack = await retrying(self.js.publish, subject, data, 5.0, None, headers)
+            ack = await self._retrying_in_epoch(
+                lambda: f"the state of {object_type}/{key}",
+                self.js.publish, subject, data, 5.0, None, headers,
+            )  # fmt: skip
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code not in WRONG_LAST:
                 raise
@@ -1855,9 +1868,11 @@ class NatsStore:
         """Write the run's index entry in the ``<ns>_runs`` bucket, compare-and-set on
         its revision ``last`` (0: absent), tagged with the journal record it reflects.
         None: it moved meanwhile. (An ended run's goes to the stream: :meth:`end_run`.)"""
-        headers = {JOURNAL_SEQ: str(journal_seq), EXPECTED_SEQ: str(last)}
-        subject = f"$KV.{self.layout.runs_bucket}.{eid}"
-        return await self._publish_expecting(subject, value, headers)
+        bucket = self.layout.runs_bucket
+        headers = self._in_bucket_epoch(
+            {JOURNAL_SEQ: str(journal_seq), EXPECTED_SEQ: str(last)}, bucket
+        )
+        return await self._publish_expecting(f"$KV.{bucket}.{eid}", value, headers)
 
     async def end_run(
         self, partition: int, eid: str, value: bytes, *, journal_seq: int, fresh: bool = False
