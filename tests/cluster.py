@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import nats
@@ -32,6 +32,7 @@ __all__ = (
     "ClusterNode",
     "LoopbackRegions",
     "LoopbackCluster",
+    "Netns",
     "free_ports",
     "get_json",
     "move_leader",
@@ -74,14 +75,16 @@ class ClusterNode:
     dir: Path
     config: str
     proc: subprocess.Popen[bytes] | None = None
+    host: str = "127.0.0.1"  # where the test reaches it (its region's address in a netns)
+    prefix: tuple[str, ...] = ()  # what runs the server (``ip netns exec <ns>``)
 
     @property
     def url(self) -> str:
-        return f"nats://127.0.0.1:{self.port}"
+        return f"nats://{self.host}:{self.port}"
 
     @property
     def monitor(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+        return f"http://{self.host}:{self.http_port}"
 
     @property
     def store(self) -> Path:
@@ -98,7 +101,7 @@ class ClusterNode:
         with (self.dir / "nats-server.log").open("ab") as log:
             # the config's relative store_dir lands under the node's dir
             self.proc = subprocess.Popen(
-                [find_nats_server_binary(), "-c", str(conf)],
+                [*self.prefix, find_nats_server_binary(), "-c", str(conf)],
                 cwd=self.dir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -309,6 +312,106 @@ def _region_file(name: str) -> Path:
     return CONFIGS / ("region-witness.conf" if name == "witness" else f"region-{name}.conf")
 
 
+def _region_of(name: str) -> str:
+    return next(region for region, group in REGION_NODES.items() if name in group)
+
+
+def _netns_config(text: str, client: int, netns: Netns, gateway_region: dict[str, str]) -> str:
+    """A region node's config for a network namespace: clients and gateways listen on
+    every address (the test dials the region's, its workers the namespace's
+    loopback), and each gateway URL names the address of the gateway's region."""
+    text = text.replace(f"listen: 127.0.0.1:{client}\n", f"listen: 0.0.0.0:{client}\n", 1)
+    text = re.sub(
+        r"(gateway \{\s*name: \w+\s*listen: )127\.0\.0\.1:", r"\g<1>0.0.0.0:", text, count=1
+    )
+
+    def dial(m: re.Match[str]) -> str:
+        return f"nats://{netns.ips[gateway_region[m.group(1)]]}:{m.group(1)}"
+
+    return re.sub(r"nats://127\.0\.0\.1:(\d+)", dial, text)
+
+
+@dataclass
+class Netns:
+    """Network namespaces for a region drill, made with ``ip netns`` and veth pairs
+    (as root; research/reliability-lab/netns.sh): one per region, each with its own
+    address on a bridge in a namespace of its own, and the test's namespace joined to
+    the bridge too, so the test reaches every region. :meth:`cut` takes a region's
+    link down: nothing crosses between it and the others (the test included) until
+    :meth:`heal`; inside the region, servers and workers go on over its loopback.
+    The names carry the test process's PID, the subnet is picked from it: two test
+    processes do not collide, and :meth:`remove` leaves nothing behind."""
+
+    tag: str
+    ips: dict[str, str]
+
+    @classmethod
+    def make(cls, regions: tuple[str, ...] = ("east", "west", "witness")) -> Netns:
+        """Raises ``OSError`` when namespaces cannot be made here (not root, no
+        ``ip``), having removed what it made."""
+        import os
+
+        pid = os.getpid()
+        tag = f"fz{pid % 100000}"
+        subnet = f"10.{100 + pid % 150}.{pid % 250}"
+        netns = cls(tag, {r: f"{subnet}.{i + 1}" for i, r in enumerate(regions)})
+        try:
+            netns._up(subnet)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            netns.remove()
+            raise OSError(f"network namespaces cannot be made here: {exc}") from exc
+        return netns
+
+    def name(self, region: str) -> str:
+        return f"{self.tag}-{region}"
+
+    def exec_prefix(self, region: str) -> tuple[str, ...]:
+        return ("ip", "netns", "exec", self.name(region))
+
+    def _ip(self, *args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
+
+    def _up(self, subnet: str) -> None:
+        bridge = self.name("br")
+        self._ip("netns", "add", bridge)
+        self._ip("-n", bridge, "link", "add", "br0", "type", "bridge")
+        self._ip("-n", bridge, "link", "set", "br0", "up")
+        for i, region in enumerate(self.ips):
+            ns, here, there = self.name(region), f"{self.tag}v{i}", f"{self.tag}b{i}"
+            self._ip("netns", "add", ns)
+            self._ip("link", "add", here, "type", "veth", "peer", "name", there)
+            self._ip("link", "set", here, "netns", ns)
+            self._ip("link", "set", there, "netns", bridge)
+            self._ip("-n", ns, "addr", "add", f"{self.ips[region]}/24", "dev", here)
+            self._ip("-n", ns, "link", "set", here, "up")
+            self._ip("-n", ns, "link", "set", "lo", "up")
+            self._ip("-n", bridge, "link", "set", there, "master", "br0", "up")
+        # the test's own namespace on the bridge, last in the subnet
+        here, there = f"{self.tag}vt", f"{self.tag}bt"
+        self._ip("link", "add", here, "type", "veth", "peer", "name", there)
+        self._ip("link", "set", there, "netns", bridge)
+        self._ip("addr", "add", f"{subnet}.254/24", "dev", here)
+        self._ip("link", "set", here, "up")
+        self._ip("-n", bridge, "link", "set", there, "master", "br0", "up")
+
+    def _bridge_port(self, region: str) -> str:
+        return f"{self.tag}b{list(self.ips).index(region)}"
+
+    def cut(self, region: str) -> None:
+        """Take ``region``'s link to the bridge down: a partition."""
+        self._ip("-n", self.name("br"), "link", "set", self._bridge_port(region), "down")
+
+    def heal(self, region: str) -> None:
+        self._ip("-n", self.name("br"), "link", "set", self._bridge_port(region), "up")
+
+    def remove(self) -> None:
+        """Delete the namespaces (their veths go with them, the test's too)."""
+        for region in (*self.ips, "br"):
+            subprocess.run(
+                ["ip", "netns", "del", self.name(region)], capture_output=True, timeout=10
+            )
+
+
 @dataclass
 class LoopbackRegions:
     """Two regions of three nats-servers (clusters ``east`` and ``west``) and a
@@ -320,7 +423,13 @@ class LoopbackRegions:
     nodes: list[ClusterNode] = field(default_factory=list)
 
     @classmethod
-    def start(cls, where: Path, *, timeout: float = 60.0) -> LoopbackRegions:
+    def start(
+        cls, where: Path, *, timeout: float = 60.0, netns: Netns | None = None
+    ) -> LoopbackRegions:
+        """The seven servers, on loopback; with ``netns``, each region's in its own
+        network namespace (:class:`Netns`): routes stay on the namespace's loopback,
+        clients and gateways listen on every address, and each gateway is dialled at
+        its region's address, so cutting a region's link cuts what crosses regions."""
         names = [n for group in REGION_NODES.values() for n in group]
         texts = {}
         for name in names:
@@ -329,11 +438,23 @@ class LoopbackRegions:
         shipped = sorted({int(p) for text in texts.values() for p in _REGION_PORT.findall(text)})
         moved = dict(zip(shipped, free_ports(len(shipped)), strict=True))
         regions = cls(Path(where))
+        gateway_region: dict[str, str] = {}  # a gateway's moved port -> its region
         for name in names:
             text = _REGION_PORT.sub(lambda m: str(moved[int(m.group())]), texts[name])
+            texts[name] = text
+            gateway = re.search(r"gateway \{\s*name: \w+\s*listen: 127\.0\.0\.1:(\d+)", text)
+            assert gateway is not None, f"{name}: no gateway listen line"
+            gateway_region[gateway.group(1)] = _region_of(name)
+        for name in names:
+            text = texts[name]
             client = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
             http = int(re.search(r"http_port: (\d+)", text).group(1))  # type: ignore[union-attr]
-            node = ClusterNode(name, client, 0, http, regions.dir / name, text)
+            host, prefix = "127.0.0.1", cast("tuple[str, ...]", ())
+            if netns is not None:
+                region = _region_of(name)
+                host, prefix = netns.ips[region], netns.exec_prefix(region)
+                text = _netns_config(text, client, netns, gateway_region)
+            node = ClusterNode(name, client, 0, http, regions.dir / name, text, None, host, prefix)
             regions.nodes.append(node)
         for node in regions.nodes:
             node.launch()
@@ -353,6 +474,11 @@ class LoopbackRegions:
     def url(self, region: str) -> str:
         """The region's servers' URLs, comma-separated (what ``--nats`` takes)."""
         return ",".join(self.urls(region))
+
+    def local_url(self, region: str) -> str:
+        """The region's servers on loopback: what a process inside the region's
+        network namespace dials (the same as :meth:`url` without namespaces)."""
+        return ",".join(f"nats://127.0.0.1:{n.port}" for n in self.region(region))
 
     def meta(self) -> tuple[str | None, int]:
         """The meta group's leader and its size, as a live node sees them."""

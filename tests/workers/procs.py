@@ -123,6 +123,7 @@ class Workers:
     partitions: int | None = None
     module: Path = CHAIN
     procs: list[WorkerProc] = field(default_factory=list)
+    prefix: tuple[str, ...] = ()  # what runs each worker (``ip netns exec <ns>``)
 
     def spawn(
         self, *, url: str | None = None, extra_env: dict[str, str] | None = None
@@ -130,6 +131,7 @@ class Workers:
         name = f"w{len(self.procs) + 1}"
         log_path = self.tmp_path / f"worker-{name}.log"
         cmd = [
+            *self.prefix,
             sys.executable,
             str(LAUNCH),
             "--nats",
