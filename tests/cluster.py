@@ -31,6 +31,7 @@ from fusee.adapters.jetstream.server import find_nats_server_binary
 __all__ = (
     "ClusterNode",
     "LoopbackRegions",
+    "LoopbackStretch",
     "LoopbackCluster",
     "Netns",
     "free_ports",
@@ -329,6 +330,114 @@ def _netns_config(text: str, client: int, netns: Netns, gateway_region: dict[str
         return f"nats://{netns.ips[gateway_region[m.group(1)]]}:{m.group(1)}"
 
     return re.sub(r"nats://127\.0\.0\.1:(\d+)", dial, text)
+
+
+STRETCH_NODES = {
+    "east": ("east-1", "east-2"),
+    "west": ("west-1", "west-2"),
+    "third": ("third-1",),
+}
+# every port the shipped nats/stretch-*.conf use (client, route, monitor)
+_STRETCH_PORT = re.compile(r"\b(?:26[23]0[1-5]|2930[1-5])\b")
+
+
+@dataclass
+class LoopbackStretch:
+    """The global tier: one JetStream cluster of five nats-servers stretched over three
+    sites, 2 + 2 + 1 (``nats/stretch-*.conf``, ``unique_tag: "site:"``), its ports moved
+    to free ones; with ``netns`` each site in its own network namespace (routes dialled
+    at the site's address, so cutting a site's link cuts it off)."""
+
+    dir: Path
+    nodes: list[ClusterNode] = field(default_factory=list)
+
+    @classmethod
+    def start(
+        cls, where: Path, *, timeout: float = 60.0, netns: Netns | None = None
+    ) -> LoopbackStretch:
+        names = [n for group in STRETCH_NODES.values() for n in group]
+        texts = {}
+        for name in names:
+            lines = (CONFIGS / f"stretch-{name}.conf").read_text().splitlines(keepends=True)
+            texts[name] = "".join(line for line in lines if not line.lstrip().startswith("#"))
+        shipped = sorted({int(p) for t in texts.values() for p in _STRETCH_PORT.findall(t)})
+        moved = dict(zip(shipped, free_ports(len(shipped)), strict=True))
+        route_site: dict[str, str] = {}
+        for name in names:
+            texts[name] = _STRETCH_PORT.sub(lambda m: str(moved[int(m.group())]), texts[name])
+            route = re.search(r"cluster \{\s*name: \w+\s*listen: 127\.0\.0\.1:(\d+)", texts[name])
+            assert route is not None, f"{name}: no cluster listen line"
+            route_site[route.group(1)] = _site_of(name)
+        stretch = cls(Path(where))
+        for name in names:
+            text = texts[name]
+            client = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
+            http = int(re.search(r"http_port: (\d+)", text).group(1))  # type: ignore[union-attr]
+            host, prefix = "127.0.0.1", cast("tuple[str, ...]", ())
+            if netns is not None:
+                site = _site_of(name)
+                host, prefix = netns.ips[site], netns.exec_prefix(site)
+                text = text.replace(
+                    f"listen: 127.0.0.1:{client}\n", f"listen: 0.0.0.0:{client}\n", 1
+                )
+                text = re.sub(
+                    r"(cluster \{\s*name: \w+\s*listen: )127\.0\.0\.1:", r"\g<1>0.0.0.0:", text
+                )
+
+                def dial(m: re.Match[str]) -> str:
+                    return f"nats-route://{netns.ips[route_site[m.group(1)]]}:{m.group(1)}"
+
+                text = re.sub(r"nats-route://127\.0\.0\.1:(\d+)", dial, text)
+            node = ClusterNode(name, client, 0, http, stretch.dir / name, text, None, host, prefix)
+            stretch.nodes.append(node)
+        for node in stretch.nodes:
+            node.launch()
+        try:
+            _wait_healthy(
+                stretch.nodes,
+                lambda: stretch.meta()[1] == len(stretch.nodes),
+                timeout,
+                "the stretch cluster",
+            )
+        except BaseException:
+            stretch.stop()
+            raise
+        return stretch
+
+    def site(self, site: str) -> list[ClusterNode]:
+        return [n for n in self.nodes if n.name in STRETCH_NODES[site]]
+
+    @property
+    def url(self) -> str:
+        """Every server's URL, comma-separated (what ``--nats`` takes)."""
+        return ",".join(n.url for n in self.nodes)
+
+    def local_url(self, site: str) -> str:
+        """What a process inside ``site``'s network namespace dials first: its site's
+        servers on loopback, then the others at their addresses."""
+        here = [f"nats://127.0.0.1:{n.port}" for n in self.site(site)]
+        return ",".join(here + [n.url for n in self.nodes if n not in self.site(site)])
+
+    def meta(self) -> tuple[str | None, int]:
+        """The meta group's leader and its size, as a live node sees them."""
+        for node in self.nodes:
+            if not node.alive:
+                continue
+            try:
+                meta = get_json(f"{node.monitor}/jsz").get("meta_cluster", {})
+            except (OSError, ValueError):
+                continue
+            if meta.get("leader"):
+                return str(meta["leader"]), int(meta.get("cluster_size") or 0)
+        return None, 0
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def _site_of(name: str) -> str:
+    return next(site for site, group in STRETCH_NODES.items() if name in group)
 
 
 @dataclass

@@ -321,8 +321,13 @@ async def test_fusee_worker_takes_a_comma_separated_nats(
         worker.kill()
 
 
-async def test_publish_acked_raises_nothing_on_a_duplicate(engine: fusee.Engine) -> None:
+async def test_publish_acked_raises_nothing_on_a_duplicate(
+    nats_cluster: LoopbackCluster, engine: fusee.Engine
+) -> None:
     store = engine.store
+    # a raw publish, not fusee's retried append: the stream made a moment ago may not
+    # have elected its leader yet (503, no responders: seen in CI)
+    await stream_leader(nats_cluster, store.layout.stream)
     subject = store.layout.record("p-1", "run.started")
     headers = {"Nats-Msg-Id": "p-1"}
     first = await publish_acked(store.nc, subject, b"{}", headers, 2.0)

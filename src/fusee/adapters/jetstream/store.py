@@ -146,6 +146,14 @@ UNLISTED_KIND = "run.unlisted"  # a listing entry's removal: replaces it, then e
 VALUE_HEADROOM = 16 * 1024
 
 WRONG_LAST_SEQUENCE = 10071
+# How often a connection pings its server, and how many unanswered pings drop it (then
+# nats-py reconnects to another server of the list): a dead link is found in about
+# PING_INTERVAL x (PINGS_OUT + 1) seconds. Measured in the global tier's partition
+# drill (tests/chaos/test_global_tier.py): with nats-py's defaults (120 s, 2) a client
+# on a server of the cut-off site waited minutes.
+PING_INTERVAL = 5.0
+PINGS_OUT = 2
+
 # The same refusal without the sequence: an R3 leader with a write to the subject still
 # in flight answers this to an expected-last-subject-sequence check (seen in CI: a
 # state write retried through a follower while its first try was being stored)
@@ -262,6 +270,7 @@ class NatsStore:
         self.auth = AuthBucket(nc, self.js, layout, replicas=replicas)
         # callers waiting for results: one consumer for all of them (see watch.py)
         self.journal_watch = JournalWatch(nc, self.js, layout)
+        self.journal_watch.stream_gone = self.epoch_may_have_moved
         # completions (issue 3): the namespace's secret (``config.secret`` in the work
         # bucket, read at connect) and the base of callback URLs
         self.completion_secret = b""
@@ -398,6 +407,11 @@ class NatsStore:
                         reconnect_time_wait=0.2,
                         connect_timeout=2,
                         allow_reconnect=True,
+                        # a server cut off by a partition answers nothing and closes
+                        # nothing: noticed after PINGS_OUT unanswered pings, not nats-py's
+                        # 2 x 120 s, then the connection moves to another server
+                        ping_interval=PING_INTERVAL,
+                        max_outstanding_pings=PINGS_OUT,
                         reconnected_cb=reconnected,
                         error_cb=on_error,
                         **options,

@@ -28,11 +28,12 @@ import asyncio
 import contextlib
 import contextvars
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import nats.errors
+import nats.js.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
@@ -51,6 +52,9 @@ HEARTBEAT = 2.0  # the consumer's idle heartbeat, asked of the server
 STALE = 3 * HEARTBEAT  # nothing heard for this long: the consumer is gone, make another
 INACTIVE = 30.0  # the server deletes the consumer of a client that died this long ago
 LOOK_AGAIN = 30.0  # a waiter that heard nothing for this long reads its journal again
+# how long a watch of a regional namespace whose stream is gone waits for the store to
+# follow the failover (the deletes and promotions of a failover lie between)
+FOLLOW_PATIENCE = 60.0
 
 
 class Waiter:
@@ -106,6 +110,9 @@ class JournalWatch:
         )
         self.consumers_made = 0  # for tests and benchmarks
         self.delivered = 0  # records the consumer delivered (for tests and benchmarks)
+        # told when the journal stream is not found (the store checks for a failover)
+        self.stream_gone: Callable[[], None] = lambda: None
+        self._followed = anyio.Event()  # set (and replaced) by each follow()
 
     @property
     def waiting(self) -> int:
@@ -189,7 +196,7 @@ class JournalWatch:
             num_replicas=1,
         )
         try:
-            info = await retrying(self.js.add_consumer, self.layout.stream, config, what="a watch")
+            info = await self._add_consumer(config)
         except BaseException:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -197,6 +204,25 @@ class JournalWatch:
         self._sub, self._consumer = sub, info.name
         self._next, self._heard, self._broken = 1, time.monotonic(), False
         self.consumers_made += 1
+
+    async def _add_consumer(self, config: ConsumerConfig) -> Any:
+        """The watch's consumer on the journal stream. A regional namespace's stream
+        not found is a failover under way (its old home's streams deleted, the mirrors
+        promoted next): the store is told to check, and the consumer is made on the
+        stream it follows to (``follow``), within ``FOLLOW_PATIENCE``."""
+        deadline = time.monotonic() + FOLLOW_PATIENCE
+        while True:
+            followed = self._followed
+            try:
+                return await retrying(
+                    self.js.add_consumer, self.layout.stream, config, what="a watch"
+                )
+            except nats.js.errors.NotFoundError:
+                if not self.layout.regional or time.monotonic() > deadline:
+                    raise
+            self.stream_gone()
+            with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                await followed.wait()
 
     async def _close(self) -> None:
         sub, consumer = self._sub, self._consumer
@@ -262,6 +288,8 @@ class JournalWatch:
         journal stream; every waiter is told its watch was lost, so it reads again
         (from the new stream) and the next watch opens a consumer there."""
         self.layout = layout
+        self._followed.set()
+        self._followed = anyio.Event()
         if self._sub is not None:
             self._lose_all()
 
