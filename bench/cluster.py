@@ -1,4 +1,5 @@
-"""W1, W2 and W4 on a 3-node R3 cluster on loopback, beside the R3 floor, in one run.
+"""W1, W2 and W4 on a 3-node R3 cluster on loopback, beside the R3 floor, in one run;
+and a token stream's writer on R3 beside a sequential publish to the same stream.
 
     python -m bench.cluster [--calls 300]
 
@@ -24,7 +25,7 @@ from pathlib import Path
 import anyio
 import structlog
 
-from bench import objects
+from bench import objects, streams
 from bench.__main__ import RESULTS, Floor, emit, floor, w1, w2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,26 @@ async def r1_floor(url: str, n: int = 1000) -> float:
     return p50
 
 
+async def tokens_r3(url: str, n: int = 2000) -> None:
+    """A ``TokenWriter`` on the R3 tokens stream: it waits for each chunk's ack (an R3
+    leader refuses a second in-flight check of the claim subject, 10164), so its floor
+    is a sequential publish to that stream, measured first."""
+    from fusee.adapters.jetstream.store import NatsStore
+
+    store = await NatsStore.connect(url.split(","), "bench_tok", replicas=3)
+    try:
+        await store.ensure_layout()
+        p50 = await streams.floor(store, n)
+        await streams.new_run(store, "tw")
+        rate = await streams.writer(store.tokens, "tw", n, "R3, one chunk in flight")
+        emit(
+            "tokens_r3", chunks_per_s=round(rate), floor_p50_ms=round(p50, 3),
+            ratio_to_floor=round((1000 / rate) / p50, 2),
+        )  # fmt: skip
+    finally:
+        await store.close()
+
+
 def table() -> None:
     print()
     print(f"{'benchmark':<10} figure")
@@ -65,6 +86,11 @@ def table() -> None:
             fig = (
                 f"{row['steps_per_s']} steps/s (R3 floor {row['floor_commits_per_s']} "
                 f"commits/s one after another)"
+            )
+        elif name == "tokens_r3":
+            fig = (
+                f"token writer {row['chunks_per_s']} chunks/s = {row['ratio_to_floor']}x a "
+                f"sequential publish to the R3 tokens stream (p50 {row['floor_p50_ms']} ms)"
             )
         else:
             continue
@@ -90,6 +116,7 @@ async def main(args: argparse.Namespace) -> None:
             fl = await objects.floor(url, args.calls, args.keys, args.per_key)
             await objects.w4(url, fl, args.calls, 20)
             await objects.w4_keys(url, fl, args.keys, args.per_key)
+            await tokens_r3(url)
         finally:
             cluster.stop()
     table()
