@@ -173,6 +173,21 @@ def _node_config(name: str, index: int, ports: tuple[int, int, int], routes: lis
     return text
 
 
+def meta_of(nodes: list[ClusterNode]) -> tuple[str | None, int]:
+    """The meta group's leader and its size, as the first live node of ``nodes`` that
+    knows a leader sees them."""
+    for node in nodes:
+        if not node.alive:
+            continue
+        try:
+            meta = get_json(f"{node.monitor}/jsz").get("meta_cluster", {})
+        except (OSError, ValueError):
+            continue
+        if meta.get("leader"):
+            return str(meta["leader"]), int(meta.get("cluster_size") or 0)
+    return None, 0
+
+
 def _wait_healthy(
     nodes: list[ClusterNode], elected: Callable[[], bool], timeout: float, what: str
 ) -> None:
@@ -420,16 +435,7 @@ class LoopbackStretch:
 
     def meta(self) -> tuple[str | None, int]:
         """The meta group's leader and its size, as a live node sees them."""
-        for node in self.nodes:
-            if not node.alive:
-                continue
-            try:
-                meta = get_json(f"{node.monitor}/jsz").get("meta_cluster", {})
-            except (OSError, ValueError):
-                continue
-            if meta.get("leader"):
-                return str(meta["leader"]), int(meta.get("cluster_size") or 0)
-        return None, 0
+        return meta_of(self.nodes)
 
     def stop(self) -> None:
         for node in self.nodes:
@@ -462,7 +468,8 @@ class Netns:
 
         pid = os.getpid()
         tag = f"fz{pid % 100000}"
-        subnet = f"10.{100 + pid % 150}.{pid % 250}"
+        # in 198.18.0.0/15 (RFC 2544, benchmarking): no real network's range
+        subnet = f"198.{18 + pid % 2}.{(pid // 2) % 250}"
         netns = cls(tag, {r: f"{subnet}.{i + 1}" for i, r in enumerate(regions)})
         try:
             netns._up(subnet)
@@ -591,16 +598,7 @@ class LoopbackRegions:
 
     def meta(self) -> tuple[str | None, int]:
         """The meta group's leader and its size, as a live node sees them."""
-        for node in self.nodes:
-            if not node.alive:
-                continue
-            try:
-                meta = get_json(f"{node.monitor}/jsz").get("meta_cluster", {})
-            except (OSError, ValueError):
-                continue
-            if meta.get("leader"):
-                return str(meta["leader"]), int(meta.get("cluster_size") or 0)
-        return None, 0
+        return meta_of(self.nodes)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Until every live node is healthy and a meta leader of all 7 is elected."""

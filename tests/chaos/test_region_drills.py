@@ -10,11 +10,10 @@ processes (``tests/workers/chain.py``).
 
 from __future__ import annotations
 
-import collections
 import json
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,59 +28,25 @@ from fusee.adapters.jetstream.regions import current_stream, pending_promotion
 from fusee.adapters.jetstream.store import NatsStore
 from fusee.errors import Fenced
 from fusee.runtime.ids import partition_of
+from tests.chaos.regions_kit import (
+    LEASE,
+    PARTITIONS,
+    caught_up,
+    connect_home,
+    env_for,
+    epoch_one_after,
+    step_runs,
+)
 from tests.cluster import LoopbackRegions
 from tests.helpers import cli_cmd, cli_env, run_cli
 from tests.workers.procs import CHAIN, Workers, chain_result, wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
 
-PARTITIONS = 8
-
-
-@pytest.fixture
-def regions(tmp_path: Path) -> Iterator[LoopbackRegions]:
-    topology = LoopbackRegions.start(tmp_path / "regions")
-    try:
-        yield topology
-    finally:
-        topology.stop()
-
-
-# the region lease of the drills' workers and failovers (20 s by default): a region
-# loss's failover waits it out before it promotes the mirror
-LEASE = "3"
-
-
-def _env(region: str, partner: str | None = None) -> dict[str, str]:
-    env = {"FUSEE_REGION": region, "FUSEE_REPLICAS": "3", "FUSEE_REGION_LEASE": LEASE}
-    if partner is not None:
-        env["FUSEE_PARTNER_REGION"] = partner
-    return env
-
-
-def _ran(log: Path) -> collections.Counter[str]:
-    """How many times each step of one run started (its side-effect file)."""
-    if not log.exists():
-        return collections.Counter()
-    return collections.Counter(line.split()[0] for line in log.read_text().splitlines() if line)
-
-
-async def connect_home(url: str, namespace: str) -> fusee.Engine:
-    """An engine in east, the namespace's home, with west its partner (R3)."""
-    return await fusee.connect(
-        url, namespace=namespace, region="east", partner="west", replicas=3,
-        partitions=PARTITIONS,
-    )  # fmt: skip
-
 
 async def _has_kinds(store: NatsStore, eid: str, kinds: set[str]) -> bool:
     """Whether the inbox of ``eid`` (partition 0) holds messages of each of ``kinds``."""
     return kinds <= {m.headers.get("Fusee-Kind", "") for m in await store.read_inbox(0, eid)}
-
-
-async def _caught_up(engine: fusee.Engine) -> bool:
-    lag = await engine.mirror_lag()
-    return lag is not None and lag.behind == 0 and lag.mirror_last_seq > 0
 
 
 async def test_a_regional_namespace_lives_in_its_home_with_a_mirror_in_its_partner(
@@ -133,7 +98,7 @@ async def test_a_regional_namespace_lives_in_its_home_with_a_mirror_in_its_partn
         assert journal
         assert all(m.headers.get(EPOCH) == "1" for m in journal)
         assert all(m.headers.get(EPOCH) == "1" for m in await engine.store.read_journal("r2"))
-        await wait_until(lambda: _caught_up(engine), timeout=30, what="the mirror caught up")
+        await wait_until(lambda: caught_up(engine), timeout=30, what="the mirror caught up")
         lag = await engine.mirror_lag()
         assert lag is not None
         assert lag.mirror == f"{ns}_E2"
@@ -195,15 +160,15 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
     (tmp_path / "west").mkdir()
     west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
     try:
-        old_worker = await workers.start(extra_env=_env("east", "west"))
+        old_worker = await workers.start(extra_env=env_for("east", "west"))
         for rid, arg in runs.items():
             await east.start("chain", rid, arg)
         # every run is inside s3 (s1 and s2 committed), held there by the gate
         await wait_until(
-            lambda: all(_ran(Path(a["log"]))["s3"] == 1 for a in runs.values()),
+            lambda: all(step_runs(Path(a["log"]))["s3"] == 1 for a in runs.values()),
             timeout=60, what="every run in s3",
         )  # fmt: skip
-        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+        await wait_until(lambda: caught_up(east), timeout=30, what="the mirror caught up")
 
         # a probe appending back to back up to the loss: what was acknowledged in east
         acked: list[str] = []
@@ -253,7 +218,7 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
         assert promoted == acked[: len(promoted)], "the promoted journal is not a prefix"
         rpo = len(acked) - len(promoted)
 
-        await west_workers.start(extra_env=_env("west"))
+        await west_workers.start(extra_env=env_for("west"))
         t_served = time.monotonic()
         gate.touch()  # the held steps may finish now (in the west worker, and the zombie's)
         got: dict[str, Any] = {}
@@ -269,7 +234,7 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
                     tg.start_soon(one, rid)
         assert got == {rid: chain_result(arg) for rid, arg in runs.items()}
         for rid, arg in runs.items():
-            ran = _ran(Path(arg["log"]))
+            ran = step_runs(Path(arg["log"]))
             # s1, s2 were committed and replicated: never again; s3 was running in east
             # when it went (uncommitted): it runs again in west, as a failover says
             assert (ran["s1"], ran["s2"]) == (1, 1), (rid, ran)
@@ -315,27 +280,12 @@ async def test_region_loss_fails_over_to_the_partner_and_the_old_home_is_fenced(
                 await old.append("run-0", "step.completed", b"{}", fence=last.seq, msg_id="z")
         finally:
             await old.close()
-        stray = await _epoch_one_after(west, report["stream"], report["last_seq"])
+        stray = await epoch_one_after(west, report["stream"], report["last_seq"])
         assert not stray, f"old-epoch records in the promoted journal: {stray}"
         await west.close()
     finally:
         workers.cleanup()
         west_workers.cleanup()
-
-
-async def _epoch_one_after(engine: fusee.Engine, stream: str, seq: int) -> list[int]:
-    """Sequences above ``seq`` in ``stream`` whose record names epoch 1."""
-    js = engine.store.js
-    last = (await js.stream_info(stream)).state.last_seq
-    out = []
-    for s in range(seq + 1, last + 1):
-        try:
-            msg = await js.get_msg(stream, s)
-        except Exception:  # noqa: BLE001 - a deleted or rolled-up sequence
-            continue
-        if (msg.headers or {}).get(EPOCH) == "1":
-            out.append(s)
-    return out
 
 
 async def test_a_planned_handover_and_the_fail_back_lose_nothing(
@@ -365,11 +315,11 @@ async def test_a_planned_handover_and_the_fail_back_lose_nothing(
     west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
     back_workers = Workers(east_url, namespace, tmp_path / "back", partitions=PARTITIONS)
     try:
-        worker = await east_workers.start(extra_env=_env("east", "west"))
+        worker = await east_workers.start(extra_env=env_for("east", "west"))
         for rid, arg in runs.items():
             await east.start("chain", rid, arg)
         await wait_until(
-            lambda: all(_ran(Path(a["log"]))["s2"] == 1 for a in runs.values()),
+            lambda: all(step_runs(Path(a["log"]))["s2"] == 1 for a in runs.values()),
             timeout=60, what="every run in s2",
         )  # fmt: skip
         assert worker.stop() == 0
@@ -404,13 +354,13 @@ async def test_a_planned_handover_and_the_fail_back_lose_nothing(
             west_url, namespace=namespace, region="west", partner="east", replicas=3
         )
         try:
-            await west_workers.start(extra_env=_env("west", "east"))
+            await west_workers.start(extra_env=env_for("west", "east"))
             gate.touch()
             for rid, arg in runs.items():
                 assert await west.run(rid).result(timeout=60) == chain_result(arg)
-                ran = _ran(Path(arg["log"]))
+                ran = step_runs(Path(arg["log"]))
                 assert ran["s1"] == 1, (rid, ran)  # committed: never again
-            await wait_until(lambda: _caught_up(west), timeout=30, what="the epoch-3 mirror")
+            await wait_until(lambda: caught_up(west), timeout=30, what="the epoch-3 mirror")
             lag = await west.mirror_lag()
             assert lag is not None
             assert (lag.mirror, lag.region) == (f"{namespace.upper()}_E3", "east")
@@ -424,7 +374,7 @@ async def test_a_planned_handover_and_the_fail_back_lose_nothing(
         back = await fusee.connect(east_url, namespace=namespace, region="east")
         try:
             assert back.store.layout == Layout(namespace, 3, "east")
-            await back_workers.start(extra_env=_env("east"))
+            await back_workers.start(extra_env=env_for("east"))
             arg = {**runs["run-0"], "hold": None, "tag": "back"}
             run = await back.start("chain", "after-fail-back", arg)
             assert await run.result(timeout=60) == chain_result(arg)
@@ -458,7 +408,7 @@ async def test_a_failover_carries_objects_their_queues_tokens_limits_and_the_sec
     east_workers.module = west_workers.module = module
     east = await connect_home(east_url, namespace)
     try:
-        worker = await east_workers.start(extra_env=_env("east", "west"))
+        worker = await east_workers.start(extra_env=env_for("east", "west"))
         assert await ledger.key("a", engine=east).call("add", 2, timeout=30) == 2
         assert await ledger.key("a", engine=east).call("add", 3, timeout=30) == 5
         spoken = await ledger.key("s", engine=east).send("speak", "one two three")
@@ -505,7 +455,7 @@ async def test_a_failover_carries_objects_their_queues_tokens_limits_and_the_sec
             "three ",
         ]
 
-        await west_workers.start(extra_env=_env("west"))
+        await west_workers.start(extra_env=env_for("west"))
         # the queued call: its active marker came with the work bucket
         assert await ledger.key("w", engine=west).result(queued, timeout=30) == 7
         # the projection's revision carried over: the next write is accepted
@@ -544,14 +494,14 @@ async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
     east_workers = Workers(east_url, namespace, tmp_path, partitions=PARTITIONS)
     west_workers = Workers(west_url, namespace, tmp_path / "west", partitions=PARTITIONS)
     try:
-        zombie = await east_workers.start(extra_env=_env("east", "west"))
+        zombie = await east_workers.start(extra_env=env_for("east", "west"))
         for rid, arg in runs.items():
             await east.start("chain", rid, arg)
         await wait_until(
-            lambda: all(_ran(Path(a["log"]))["s2"] == 1 for a in runs.values()),
+            lambda: all(step_runs(Path(a["log"]))["s2"] == 1 for a in runs.values()),
             timeout=60, what="every run in s2",
         )  # fmt: skip
-        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+        await wait_until(lambda: caught_up(east), timeout=30, what="the mirror caught up")
         zombie.freeze()
         await east.close()
         report = await fusee.fail_over(west_url, namespace=namespace, to="west")
@@ -566,17 +516,17 @@ async def test_a_worker_frozen_across_a_failover_is_fenced_when_it_wakes(
         )  # fmt: skip
         west = await fusee.connect(west_url, namespace=namespace, region="west")
         try:
-            new_home = await west_workers.start(extra_env=_env("west"))
+            new_home = await west_workers.start(extra_env=env_for("west"))
             for rid, arg in runs.items():
                 assert await west.run(rid).result(timeout=60) == chain_result(arg)
             for rid, arg in runs.items():
-                ran = _ran(Path(arg["log"]))
+                ran = step_runs(Path(arg["log"]))
                 # s2: the zombie's (frozen in it) and west's; s3: west's alone
                 assert (ran["s1"], ran["s2"], ran["s3"]) == (1, 2, 1), (rid, ran)
                 journal = await west.store.read_journal(rid)
                 names = [m.headers.get("Fusee-Kind") for m in journal]
                 assert names.count("step.completed") == 3, (rid, names)
-            stray = await _epoch_one_after(west, report.stream, report.last_seq)
+            stray = await epoch_one_after(west, report.stream, report.last_seq)
             assert not stray, f"old-epoch records in the promoted journal: {stray}"
             # the zombie heard west's heartbeats across the regions: not a peer of its
             await zombie.wait_for("region.superseded", timeout=30)
@@ -610,9 +560,9 @@ async def test_a_home_cut_off_from_the_meta_quorum_stops_appending_within_its_le
     }  # fmt: skip
     workers = Workers(east_url, namespace, tmp_path, partitions=PARTITIONS)
     try:
-        worker = await workers.start(extra_env=_env("east", "west"))
+        worker = await workers.start(extra_env=env_for("east", "west"))
         run = await east.start("chain", "cut-off", arg)
-        await wait_until(lambda: _ran(Path(arg["log"]))["s3"] == 1, timeout=60, what="s3")
+        await wait_until(lambda: step_runs(Path(arg["log"]))["s3"] == 1, timeout=60, what="s3")
         before = [m.headers.get("Fusee-Kind") for m in await east.store.read_journal("cut-off")]
         assert before.count("step.completed") == 2, before  # s1, s2; s3 held
         # the lease held all along so far (a slow renewal under load would make the
@@ -636,7 +586,7 @@ async def test_a_home_cut_off_from_the_meta_quorum_stops_appending_within_its_le
             regions.thaw_region("west")
         regained = await worker.wait_for("region.lease_regained", timeout=90)
         assert await run.result(timeout=90) == chain_result(arg)
-        ran = _ran(Path(arg["log"]))
+        ran = step_runs(Path(arg["log"]))
         assert (ran["s1"], ran["s2"], ran["s3"], ran["s4"]) == (1, 1, 1, 1), ran
         kinds = [m.headers.get("Fusee-Kind") for m in await east.store.read_journal("cut-off")]
         assert kinds.count("step.completed") == 4, kinds
@@ -676,7 +626,7 @@ async def test_an_old_epochs_writes_outside_the_fence_are_refused_by_the_new_hom
     try:
         lay = east.store.layout
         await east.store.mark_run_active(0, "zombie-run", b"{}")
-        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+        await wait_until(lambda: caught_up(east), timeout=30, what="the mirror caught up")
         report = await fusee.fail_over(west_url, namespace=namespace, to="west", lease=1)
         west = await fusee.connect(west_url, namespace=namespace, region="west")
         new = west.store.layout
@@ -699,6 +649,7 @@ async def test_an_old_epochs_writes_outside_the_fence_are_refused_by_the_new_hom
             "a value": lambda: east.store.put_value("zombie-run", b"v" * 64),
             # the buckets keep their subjects: a zombie's write reaches the new home's
             "an object's marker": lambda: east.store.mark_active(0, "zombie-key"),
+            "an idle marker": lambda: east.store.mark_idle(0, "zombie-key", 600.0),
             "an owner claim": lambda: east.store.claim_owner(0, "zombie-worker", None),
             "a state projection": lambda: east.store.put_state(
                 "T", "zombie-key", b"{}", journal_seq=1, cursor=0, last=0
@@ -751,7 +702,7 @@ async def test_a_failover_interrupted_in_its_lease_wait_is_resumed_and_nothing_i
     east_url, west_url = regions.url("east"), regions.url("west")
     east = await connect_home(east_url, namespace)
     await east.store.mark_run_active(0, "kept", b"{}")
-    await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+    await wait_until(lambda: caught_up(east), timeout=30, what="the mirror caught up")
     await east.close()
     regions.kill_region("east")
     observer = await nats.connect(servers=regions.urls("west"))

@@ -14,7 +14,12 @@ import pytest
 import fusee
 from fusee.adapters.jetstream.layout import Layout
 from fusee.errors import ConfigError
-from tests.chaos.test_region_drills import PARTITIONS, _caught_up, _env, connect_home, regions  # noqa: F401
+from tests.chaos.regions_kit import (
+    PARTITIONS,
+    caught_up,
+    connect_home,
+    env_for,
+)
 from tests.cluster import LoopbackRegions
 from tests.workers.procs import Workers, chain_result, wait_until
 
@@ -22,7 +27,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.cluster, pytest.mark.timeout(240)]
 
 
 async def test_a_client_connected_before_a_failover_follows_the_namespace_to_its_new_home(
-    regions: LoopbackRegions,  # noqa: F811 (the fixture)
+    regions: LoopbackRegions,
     namespace: str,
     tmp_path: Path,
 ) -> None:
@@ -49,7 +54,7 @@ async def test_a_client_connected_before_a_failover_follows_the_namespace_to_its
     pinned = await fusee.connect(west_url, namespace=namespace, region="west")
     try:
         assert client.store.layout == Layout(namespace, 1, "east")
-        worker = await east_workers.start(extra_env=_env("east", "west"))
+        worker = await east_workers.start(extra_env=env_for("east", "west"))
         assert await (await east.start("chain", "before", arg("a"))).result(timeout=30) == (
             chain_result(arg("a"))
         )
@@ -59,7 +64,7 @@ async def test_a_client_connected_before_a_failover_follows_the_namespace_to_its
             timeout=30, what="the held run in s2",
         )  # fmt: skip
         assert held.run_id == "held"
-        await wait_until(lambda: _caught_up(east), timeout=30, what="the mirror caught up")
+        await wait_until(lambda: caught_up(east), timeout=30, what="the mirror caught up")
         # a process that runs a worker never follows, even one refused to run here
         with pytest.raises(ConfigError, match="has its home in region 'east'"):
             async with pinned.worker():
@@ -92,7 +97,7 @@ async def test_a_client_connected_before_a_failover_follows_the_namespace_to_its
                 made = await new.tokens.create("read", name="after-the-failover")
                 assert (await client.tokens.verify(made.token)).scope == "read"
             assert pinned.store.layout.epoch == 1  # never moved
-            await west_workers.start(extra_env=_env("west"))
+            await west_workers.start(extra_env=env_for("west"))
             assert await client.run("before").result(timeout=10) == chain_result(arg("a"))
             assert (await client.run("before").describe()).status == "completed"
             run = await client.start("chain", "after", arg("b"))

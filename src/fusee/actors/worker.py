@@ -384,6 +384,19 @@ class Worker:
             }
             await self.store.publish_core(reply, json.dumps(body).encode())
 
+    def _failed_over(self, error: str) -> None:
+        """A write of this worker's was refused for its epoch: the namespace failed
+        over, as a later epoch's heartbeat says (:meth:`_epoch_of`)."""
+        if not self._superseded:
+            self._superseded = True
+            self._kick.set()
+            log.warning(
+                "region.superseded", epoch=self.store.layout.epoch, error=error,
+                hint="the namespace failed over: this worker claims no partition and "
+                "its appends are refused; restart it against the new home "
+                "(fusee region status)",
+            )  # fmt: skip
+
     def _epoch_of(self, worker: str, body: Any) -> int:
         """How the epoch named in ``body`` (a heartbeat or a ping's answer) compares
         with this worker's: -1 earlier, 0 the same, 1 later. Core NATS crosses regions,
@@ -569,6 +582,10 @@ class Worker:
                 self._unreachable(exc)
                 first, cap = OUTAGE_BACKOFF
                 backoff = min(max(backoff * 2, first), cap)
+            except FailedOver as exc:
+                # a write into the work bucket refused for this worker's epoch (a
+                # claim or a release reaching the new home's bucket): superseded
+                self._failed_over(str(exc))
             else:
                 backoff = 0.0
 
@@ -743,6 +760,9 @@ class Worker:
                     await self.store.release_owner(p, revision)
             except TimeoutError:
                 return  # stopping, and NATS does not answer
+            except FailedOver as exc:
+                self._failed_over(str(exc))  # (the record is the new home's: left)
+                return
             except ConnectionLost as exc:
                 self._unreachable(exc)
                 if self._stopping:

@@ -10,7 +10,6 @@ settings ``create_key_value`` gives a bucket of history 1 with direct gets.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -22,7 +21,7 @@ from nats.js.kv import KeyValue
 
 from fusee.adapters.jetstream.direct import retrying
 from fusee.adapters.jetstream.layout import EXPECTED_STREAM, WRONG_STREAM, Layout
-from fusee.errors import FailedOver, FuseeError
+from fusee.errors import ConfigError, FailedOver, FuseeError
 
 __all__ = ("DESCRIPTIONS", "BucketFence", "bucket_config", "bucket_on", "open_bucket")
 
@@ -132,7 +131,18 @@ async def open_bucket(
         if not create:
             return None
         config = bucket_config(layout, bucket, replicas=replicas, description=description)
-        with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
+        try:
             await retrying(js.add_stream, config, refused=refused)
+        except nats.js.errors.BadRequestError as exc:
+            # a concurrent maker's is taken; any other refusal is said (10065: another
+            # stream binds the bucket's subjects, e.g. one left by an earlier layout)
+            try:
+                await retrying(js.stream_info, stream, refused=refused)
+            except nats.js.errors.NotFoundError:
+                raise ConfigError(
+                    f"bucket {bucket}: its stream {stream} cannot be made: {exc.description} "
+                    f"(err {exc.err_code}; a stream of an earlier fusee may bind "
+                    f'$KV.{bucket}.>: docs/operations.md, "Two regions")'
+                ) from None
         return bucket_on(js, layout, bucket, fence=fence)
     return bucket_on(js, layout, bucket, direct=bool(info.config.allow_direct), fence=fence)

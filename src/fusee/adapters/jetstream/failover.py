@@ -278,12 +278,13 @@ async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[
         try:
             closing = (await retrying(js.stream_info, name, what=f"stream {name}")).config
         except nats.js.errors.NotFoundError:
-            continue  # (API tokens: a bucket made only when the first one is)
+            continue  # (a bucket of an earlier fusee, which made API tokens' at the first)
         if closing.subjects != [f"{closed}.{part}"]:
             closing.subjects = [f"{closed}.{part}"]
             await retrying(js.update_stream, closing, what=f"closing {name} to writes")
         last = int((await retrying(js.stream_info, name, what=f"stream {name}")).state.last_seq)
         targets[mirror_name] = (name, last)
+    closed_at = time.monotonic()
 
     async def behind() -> dict[str, int]:
         out: dict[str, int] = {}
@@ -294,8 +295,21 @@ async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[
                 if mirror_name == nxt.stream:
                     raise
                 continue  # (a fusee that mirrored the journal and values only)
-            if int(info.state.last_seq) < target:
-                out[mirror_name] = target - int(info.state.last_seq)
+            if int(info.state.last_seq) >= target:
+                continue
+            # the origin's last message may be gone before the mirror copied it (a
+            # message TTL, an idle marker's): then the mirror never reaches its
+            # sequence, but it fetched after the close with nothing left to copy
+            source = info.mirror
+            heard = source.active / 1e9 if source is not None and source.active else None
+            if (
+                source is not None
+                and not source.lag
+                and heard is not None
+                and 0 <= heard < time.monotonic() - closed_at
+            ):
+                continue
+            out[mirror_name] = target - int(info.state.last_seq)
         return out
 
     with anyio.move_on_after(CATCH_UP):

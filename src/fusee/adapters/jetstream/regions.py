@@ -174,6 +174,7 @@ async def ensure_mirror(
     replicas: int,
     partitions: int,
     tokens: StreamConfig | None = None,
+    refused: Callable[[], FuseeError | None] | None = None,
 ) -> None:
     """Create the partner region's mirrors of what the namespace keeps, if missing:
     the journal, values and token streams and the four KV buckets, each named as the
@@ -187,14 +188,16 @@ async def ensure_mirror(
         # bucket is made first (API tokens' is otherwise made by the first token)
         await open_bucket(
             js, layout, layout.bucket(kind), create=True, replicas=replicas,
-            description=DESCRIPTIONS[kind],
+            description=DESCRIPTIONS[kind], refused=refused,
         )  # fmt: skip
     for config in mirror_configs(layout, partner, replicas, partitions, tokens):
         try:
-            await retrying(js.stream_info, config.name, what=f"mirror {config.name}")
+            await retrying(
+                js.stream_info, config.name, what=f"mirror {config.name}", refused=refused
+            )
         except nats.js.errors.NotFoundError:
             with contextlib.suppress(nats.js.errors.BadRequestError):  # a concurrent maker
-                await retrying(js.add_stream, config, what=f"mirror {config.name}")
+                await retrying(js.add_stream, config, what=f"mirror {config.name}", refused=refused)
 
 
 def mirror_configs(

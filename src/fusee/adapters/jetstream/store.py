@@ -270,7 +270,7 @@ class NatsStore:
         self.auth = AuthBucket(nc, self.js, layout, replicas=replicas)
         # callers waiting for results: one consumer for all of them (see watch.py)
         self.journal_watch = JournalWatch(nc, self.js, layout)
-        self.journal_watch.stream_gone = self.epoch_may_have_moved
+        self.journal_watch.stream_gone = self._watch_lost_its_stream
         # completions (issue 3): the namespace's secret (``config.secret`` in the work
         # bucket, read at connect) and the base of callback URLs
         self.completion_secret = b""
@@ -566,6 +566,12 @@ class NatsStore:
     async def _on_stream_updated(self, _msg: Any) -> None:
         self.epoch_may_have_moved()
 
+    def _watch_lost_its_stream(self) -> bool:
+        """The result watch found no journal stream: whether to wait for this store to
+        follow a failover (a client's; a worker's store never moves)."""
+        self.epoch_may_have_moved()
+        return self.layout.regional and self._follows and self.region is not None
+
     def epoch_may_have_moved(self) -> None:
         """Check in the background whether the namespace failed over, and follow it
         (:meth:`follow_epoch`): one check at a time, another after it when asked again
@@ -837,7 +843,7 @@ class NatsStore:
         if self.partner is not None and self.partner != self.layout.home:
             await ensure_mirror(
                 self.js, self.layout, self.partner, self.replicas, partitions,
-                tokens=self.tokens.config(),
+                tokens=self.tokens.config(), refused=self._setup_refused,
             )  # fmt: skip
 
     async def mirror_lag(self) -> MirrorLag | None:
@@ -1070,12 +1076,13 @@ class NatsStore:
         (``told``: what it writes, or a function that says it, called for an error
         only), with a refusal for the epoch (10060) raised as :class:`FailedOver` (an
         actor's stops on it as on a fence; a caller of the engine's API gets an error)."""
+        stream = kwargs.pop("stream", None)  # the stream it names, if not the journal's
         try:
             return await retrying(fn, *args, **kwargs)
         except nats.js.errors.APIError as exc:
             if exc.err_code == WRONG_STREAM and self.layout.regional:
                 what = told if isinstance(told, str) else told()
-                raise FailedOver(self._epoch_over(what)) from None
+                raise FailedOver(self._epoch_over(what, stream)) from None
             raise
 
     async def _append_alone(self, item: Pending) -> int:
@@ -1662,6 +1669,7 @@ class NatsStore:
             ack = await self._retrying_in_epoch(
                 lambda: f"the state of {object_type}/{key}",
                 self.js.publish, subject, data, 5.0, None, headers,
+                stream=self.layout.kv_stream(bucket),
             )  # fmt: skip
         except nats.js.errors.BadRequestError as exc:
             if exc.err_code not in WRONG_LAST:
@@ -1829,10 +1837,17 @@ class NatsStore:
         at the actor, in case something came just as it went idle."""
         self._in_work(partition, eid)
         subject = self._work_subject(Layout.active_key(partition, eid))
-        await retrying(self._publish_ttl, subject, IDLE_MARKER, ttl, refused=self.refusal(subject))
+        bucket = self.layout.work_bucket
+        await self._retrying_in_epoch(
+            lambda: f"the idle marker of {unescape(eid)!r}",
+            self._publish_ttl, subject, IDLE_MARKER, ttl, self._in_bucket_epoch({}, bucket),
+            refused=self.refusal(subject), stream=self.layout.kv_stream(bucket),
+        )  # fmt: skip
 
-    async def _publish_ttl(self, subject: str, data: bytes, ttl: float) -> None:
-        await self.js.publish(subject, data, timeout=5.0, msg_ttl=ttl)
+    async def _publish_ttl(
+        self, subject: str, data: bytes, ttl: float, headers: dict[str, str]
+    ) -> None:
+        await self.js.publish(subject, data, timeout=5.0, headers=headers or None, msg_ttl=ttl)
 
     # -- run index and active markers ------------------------------------------------
 
@@ -2321,6 +2336,8 @@ class NatsStore:
             with lost_on_transient("listing the active runs"):
                 info = await retrying(self.js.stream_info, stream, prefix + ">")
         except nats.js.errors.NotFoundError as exc:
+            if not self.layout.regional:
+                raise
             # (the old home's, deleted by a failover: ridden out as the journal's is)
             raise ConnectionLost(
                 f"the work bucket's stream {stream!r} is not in this cluster (a failover "

@@ -39,6 +39,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from fusee.adapters.jetstream.direct import retrying
 from fusee.adapters.jetstream.layout import KIND, StoredMsg
+from fusee.runtime.regions import region_lease
 
 if TYPE_CHECKING:
     from nats.aio.client import Client
@@ -53,7 +54,8 @@ STALE = 3 * HEARTBEAT  # nothing heard for this long: the consumer is gone, make
 INACTIVE = 30.0  # the server deletes the consumer of a client that died this long ago
 LOOK_AGAIN = 30.0  # a waiter that heard nothing for this long reads its journal again
 # how long a watch of a regional namespace whose stream is gone waits for the store to
-# follow the failover (the deletes and promotions of a failover lie between)
+# follow the failover, beyond the region lease (the deletes, the lease wait and the
+# promotions of a failover lie between)
 FOLLOW_PATIENCE = 60.0
 
 
@@ -110,8 +112,9 @@ class JournalWatch:
         )
         self.consumers_made = 0  # for tests and benchmarks
         self.delivered = 0  # records the consumer delivered (for tests and benchmarks)
-        # told when the journal stream is not found (the store checks for a failover)
-        self.stream_gone: Callable[[], None] = lambda: None
+        # told when the journal stream is not found (the store checks for a failover);
+        # True: wait for ``follow`` (a store that follows failovers)
+        self.stream_gone: Callable[[], bool] = lambda: False
         self._followed = anyio.Event()  # set (and replaced) by each follow()
 
     @property
@@ -210,7 +213,7 @@ class JournalWatch:
         not found is a failover under way (its old home's streams deleted, the mirrors
         promoted next): the store is told to check, and the consumer is made on the
         stream it follows to (``follow``), within ``FOLLOW_PATIENCE``."""
-        deadline = time.monotonic() + FOLLOW_PATIENCE
+        deadline = time.monotonic() + FOLLOW_PATIENCE + region_lease()
         while True:
             followed = self._followed
             try:
@@ -220,7 +223,8 @@ class JournalWatch:
             except nats.js.errors.NotFoundError:
                 if not self.layout.regional or time.monotonic() > deadline:
                     raise
-            self.stream_gone()
+                if not self.stream_gone():
+                    raise
             with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
                 await followed.wait()
 
