@@ -332,19 +332,42 @@ def _region_of(name: str) -> str:
     return next(region for region, group in REGION_NODES.items() if name in group)
 
 
-def _netns_config(text: str, client: int, netns: Netns, gateway_region: dict[str, str]) -> str:
-    """A region node's config for a network namespace: clients and gateways listen on
-    every address (the test dials the region's, its workers the namespace's
-    loopback), and each gateway URL names the address of the gateway's region."""
+def _moved_texts(files: dict[str, Path], ports: re.Pattern[str]) -> dict[str, str]:
+    """Each shipped config of ``files`` (by node name), comments dropped, with every
+    port ``ports`` matches moved to a free one: the same map for all of them, so the
+    nodes still name each other."""
+    texts = {}
+    for name, path in files.items():
+        lines = path.read_text().splitlines(keepends=True)
+        texts[name] = "".join(line for line in lines if not line.lstrip().startswith("#"))
+    shipped = sorted({int(p) for text in texts.values() for p in ports.findall(text)})
+    moved = dict(zip(shipped, free_ports(len(shipped)), strict=True))
+    return {n: ports.sub(lambda m: str(moved[int(m.group())]), t) for n, t in texts.items()}
+
+
+def _block_port(text: str, block: str) -> str:
+    """The port the ``block`` (``cluster``, ``gateway``) of a config listens on."""
+    found = re.search(block + r" \{\s*name: \w+\s*listen: 127\.0\.0\.1:(\d+)", text)
+    assert found is not None, f"no {block} listen line in:\n{text}"
+    return found.group(1)
+
+
+def _netns_config(
+    text: str, client: int, netns: Netns, block: str, scheme: str, place: dict[str, str]
+) -> str:
+    """A node's config for a network namespace: clients and ``block`` (the gateway of a
+    region, the routes of a stretch cluster) listen on every address (the test dials
+    the node's site address, its workers the namespace's loopback), and each
+    ``scheme://`` URL names the address of the site ``place`` gives its port."""
     text = text.replace(f"listen: 127.0.0.1:{client}\n", f"listen: 0.0.0.0:{client}\n", 1)
     text = re.sub(
-        r"(gateway \{\s*name: \w+\s*listen: )127\.0\.0\.1:", r"\g<1>0.0.0.0:", text, count=1
+        "(" + block + r" \{\s*name: \w+\s*listen: )127\.0\.0\.1:", r"\g<1>0.0.0.0:", text, count=1
     )
 
     def dial(m: re.Match[str]) -> str:
-        return f"nats://{netns.ips[gateway_region[m.group(1)]]}:{m.group(1)}"
+        return f"{scheme}://{netns.ips[place[m.group(1)]]}:{m.group(1)}"
 
-    return re.sub(r"nats://127\.0\.0\.1:(\d+)", dial, text)
+    return re.sub(scheme + r"://127\.0\.0\.1:(\d+)", dial, text)
 
 
 STRETCH_NODES = {
@@ -371,18 +394,8 @@ class LoopbackStretch:
         cls, where: Path, *, timeout: float = 60.0, netns: Netns | None = None
     ) -> LoopbackStretch:
         names = [n for group in STRETCH_NODES.values() for n in group]
-        texts = {}
-        for name in names:
-            lines = (CONFIGS / f"stretch-{name}.conf").read_text().splitlines(keepends=True)
-            texts[name] = "".join(line for line in lines if not line.lstrip().startswith("#"))
-        shipped = sorted({int(p) for t in texts.values() for p in _STRETCH_PORT.findall(t)})
-        moved = dict(zip(shipped, free_ports(len(shipped)), strict=True))
-        route_site: dict[str, str] = {}
-        for name in names:
-            texts[name] = _STRETCH_PORT.sub(lambda m: str(moved[int(m.group())]), texts[name])
-            route = re.search(r"cluster \{\s*name: \w+\s*listen: 127\.0\.0\.1:(\d+)", texts[name])
-            assert route is not None, f"{name}: no cluster listen line"
-            route_site[route.group(1)] = _site_of(name)
+        texts = _moved_texts({n: CONFIGS / f"stretch-{n}.conf" for n in names}, _STRETCH_PORT)
+        route_site = {_block_port(texts[n], "cluster"): _site_of(n) for n in names}
         stretch = cls(Path(where))
         for name in names:
             text = texts[name]
@@ -392,17 +405,7 @@ class LoopbackStretch:
             if netns is not None:
                 site = _site_of(name)
                 host, prefix = netns.ips[site], netns.exec_prefix(site)
-                text = text.replace(
-                    f"listen: 127.0.0.1:{client}\n", f"listen: 0.0.0.0:{client}\n", 1
-                )
-                text = re.sub(
-                    r"(cluster \{\s*name: \w+\s*listen: )127\.0\.0\.1:", r"\g<1>0.0.0.0:", text
-                )
-
-                def dial(m: re.Match[str]) -> str:
-                    return f"nats-route://{netns.ips[route_site[m.group(1)]]}:{m.group(1)}"
-
-                text = re.sub(r"nats-route://127\.0\.0\.1:(\d+)", dial, text)
+                text = _netns_config(text, client, netns, "cluster", "nats-route", route_site)
             node = ClusterNode(name, client, 0, http, stretch.dir / name, text, None, host, prefix)
             stretch.nodes.append(node)
         for node in stretch.nodes:
@@ -547,20 +550,9 @@ class LoopbackRegions:
         clients and gateways listen on every address, and each gateway is dialled at
         its region's address, so cutting a region's link cuts what crosses regions."""
         names = [n for group in REGION_NODES.values() for n in group]
-        texts = {}
-        for name in names:
-            lines = _region_file(name).read_text().splitlines(keepends=True)
-            texts[name] = "".join(line for line in lines if not line.lstrip().startswith("#"))
-        shipped = sorted({int(p) for text in texts.values() for p in _REGION_PORT.findall(text)})
-        moved = dict(zip(shipped, free_ports(len(shipped)), strict=True))
+        texts = _moved_texts({n: _region_file(n) for n in names}, _REGION_PORT)
+        gateway_region = {_block_port(texts[n], "gateway"): _region_of(n) for n in names}
         regions = cls(Path(where))
-        gateway_region: dict[str, str] = {}  # a gateway's moved port -> its region
-        for name in names:
-            text = _REGION_PORT.sub(lambda m: str(moved[int(m.group())]), texts[name])
-            texts[name] = text
-            gateway = re.search(r"gateway \{\s*name: \w+\s*listen: 127\.0\.0\.1:(\d+)", text)
-            assert gateway is not None, f"{name}: no gateway listen line"
-            gateway_region[gateway.group(1)] = _region_of(name)
         for name in names:
             text = texts[name]
             client = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
@@ -569,7 +561,7 @@ class LoopbackRegions:
             if netns is not None:
                 region = _region_of(name)
                 host, prefix = netns.ips[region], netns.exec_prefix(region)
-                text = _netns_config(text, client, netns, gateway_region)
+                text = _netns_config(text, client, netns, "gateway", "nats", gateway_region)
             node = ClusterNode(name, client, 0, http, regions.dir / name, text, None, host, prefix)
             regions.nodes.append(node)
         for node in regions.nodes:

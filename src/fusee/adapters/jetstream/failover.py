@@ -268,11 +268,8 @@ async def _catch_up(js: JetStreamContext, layout: Layout, nxt: Layout) -> tuple[
     # schedules cannot be sealed: nats-server 2.15 refuses it, 10052); their mirrors
     # read on, by consumer
     closed = f"{layout.namespace}.closed.e{layout.epoch}"
-    parts = ["run", "val", "tok", *(f"kv.{kind}" for kind in BUCKETS)]
-    origins = [layout.stream, layout.values_stream, layout.tokens_stream]
-    origins += [layout.kv_stream(layout.bucket(kind)) for kind in BUCKETS]
-    mirrors = [nxt.stream, nxt.values_stream, nxt.tokens_stream]
-    mirrors += [nxt.kv_stream(nxt.bucket(kind)) for kind in BUCKETS]
+    parts = ["run", "val", "tok", *(f"kv.{kind}" for kind in BUCKETS)]  # (_kept's order)
+    origins, mirrors = _kept(layout), _kept(nxt)
     targets: dict[str, tuple[str, int]] = {}  # mirror -> (origin, its last sequence)
     for name, mirror_name, part in zip(origins, mirrors, parts, strict=True):
         try:
