@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import nats
@@ -332,6 +332,24 @@ def _region_of(name: str) -> str:
     return next(region for region, group in REGION_NODES.items() if name in group)
 
 
+def _node(
+    name: str,
+    text: str,
+    where: Path,
+    netns: tuple[Netns, str, str, str, dict[str, str]] | None,
+) -> ClusterNode:
+    """The node of config ``text``; with ``netns`` (the namespaces, the node's site, and
+    :func:`_netns_config`'s block, scheme and places), run in its site's namespace."""
+    client = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
+    http = int(re.search(r"http_port: (\d+)", text).group(1))  # type: ignore[union-attr]
+    if netns is None:
+        return ClusterNode(name, client, 0, http, where, text)
+    spaces, site, block, scheme, place = netns
+    text = _netns_config(text, client, spaces, block, scheme, place)
+    prefix = spaces.exec_prefix(site)
+    return ClusterNode(name, client, 0, http, where, text, None, spaces.ips[site], prefix)
+
+
 def _moved_texts(files: dict[str, Path], ports: re.Pattern[str]) -> dict[str, str]:
     """Each shipped config of ``files`` (by node name), comments dropped, with every
     port ``ports`` matches moved to a free one: the same map for all of them, so the
@@ -398,16 +416,11 @@ class LoopbackStretch:
         route_site = {_block_port(texts[n], "cluster"): _site_of(n) for n in names}
         stretch = cls(Path(where))
         for name in names:
-            text = texts[name]
-            client = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
-            http = int(re.search(r"http_port: (\d+)", text).group(1))  # type: ignore[union-attr]
-            host, prefix = "127.0.0.1", cast("tuple[str, ...]", ())
-            if netns is not None:
-                site = _site_of(name)
-                host, prefix = netns.ips[site], netns.exec_prefix(site)
-                text = _netns_config(text, client, netns, "cluster", "nats-route", route_site)
-            node = ClusterNode(name, client, 0, http, stretch.dir / name, text, None, host, prefix)
-            stretch.nodes.append(node)
+            site = _site_of(name)
+            netns_for = (
+                None if netns is None else (netns, site, "cluster", "nats-route", route_site)
+            )
+            stretch.nodes.append(_node(name, texts[name], stretch.dir / name, netns_for))
         for node in stretch.nodes:
             node.launch()
         try:
@@ -554,16 +567,11 @@ class LoopbackRegions:
         gateway_region = {_block_port(texts[n], "gateway"): _region_of(n) for n in names}
         regions = cls(Path(where))
         for name in names:
-            text = texts[name]
-            client = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
-            http = int(re.search(r"http_port: (\d+)", text).group(1))  # type: ignore[union-attr]
-            host, prefix = "127.0.0.1", cast("tuple[str, ...]", ())
-            if netns is not None:
-                region = _region_of(name)
-                host, prefix = netns.ips[region], netns.exec_prefix(region)
-                text = _netns_config(text, client, netns, "gateway", "nats", gateway_region)
-            node = ClusterNode(name, client, 0, http, regions.dir / name, text, None, host, prefix)
-            regions.nodes.append(node)
+            region = _region_of(name)
+            netns_for = (
+                None if netns is None else (netns, region, "gateway", "nats", gateway_region)
+            )
+            regions.nodes.append(_node(name, texts[name], regions.dir / name, netns_for))
         for node in regions.nodes:
             node.launch()
         try:
